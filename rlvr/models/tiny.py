@@ -1,0 +1,61 @@
+"""Tiny randomly initialised models and tokenizers for tests: no downloads, seconds on a CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+# A word-level vocabulary big enough for the R1 tags, digits and a few words.
+TINY_WORDS = (
+    ["<pad>", "<eos>", "<unk>", "<think>", "</think>", "<answer>", "</answer>", "\\boxed{", "}"]
+    + [str(i) for i in range(100)]
+    + "what is the answer + - * = ? user assistant system a an and of to".split()
+)
+
+
+def tiny_tokenizer():
+    """A whitespace word-level fast tokenizer over :data:`TINY_WORDS` (pad/eos are special)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(TINY_WORDS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    tok.padding_side = "left"
+    return tok
+
+
+def tiny_model(vocab_size: int = len(TINY_WORDS), *, seed: int = 0, layers: int = 2, hidden: int = 32):
+    """A seeded Llama-architecture causal LM with ``layers`` layers and width ``hidden``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    model.generation_config.eos_token_id = 1
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def save_tiny_model(path: str | Path, *, seed: int = 0) -> Path:
+    """Write a tiny model + tokenizer as a Hugging Face directory (for end-to-end CLI tests)."""
+    path = Path(path)
+    tiny_model(seed=seed).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path

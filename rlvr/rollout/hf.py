@@ -1,0 +1,101 @@
+"""Reference rollout engine: batched sampling with Hugging Face ``generate`` (KV cache)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import GenerationConfig
+
+from rlvr.rollout.base import RolloutBatch, response_mask_from_eos
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """All ids that end a response: the tokenizer's EOS plus the model's generation_config EOS ids."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(gen_eos)
+    return sorted(i for i in ids if i is not None)
+
+
+class HFRolloutEngine:
+    """Samples G completions per prompt with ``model.generate``.
+
+    With ``dtype="bfloat16"`` and a float32 policy, generation runs on a bf16 copy that
+    :meth:`sync_weights` refreshes from the policy before each rollout (the trainer calls it);
+    with the policy's own dtype the engine shares the policy's weights and syncing is a no-op.
+    """
+
+    def __init__(
+        self,
+        policy,
+        tokenizer,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        dtype: str = "bfloat16",
+        batch_seqs: int = 64,
+    ) -> None:
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.batch_seqs = batch_seqs
+        want = getattr(torch, dtype)
+        self.model = policy if want == policy.dtype else copy.deepcopy(policy).to(want)
+        self.model.eval()
+        self.eos_ids = eos_token_ids(policy, tokenizer)
+        self.gen_config = GenerationConfig(
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+
+    @torch.no_grad()
+    def sync_weights(self) -> None:
+        """Copy the policy's current weights into the generation copy (no-op when shared)."""
+        if self.model is not self.policy:
+            self.model.load_state_dict(self.policy.state_dict())
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], samples_per_prompt: int) -> RolloutBatch:
+        """Sample ``samples_per_prompt`` completions for each prompt text.
+
+        Returns:
+            RolloutBatch with B = len(prompts) * samples_per_prompt rows, grouped by prompt.
+        """
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
+        texts = [p for p in prompts for _ in range(samples_per_prompt)]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        prompt_len = enc.input_ids.shape[1]
+        chunks = []
+        for start in range(0, len(texts), self.batch_seqs):
+            rows = slice(start, start + self.batch_seqs)
+            out = self.model.generate(
+                input_ids=enc.input_ids[rows],
+                attention_mask=enc.attention_mask[rows],
+                generation_config=self.gen_config,
+            )
+            chunks.append(out[:, prompt_len:])
+        T = max(c.shape[1] for c in chunks)
+        pad = tok.pad_token_id
+        response = torch.cat([torch.nn.functional.pad(c, (0, T - c.shape[1]), value=pad) for c in chunks])
+        response_mask, truncated = response_mask_from_eos(response, self.eos_ids)
+        response = torch.where(response_mask.bool(), response, torch.full_like(response, pad))
+        return RolloutBatch(
+            input_ids=torch.cat([enc.input_ids, response], dim=1),
+            attention_mask=torch.cat([enc.attention_mask, response_mask], dim=1),
+            response_mask=response_mask,
+            prompt_len=prompt_len,
+            texts=tok.batch_decode(response, skip_special_tokens=True),
+            truncated=truncated,
+            group_size=samples_per_prompt,
+        )

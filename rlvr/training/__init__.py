@@ -1,0 +1,5 @@
+"""The training loop, checkpoints and resume."""
+
+from rlvr.training.loop import train
+
+__all__ = ["train"]

@@ -1,0 +1,115 @@
+"""Atomic checkpoints: Hugging Face model directories plus the trainer state beside the weights.
+
+Layout::
+
+    RUN/checkpoints/step_000020/   model.safetensors, config.json, tokenizer files, trainer_state.pt
+    RUN/checkpoints/last -> step_000020
+
+A checkpoint is written under a temporary name and renamed, and ``last`` is swapped with
+an atomic rename, so a crash at any moment leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from rlvr.errors import UserError
+
+STATE_FILE = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict, *, keep: int = 0) -> Path:
+    """Write ``RUN/checkpoints/step_{step}`` atomically, point ``last`` at it, prune old ones.
+
+    Args:
+        keep: keep this many newest step checkpoints (0 = all).
+    """
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:06d}"
+    final = root / name
+    tmp = root / f".{name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    torch.save(trainer_state, tmp / STATE_FILE)
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if final.exists():  # the same step saved again after a resume: move the old one aside first
+        old = root / f".{name}.old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    link_tmp = root / f".last.tmp-{os.getpid()}"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(name, link_tmp)
+    os.replace(link_tmp, root / "last")
+    _fsync_dir(root)
+    if keep:
+        for old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Step checkpoint directories, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    dirs = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / STATE_FILE).is_file()]
+    return sorted(dirs, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    """The newest complete checkpoint of a run (raises a UserError naming the run if none)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"resume={run_dir}: no such run directory")
+    link = run_dir / "checkpoints" / "last"
+    if link.is_dir() and (link / STATE_FILE).is_file():
+        return link.resolve()
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise UserError(f"resume={run_dir}: the run has no checkpoint yet (set train.save_every to save during training)")
+    return found[-1]
+
+
+def load_trainer_state(ckpt: Path) -> dict:
+    return torch.load(Path(ckpt) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def rng_state() -> dict:
+    """Every RNG the run draws from: torch (CPU and CUDA) and Python's ``random``."""
+    import random
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import random
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
