@@ -35,12 +35,12 @@ def _load(args):
     from rlvr.config import load_config, parse_override
 
     config = args.config
-    if config is None:
-        resumes = [parse_override(o)[1] for o in args.overrides if o.split("=", 1)[0].strip() == "resume"]
-        if resumes and resumes[-1]:
-            saved = Path(str(resumes[-1])) / "config.yaml"
-            if not saved.is_file():
-                raise UserError(f"resume={resumes[-1]}: {saved} not found; is this a run directory?")
+    resumes = [parse_override(o)[1] for o in args.overrides if o.split("=", 1)[0].strip() == "resume"]
+    if resumes and resumes[-1]:  # checked with --config too: train() would create the missing directory
+        saved = Path(str(resumes[-1])) / "config.yaml"
+        if not saved.is_file():
+            raise UserError(f"resume={resumes[-1]}: {saved} not found; is this a run directory?")
+        if config is None:
             config = saved
     return load_config(config, args.overrides)
 
@@ -52,7 +52,9 @@ def cmd_train(args) -> int:
 
     cfg = _load(args)
     console = Console(stderr=True)
-    console.print("[bold]resolved config[/bold]\n" + to_yaml(cfg), highlight=False)
+    # plain print to stdout: stderr carries progress and the one-line error, and config values
+    # may hold '[...]' that rich would parse as markup
+    print("resolved config\n" + to_yaml(cfg), flush=True)
     _quiet_libraries()
     from rlvr.training import train
 

@@ -176,6 +176,8 @@ class TrainConfig:
     """AdamW weight decay."""
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     """AdamW betas."""
+    shared_prompt_forward: bool = True
+    """Run each group's shared prompt through the model once (exact; the prompt costs 1/G)."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm (0 = off)."""
     save_every: int = 0
@@ -375,7 +377,9 @@ def read_yaml(path: str | Path) -> dict:
             presets = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
             raise UserError(f"config file {path} not found (built-in presets: {presets})")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a UTF-8 text file; give a YAML config file") from None
     except yaml.YAMLError as e:
         raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):

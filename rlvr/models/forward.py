@@ -2,30 +2,75 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
-def response_logits(model, input_ids: Tensor, attention_mask: Tensor, num_response_tokens: int) -> Tensor:
+def _positions(attention_mask: Tensor) -> Tensor:
+    """Position ids as ``generate`` assigns them with left padding."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def response_logits(
+    model, input_ids: Tensor, attention_mask: Tensor, num_response_tokens: int, *, group_size: int = 1
+) -> Tensor:
     """Logits that predict the last ``num_response_tokens`` tokens of each row.
 
     Position ids come from the attention mask, as in ``generate`` with left padding, so the
     log-probs match the distribution the tokens were sampled from. Only the response positions
-    go through the LM head (``logits_to_keep``), which saves the vocab projection of the prompt.
+    go through the LM head (``logits_to_keep``).
+
+    With ``group_size=G > 1``, consecutive runs of G rows share one prompt (a GRPO group).
+    The prompt then goes through the model once per group and its key/value cache is repeated
+    G times for the responses; autograd flows through the repeat, so logits *and gradients*
+    equal the plain per-row pass (tests assert it) while the prompt costs 1/G as much.
 
     Args:
         input_ids: [B, L] left-padded prompt + response.
         attention_mask: [B, L].
         num_response_tokens: T.
+        group_size: rows per shared prompt; B must be a multiple of it.
 
     Returns:
         [B, T, V] logits; ``[:, t]`` predicts ``input_ids[:, L - T + t]``.
     """
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        logits_to_keep=num_response_tokens + 1,
-        use_cache=False,
+    T = num_response_tokens
+    positions = _positions(attention_mask)
+    if group_size == 1:
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions,
+            logits_to_keep=T + 1,
+            use_cache=False,
+        )
+        return out.logits[:, :-1]  # [B, T, V] after the causal shift
+    G, Lp = group_size, input_ids.shape[1] - T
+    prompt = model(
+        input_ids=input_ids[::G, :Lp],
+        attention_mask=attention_mask[::G, :Lp],
+        position_ids=positions[::G, :Lp],
+        logits_to_keep=1,
+        use_cache=True,
     )
-    return out.logits[:, :-1]  # [B, T, V] after the causal shift
+    cache = prompt.past_key_values
+    cache.batch_repeat_interleave(G)  # [P, ...] -> [P*G, ...] per layer, differentiable
+    out = model(
+        input_ids=input_ids[:, Lp:],
+        attention_mask=attention_mask,
+        position_ids=positions[:, Lp:],
+        past_key_values=cache,
+        logits_to_keep=T,
+        use_cache=True,
+    )
+    first = prompt.logits.repeat_interleave(G, dim=0)  # [B, 1, V] predicts response token 0
+    return torch.cat([first, out.logits[:, :-1]], dim=1)  # [B, T, V]
+
+
+def shared_prompt_group(micro_batch_seqs: int, samples_per_prompt: int) -> int:
+    """Rows per shared prompt inside a micro-batch that starts at a multiple of its size."""
+    if micro_batch_seqs % samples_per_prompt == 0:
+        return samples_per_prompt
+    if samples_per_prompt % micro_batch_seqs == 0:
+        return micro_batch_seqs
+    return 1

@@ -40,12 +40,12 @@ class StepPrinter:
     def step(self, step: int, m: dict) -> None:
         parts = [f"{label} {fmt.format(m[k])}" for k, label, fmt in STEP_FIELDS if k in m]
         line = "  ".join(parts)
-        self.console.print(f"step {step:>4}/{self.total}  {line}", highlight=False)
+        self.console.print(f"step {step:>4}/{self.total}  {line}", highlight=False, markup=False)
         if self.progress is not None:
             self.progress.update(self.task, completed=step, description=line)
 
     def note(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        self.console.print(text, highlight=False, markup=False)
 
     def done(self, run_dir, final) -> None:
         self.note(f"done: {run_dir} (final checkpoint {final})")

@@ -20,6 +20,7 @@ from rlvr.data import PromptStream, render_prompt
 from rlvr.data.loading import load_rows
 from rlvr.errors import UserError
 from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path, response_logits
+from rlvr.models.forward import shared_prompt_group
 from rlvr.reporting import JsonlWriter, MetricsLogger, truncate_jsonl
 from rlvr.reporting.console import StepPrinter
 from rlvr.rewards import get_reward, score
@@ -42,14 +43,14 @@ def lr_lambda(*, warmup_steps: int, total_steps: int, schedule: str, min_lr_rati
 
 
 @torch.no_grad()
-def batch_logprobs(model, batch: RolloutBatch, *, micro_batch_seqs: int, temperature: float, autocast) -> torch.Tensor:
+def batch_logprobs(model, batch: RolloutBatch, *, micro_batch_seqs: int, group_size: int, temperature: float, autocast) -> torch.Tensor:
     """[B, T] log-probs of the sampled tokens under ``model``, micro-batched, no grad."""
     T = batch.response_mask.shape[1]
     out = []
     for start in range(0, batch.input_ids.shape[0], micro_batch_seqs):
         rows = slice(start, start + micro_batch_seqs)
         with autocast():
-            logits = response_logits(model, **batch.select(rows), num_response_tokens=T)
+            logits = response_logits(model, **batch.select(rows), num_response_tokens=T, group_size=group_size)
         out.append(algos.token_logprobs(logits, batch.response_ids[rows], temperature=temperature))
     return torch.cat(out)
 
@@ -85,6 +86,7 @@ def train(cfg: Config, *, console=None) -> Path:
         get_reward(name)  # fail now, not after the first rollout
     accuracy_fn = get_reward(cfg.reward.accuracy_rule)
     format_fn = get_reward("format")
+    resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
     run_dir = prepare_run_dir(cfg)
     printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=console)
     _set_seed(cfg.seed)
@@ -92,8 +94,7 @@ def train(cfg: Config, *, console=None) -> Path:
     # -- model, reference, rollout engine --------------------------------------------------
     tokenizer = load_tokenizer(model_path)
     start_step, state = 0, None
-    if cfg.resume:
-        resume_from = ckpt.last_checkpoint(run_dir)
+    if resume_from is not None:
         state = ckpt.load_trainer_state(resume_from)
         start_step = state["step"]
         policy = load_model(resume_from, dtype=cfg.model.dtype, device=cfg.model.device)
@@ -151,6 +152,7 @@ def train(cfg: Config, *, console=None) -> Path:
     samples_log = JsonlWriter(run_dir / "samples.jsonl")
     G, mb = cfg.rollout.samples_per_prompt, cfg.train.micro_batch_seqs
     temperature = cfg.rollout.temperature
+    share = shared_prompt_group(mb, G) if cfg.train.shared_prompt_forward else 1
 
     def save(step: int) -> Path:
         trainer_state = {
@@ -199,7 +201,7 @@ def train(cfg: Config, *, console=None) -> Path:
 
             # 3. log-probs that stay fixed during the updates
             t0 = time.perf_counter()
-            lp_kwargs = dict(micro_batch_seqs=mb, temperature=temperature, autocast=autocast)
+            lp_kwargs = dict(micro_batch_seqs=mb, group_size=share, temperature=temperature, autocast=autocast)
             ref_logp = batch_logprobs(ref, batch, **lp_kwargs) if ref is not None else None
             old_logp = batch_logprobs(policy, batch, **lp_kwargs) if cfg.algo.num_iterations > 1 else None
             t_ref = time.perf_counter() - t0
@@ -264,52 +266,67 @@ def train(cfg: Config, *, console=None) -> Path:
     return run_dir
 
 
-def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast) -> dict:
-    """``algo.num_iterations`` optimizer steps over the rollout batch, micro-batched.
+def accumulate_gradients(policy, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast) -> dict:
+    """Backward the loss of the whole rollout batch, ``train.micro_batch_seqs`` rows at a time.
 
     Every micro-batch's loss uses the token and sequence counts of the whole batch as its
-    denominator, so the accumulated gradient equals the full-batch gradient.
+    denominator, so the accumulated gradient equals the full-batch gradient for any split.
+
+    Returns:
+        Detached scalar tensors: the batch's loss, pg_loss, kl, clip_frac, entropy, ratio_mean.
     """
     mask = batch.response_mask.float()  # [B, T]
     B, T = mask.shape
     num_tokens, mb = mask.sum(), cfg.train.micro_batch_seqs
     agg = dict(mode=cfg.algo.loss_agg, num_tokens=num_tokens, num_seqs=B, max_tokens=T)
     temperature = cfg.rollout.temperature
-    sums = {k: torch.zeros((), device=mask.device) for k in ("pg_loss", "kl", "loss", "clip_frac", "entropy", "ratio_mean")}
-    grad_norms = []
+    share = shared_prompt_group(mb, batch.group_size) if cfg.train.shared_prompt_forward else 1
+    sums = {k: torch.zeros((), device=mask.device) for k in ("loss", "pg_loss", "kl", "clip_frac", "entropy", "ratio_mean")}
+    for start in range(0, B, mb):
+        rows = slice(start, start + mb)
+        m = mask[rows]
+        with autocast():
+            logits = response_logits(policy, **batch.select(rows), num_response_tokens=T, group_size=share)
+        logp = algos.token_logprobs(logits, batch.response_ids[rows], temperature=temperature)
+        old = old_logp[rows] if old_logp is not None else logp.detach()
+        pg_tok, clipped = algos.clipped_surrogate(
+            logp, old, adv[rows], clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high
+        )
+        loss_tok = pg_tok
+        if ref_logp is not None:
+            kl_tok = algos.kl_penalty(logp, ref_logp[rows], cfg.algo.kl_estimator)
+            loss_tok = loss_tok + cfg.algo.kl_coef * kl_tok
+            sums["kl"] += (kl_tok.detach() * m).sum() / num_tokens
+        if cfg.algo.entropy_coef:
+            entropy = algos.token_entropy(logits, temperature=temperature)
+            loss_tok = loss_tok - cfg.algo.entropy_coef * entropy
+        else:
+            with torch.no_grad():
+                entropy = algos.token_entropy(logits.detach(), temperature=temperature)
+        loss = algos.aggregate(loss_tok, m, **agg)
+        loss.backward()
+        with torch.no_grad():
+            sums["loss"] += loss.detach()
+            sums["pg_loss"] += algos.aggregate(pg_tok.detach(), m, **agg)
+            sums["clip_frac"] += (clipped.float() * m).sum() / num_tokens
+            sums["entropy"] += (entropy.detach() * m).sum() / num_tokens
+            sums["ratio_mean"] += (torch.exp(logp.detach() - old) * m).sum() / num_tokens
+    if ref_logp is None:
+        del sums["kl"]
+    return sums
+
+
+def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast) -> dict:
+    """``algo.num_iterations`` optimizer steps over the rollout batch; returns averaged metrics."""
     lr = scheduler.get_last_lr()[0]  # the lr this step trains with
+    max_norm = cfg.train.max_grad_norm if cfg.train.max_grad_norm > 0 else float("inf")
+    totals: dict[str, torch.Tensor] = {}
+    grad_norms = []
     policy.train()
     for _ in range(cfg.algo.num_iterations):
-        for start in range(0, B, mb):
-            rows = slice(start, start + mb)
-            m = mask[rows]
-            with autocast():
-                logits = response_logits(policy, **batch.select(rows), num_response_tokens=T)
-            logp = algos.token_logprobs(logits, batch.response_ids[rows], temperature=temperature)
-            old = old_logp[rows] if old_logp is not None else logp.detach()
-            pg_tok, clipped = algos.clipped_surrogate(
-                logp, old, adv[rows], clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high
-            )
-            loss_tok = pg_tok
-            if ref_logp is not None:
-                kl_tok = algos.kl_penalty(logp, ref_logp[rows], cfg.algo.kl_estimator)
-                loss_tok = loss_tok + cfg.algo.kl_coef * kl_tok
-                sums["kl"] += (kl_tok.detach() * m).sum() / num_tokens
-            if cfg.algo.entropy_coef:
-                entropy = algos.token_entropy(logits, temperature=temperature)
-                loss_tok = loss_tok - cfg.algo.entropy_coef * entropy
-            else:
-                with torch.no_grad():
-                    entropy = algos.token_entropy(logits.detach(), temperature=temperature)
-            loss = algos.aggregate(loss_tok, m, **agg)
-            loss.backward()
-            with torch.no_grad():
-                sums["loss"] += loss.detach()
-                sums["pg_loss"] += algos.aggregate(pg_tok.detach(), m, **agg)
-                sums["clip_frac"] += (clipped.float() * m).sum() / num_tokens
-                sums["entropy"] += (entropy.detach() * m).sum() / num_tokens
-                sums["ratio_mean"] += (torch.exp(logp.detach() - old) * m).sum() / num_tokens
-        max_norm = cfg.train.max_grad_norm if cfg.train.max_grad_norm > 0 else float("inf")
+        sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast)
+        for k, v in sums.items():
+            totals[k] = totals.get(k, 0) + v
         grad_norms.append(torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm))
         if not torch.isfinite(grad_norms[-1]):  # checked before the step, so the weights stay intact
             raise FloatingPointError(f"non-finite gradient norm {grad_norms[-1]}; lower train.lr or check the rewards")
@@ -317,9 +334,7 @@ def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, re
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     n = cfg.algo.num_iterations
-    out = {f"train/{k}": v / n for k, v in sums.items()}
-    if ref_logp is None:
-        del out["train/kl"]
+    out = {f"train/{k}": v / n for k, v in totals.items()}
     out["train/grad_norm"] = torch.stack(grad_norms).mean()
     out["train/lr"] = lr
     return out

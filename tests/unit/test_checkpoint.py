@@ -1,0 +1,210 @@
+"""Checkpoints (atomic HF dirs, ``last`` link, pruning), RNG state, and the JSONL sinks used on resume."""
+
+import json
+import os
+import random
+
+import pytest
+import torch
+
+from rlvr.errors import UserError
+from rlvr.models.tiny import tiny_model, tiny_tokenizer
+from rlvr.reporting import JsonlWriter, truncate_jsonl
+from rlvr.training.checkpoint import (
+    last_checkpoint,
+    list_checkpoints,
+    load_trainer_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def _model(seed=0):
+    return tiny_model(seed=seed, layers=1, hidden=16)
+
+
+def _state_dicts_equal(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    return all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def _entries(run_dir):
+    return sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+
+
+def test_save_writes_a_loadable_hf_dir_with_identical_weights(tmp_path, tok):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = _model(seed=3)
+    path = save_checkpoint(tmp_path, 5, model, tok, {"step": 5, "note": "x"})
+    assert path == tmp_path / "checkpoints" / "step_000005"
+    assert (path / "config.json").is_file()
+    assert (path / "model.safetensors").is_file()
+    loaded = AutoModelForCausalLM.from_pretrained(str(path))
+    assert _state_dicts_equal(model, loaded)
+    assert not _state_dicts_equal(_model(seed=4), loaded)  # the comparison can fail
+    tok2 = AutoTokenizer.from_pretrained(str(path))
+    assert tok2("what is 2 + 3").input_ids == tok("what is 2 + 3").input_ids
+    assert load_trainer_state(path) == {"step": 5, "note": "x"}
+
+
+def test_last_points_to_newest_and_no_tmp_left(tmp_path, tok):
+    model = _model()
+    for step in (1, 2, 10):
+        save_checkpoint(tmp_path, step, model, tok, {"step": step})
+        last = tmp_path / "checkpoints" / "last"
+        assert last.is_symlink()
+        assert os.readlink(last) == f"step_{step:06d}"  # relative: the run dir can be moved
+        assert last_checkpoint(tmp_path) == (tmp_path / "checkpoints" / f"step_{step:06d}").resolve()
+    assert _entries(tmp_path) == ["last", "step_000001", "step_000002", "step_000010"]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000001", "step_000002", "step_000010"]
+
+
+def test_saving_the_same_step_twice_replaces_it(tmp_path, tok):
+    from transformers import AutoModelForCausalLM
+
+    save_checkpoint(tmp_path, 4, _model(seed=1), tok, {"step": 4, "v": 1})
+    second = _model(seed=2)
+    path = save_checkpoint(tmp_path, 4, second, tok, {"step": 4, "v": 2})
+    assert _entries(tmp_path) == ["last", "step_000004"]  # no .old / .tmp leftovers
+    assert load_trainer_state(path)["v"] == 2
+    assert _state_dicts_equal(second, AutoModelForCausalLM.from_pretrained(str(path)))
+    assert last_checkpoint(tmp_path) == path.resolve()
+
+
+def test_keep_prunes_older_checkpoints(tmp_path, tok):
+    model = _model()
+    for step in (2, 4, 6, 8):
+        save_checkpoint(tmp_path, step, model, tok, {"step": step}, keep=2)
+    assert _entries(tmp_path) == ["last", "step_000006", "step_000008"]
+    assert last_checkpoint(tmp_path).name == "step_000008"
+
+
+def test_keep_zero_keeps_all(tmp_path, tok):
+    model = _model()
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, tok, {"step": step}, keep=0)
+    assert len(list_checkpoints(tmp_path)) == 3
+
+
+def test_stale_tmp_dir_from_a_crash_is_ignored_and_replaced(tmp_path, tok):
+    root = tmp_path / "checkpoints"
+    stale = root / f".step_000003.tmp-{os.getpid()}"
+    stale.mkdir(parents=True)
+    (stale / "junk").write_text("half written")
+    # a crashed, incomplete step dir (no trainer state) is not a checkpoint
+    (root / "step_000009").mkdir()
+    assert list_checkpoints(tmp_path) == []
+    save_checkpoint(tmp_path, 3, _model(), tok, {"step": 3})
+    assert not stale.exists()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000003"]
+    assert last_checkpoint(tmp_path).name == "step_000003"
+
+
+def test_last_checkpoint_falls_back_when_link_is_missing(tmp_path, tok):
+    model = _model()
+    for step in (1, 2):
+        save_checkpoint(tmp_path, step, model, tok, {"step": step})
+    (tmp_path / "checkpoints" / "last").unlink()
+    assert last_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step_000002"
+
+
+def test_last_checkpoint_missing_run_dir(tmp_path):
+    with pytest.raises(UserError, match=r"resume=.*nope: no such run directory"):
+        last_checkpoint(tmp_path / "nope")
+
+
+def test_last_checkpoint_run_without_checkpoints(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("")
+    with pytest.raises(UserError, match="has no checkpoint yet"):
+        last_checkpoint(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(UserError, match="has no checkpoint yet"):
+        last_checkpoint(tmp_path)
+
+
+def _draws():
+    return torch.rand(6), [random.random() for _ in range(4)], torch.randint(0, 1000, (5,))
+
+
+def test_rng_state_round_trip():
+    torch.manual_seed(123)
+    random.seed(123)
+    _draws()  # move away from the seeded start
+    state = rng_state()
+    first = _draws()
+    second = _draws()
+    assert not torch.equal(first[0], second[0])  # the generators do advance
+    set_rng_state(state)
+    again = _draws()
+    assert torch.equal(first[0], again[0])
+    assert first[1] == again[1]
+    assert torch.equal(first[2], again[2])
+
+
+def test_rng_state_survives_a_checkpoint(tmp_path, tok):
+    random.seed(7)
+    torch.manual_seed(7)
+    state = rng_state()
+    expected = _draws()
+    path = save_checkpoint(tmp_path, 1, _model(), tok, {"step": 1, "rng": state})
+    _draws()
+    set_rng_state(load_trainer_state(path)["rng"])
+    got = _draws()
+    assert torch.equal(expected[0], got[0]) and expected[1] == got[1]
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_truncate_jsonl_drops_later_steps_and_a_cut_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "loss": s / 10}) for s in range(1, 6)]
+    lines.insert(0, json.dumps({"note": "no step"}))  # rows without a step count as step 0
+    path.write_text("\n".join(lines) + '\n{"step": 6, "lo')
+    truncate_jsonl(path, 3)
+    assert _rows(path) == [{"note": "no step"}] + [{"step": s, "loss": s / 10} for s in (1, 2, 3)]
+    assert path.read_text().endswith("\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no .tmp left
+    truncate_jsonl(path, 0)
+    assert _rows(path) == [{"note": "no step"}]
+
+
+def test_truncate_jsonl_missing_file_is_a_no_op(tmp_path):
+    truncate_jsonl(tmp_path / "none.jsonl", 3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jsonl_writer_appends_and_converts_tensors(tmp_path):
+    path = tmp_path / "sub" / "samples.jsonl"
+    w = JsonlWriter(path)
+    w.write({"step": 1, "x": torch.tensor(1.5), "v": torch.tensor([1, 2]), "s": "é"})
+    w.close()
+    w = JsonlWriter(path)  # a resumed run reopens the file
+    w.write({"step": 2})
+    w.close()
+    assert _rows(path) == [{"step": 1, "x": 1.5, "v": [1, 2], "s": "é"}, {"step": 2}]
+    assert "é" in path.read_text(encoding="utf-8")  # ensure_ascii=False
+
+
+def test_truncate_then_append_continues_cleanly(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    w = JsonlWriter(path)
+    for s in range(1, 5):
+        w.write({"step": s})
+    w.close()
+    with path.open("a") as f:
+        f.write('{"step": 5, ')  # crash mid-line
+    truncate_jsonl(path, 2)
+    w = JsonlWriter(path)
+    w.write({"step": 3, "resumed": True})
+    w.close()
+    assert _rows(path) == [{"step": 1}, {"step": 2}, {"step": 3, "resumed": True}]

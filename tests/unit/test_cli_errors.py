@@ -1,0 +1,224 @@
+"""``rlvr`` CLI, in process: every user mistake is exit 2 and one ``error: ...`` line on stderr, no traceback,
+and nothing is written to the run directory before the inputs are checked."""
+
+import json
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.models.tiny import save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "m")
+
+
+@pytest.fixture
+def cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))  # never convert/download into the real cache
+    return tmp_path
+
+
+def _error_line(capsys, argv, needles):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith("error: ")
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in line, line
+    return line
+
+
+def _no_run_written(cwd):
+    assert not (cwd / "r").exists()
+    assert not (cwd / "runs").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "config"])
+@pytest.mark.parametrize(
+    "overrides, needles",
+    [
+        (["trian.lr=1e-5"], ["unknown config key 'trian.lr'", "did you mean 'train.lr'"]),
+        (["train.stpes=3"], ["unknown config key 'train.stpes'", "'train.steps'"]),
+        (["train.steps=abc"], ["train.steps='abc'", "expected an integer"]),
+        (["algo.kl_estimator=k7"], ["algo.kl_estimator=k7", "k1, k2, k3"]),
+        (["algo.clip_low=1.5"], ["algo.clip_low must be in [0, 1)"]),
+        (
+            ["train.prompts_per_step=3", "rollout.samples_per_prompt=5", "train.micro_batch_seqs=4"],
+            ["15 sequences per step", "train.micro_batch_seqs=4"],
+        ),
+        (["train.lr"], ["must look like key=value"]),
+    ],
+)
+def test_config_errors(cwd, capsys, command, overrides, needles):
+    _error_line(capsys, [command, "run_dir=r", *overrides], needles)
+    _no_run_written(cwd)
+
+
+def test_missing_model_path(cwd, capsys):
+    _error_line(capsys, ["train", "run_dir=r", "model.path=/nonexistent"], ["model.path=/nonexistent not found"])
+    _no_run_written(cwd)
+
+
+def test_model_path_without_config_json(cwd, capsys):
+    (cwd / "empty_model").mkdir()
+    _error_line(capsys, ["train", "run_dir=r", "model.path=empty_model"], ["not a Hugging Face model directory"])
+    _no_run_written(cwd)
+
+
+def test_missing_gguf_file(cwd, capsys):
+    _error_line(capsys, ["train", "run_dir=r", "model.path=missing.gguf"], ["GGUF file not found"])
+    _no_run_written(cwd)
+
+
+def test_jsonl_task_without_path(cwd, capsys):
+    _error_line(capsys, ["train", "run_dir=r", "data.task=jsonl"], ["data.task=jsonl needs data.path"])
+    _no_run_written(cwd)
+
+
+def test_missing_data_file(cwd, capsys, tiny_dir):
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=missing.jsonl"]
+    _error_line(capsys, argv, ["data file missing.jsonl not found", "data.path"])
+    _no_run_written(cwd)
+
+
+def test_missing_test_data_file(cwd, capsys, tiny_dir):
+    (cwd / "train.jsonl").write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=train.jsonl", "data.test_path=t.jsonl"]
+    _error_line(capsys, argv, ["data file t.jsonl not found"])
+    _no_run_written(cwd)
+
+
+def test_data_row_without_answer_key(cwd, capsys, tiny_dir):
+    rows = [{"question": "What is 1 + 1?", "answer": "2"}, {"question": "What is 2 + 2?", "solution": "4"}]
+    (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=d.jsonl"]
+    _error_line(capsys, argv, ["d.jsonl:2:", "no 'answer'", "keys present: question, solution", "data.answer_key"])
+    _no_run_written(cwd)
+
+
+def test_data_file_not_utf8(cwd, capsys, tiny_dir):
+    (cwd / "d.jsonl").write_bytes('{"question": "café", "answer": "1"}\n'.encode("latin-1"))
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=d.jsonl"]
+    _error_line(capsys, argv, ["d.jsonl", "not UTF-8"])
+    _no_run_written(cwd)
+
+
+def test_unknown_reward_name(cwd, capsys, tiny_dir):
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules={acuracy: 1.0}"]
+    _error_line(capsys, argv, ["unknown reward 'acuracy'", "did you mean 'accuracy'"])
+    _no_run_written(cwd)
+
+
+def test_unknown_accuracy_rule(cwd, capsys, tiny_dir):
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.accuracy_rule=acc"]
+    _error_line(capsys, argv, ["unknown reward 'acc'"])
+    _no_run_written(cwd)
+
+
+def test_unimportable_reward_module(cwd, capsys, tiny_dir):
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules={no_such_pkg_xyz.mod:fn: 1.0}"]
+    _error_line(capsys, argv, ["cannot import reward module 'no_such_pkg_xyz.mod'"])
+    _no_run_written(cwd)
+
+
+def test_resume_missing_directory(cwd, capsys):
+    _error_line(capsys, ["train", "resume=nowhere"], ["resume=nowhere", "not found", "run directory"])
+    assert not (cwd / "nowhere").exists()
+    _no_run_written(cwd)
+
+
+def test_resume_missing_directory_with_config(cwd, capsys, tiny_dir):
+    # with --config the run's saved config is not read, but a missing run must still not be created
+    argv = ["train", "--config", "quickstart", f"model.path={tiny_dir}", "resume=nowhere"]
+    _error_line(capsys, argv, ["resume=nowhere"])
+    assert not (cwd / "nowhere").exists()
+
+
+def test_resume_directory_that_is_not_a_run(cwd, capsys):
+    (cwd / "notarun").mkdir()
+    _error_line(capsys, ["train", "resume=notarun"], ["resume=notarun", "config.yaml not found"])
+    assert list((cwd / "notarun").iterdir()) == []
+
+
+def test_existing_run_is_not_overwritten(cwd, capsys, tiny_dir):
+    run = cwd / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    _error_line(capsys, ["train", "run_dir=r", f"model.path={tiny_dir}"], ["already holds a run", "resume="])
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert not (run / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "config"])
+def test_config_file_missing(cwd, capsys, command):
+    _error_line(capsys, [command, "--config", "missing.yaml", "run_dir=r"], ["missing.yaml not found", "quickstart"])
+    _no_run_written(cwd)
+
+
+def test_config_file_invalid_yaml(cwd, capsys):
+    (cwd / "bad.yaml").write_text("train: [1,\n")
+    _error_line(capsys, ["train", "--config", "bad.yaml", "run_dir=r"], ["bad.yaml is not valid YAML"])
+    _no_run_written(cwd)
+
+
+def test_config_file_binary(cwd, capsys):
+    (cwd / "w.bin").write_bytes(b"\x80\x81\xff\x00")
+    _error_line(capsys, ["train", "--config", "w.bin", "run_dir=r"], ["w.bin is not a UTF-8 text file"])
+    _no_run_written(cwd)
+
+
+def test_markup_like_config_values_do_not_crash(cwd, capsys):
+    # the resolved config is printed before training; '[/x]' must not be read as console markup
+    argv = ["train", "run_dir=r", "model.path=/nonexistent", "data.system_prompt=[/x] be [red]brief"]
+    _error_line(capsys, argv, ["model.path=/nonexistent not found"])
+    _no_run_written(cwd)
+
+
+def test_config_docs_lists_every_key(capsys):
+    assert main(["config", "--docs"]) == 0
+    out = capsys.readouterr().out
+    assert "train.lr = 1e-06" in out
+    assert "Peak learning rate" in out
+    assert "reward.rules = {'accuracy': 1.0, 'format': 0.5}" in out
+    from rlvr.config import all_keys
+
+    for key in all_keys():
+        assert f"\n{key} = " in "\n" + out, key
+
+
+def test_config_prints_resolved_yaml(cwd, capsys):
+    assert main(["config", "train.steps=9", "algo.kl_estimator=k2"]) == 0
+    out = capsys.readouterr().out
+    assert "  steps: 9\n" in out
+    assert "  kl_estimator: k2\n" in out
+    (cwd / "c.yaml").write_text(out)
+    assert main(["config", "--config", "c.yaml"]) == 0
+    assert capsys.readouterr().out == out  # the printed config is itself a valid preset
+
+
+def test_rewards_lists_builtins(capsys):
+    assert main(["rewards"]) == 0
+    out = capsys.readouterr().out
+    names = [line.split()[0] for line in out.splitlines()]
+    assert "accuracy" in names and "format" in names and "boxed" in names
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert "usage: rlvr" in out
+    assert "train" in out
+
+
+def test_unknown_subcommand_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["trian"])
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
