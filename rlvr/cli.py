@@ -63,8 +63,11 @@ def cmd_train(args) -> int:
 
 
 def cmd_config(args) -> int:
-    from rlvr.config import field_docs, to_yaml
+    from rlvr.config import config_markdown, field_docs, to_yaml
 
+    if args.docs and args.markdown:
+        print(config_markdown(), end="")
+        return 0
     if args.docs:
         for key, default, doc in field_docs():
             print(f"{key} = {default!r}\n    {doc}")
@@ -101,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="print the resolved config, or every key with --docs")
     with_config(p)
     p.add_argument("--docs", action="store_true", help="list every key, its default and its meaning")
+    p.add_argument("--markdown", action="store_true", help="with --docs: as the Markdown table of docs/config.md")
     p.set_defaults(func=cmd_config)
     p = sub.add_parser("rewards", help="list the built-in reward rules")
     p.set_defaults(func=cmd_rewards)

