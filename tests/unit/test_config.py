@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+import yaml
 
 from rlvr.algos import KLEstimator, LossAgg
 from rlvr.config import (
@@ -41,11 +42,15 @@ def test_quickstart_preset_is_the_default_and_resolves_by_name():
     by_name = load_config("quickstart")
     by_path = load_config(PRESETS_DIR / "quickstart.yaml")
     assert by_default == by_name == by_path
-    # the preset differs from the dataclass defaults where it says so
-    assert by_name.train.lr == 5e-6
-    assert by_name.data.assistant_prefix == "<think>"
-    assert by_name.reward.rules == {"accuracy": 1.0, "accuracy_lenient": 0.5, "format_partial": 0.5}
-    assert by_name.rollout.max_new_tokens == 64
+    # every value the preset file sets is what the loaded config holds
+    raw = yaml.safe_load((PRESETS_DIR / "quickstart.yaml").read_text())
+    for section, values in raw.items():
+        if not isinstance(values, dict):
+            assert getattr(by_name, section) == values
+            continue
+        for key, value in values.items():
+            got = getattr(getattr(by_name, section), key)
+            assert got == (float(value) if isinstance(got, float) else value), f"{section}.{key}"
 
 
 def test_overrides_numbers_lists_dicts_enums_null():
