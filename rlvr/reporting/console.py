@@ -47,7 +47,12 @@ class StepPrinter:
     def note(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)
 
-    def done(self, run_dir, final) -> None:
+    def done(self, run_dir, final, history: list[dict]) -> None:
+        acc = [m["rollout/accuracy"] for m in history if "rollout/accuracy" in m]
+        if len(acc) >= 2:
+            k = min(10, len(acc) // 2)
+            first, last = sum(acc[:k]) / k, sum(acc[-k:]) / k
+            self.note(f"accuracy: mean of the first {k} steps {first:.3f} -> last {k} steps {last:.3f}")
         self.note(f"done: {run_dir} (final checkpoint {final})")
 
     def stop(self) -> None:

@@ -33,20 +33,25 @@ class JsonlWriter:
         self._f.close()
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """All complete rows of a JSONL file (a line cut by a crash is skipped)."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def truncate_jsonl(path: Path, max_step: int) -> None:
     """Drop rows with ``step > max_step`` (rows a resumed run will write again), atomically."""
     path = Path(path)
     if not path.is_file():
         return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= max_step:
-                keep.append(line)
-        except json.JSONDecodeError:  # a line cut by a crash
-            continue
+    keep = [row for row in read_jsonl(path) if row.get("step", 0) <= max_step]
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in keep), encoding="utf-8")
     os.replace(tmp, path)
 
 

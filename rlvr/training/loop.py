@@ -21,7 +21,7 @@ from rlvr.data.loading import load_rows
 from rlvr.errors import UserError
 from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path, response_logits
 from rlvr.models.forward import shared_prompt_group
-from rlvr.reporting import JsonlWriter, MetricsLogger, truncate_jsonl
+from rlvr.reporting import JsonlWriter, MetricsLogger, read_jsonl, truncate_jsonl
 from rlvr.reporting.console import StepPrinter
 from rlvr.rewards import get_reward, score
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
@@ -253,7 +253,7 @@ def train(cfg: Config, *, console=None) -> Path:
             if cfg.train.save_every and (step + 1) % cfg.train.save_every == 0 and step + 1 < cfg.train.steps:
                 save(step + 1)
         final = save(cfg.train.steps)
-        printer.done(run_dir, final)
+        printer.done(run_dir, final, read_jsonl(run_dir / "metrics.jsonl"))
     except KeyboardInterrupt:
         saved = ckpt.list_checkpoints(run_dir)
         where = f"last checkpoint {saved[-1]}" if saved else "no checkpoint saved yet"
