@@ -56,6 +56,7 @@ class HFRolloutEngine:
             max_new_tokens=max_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=tokenizer.pad_token_id,
+            use_cache=True,
         )
 
     @torch.no_grad()

@@ -103,7 +103,6 @@ def train(cfg: Config, *, console=None) -> Path:
         policy = load_model(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
     if cfg.model.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
-    policy.config.use_cache = False
     ref = None
     if cfg.algo.kl_coef > 0:  # kl_coef == 0: no reference model is loaded at all
         ref = load_model(model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)

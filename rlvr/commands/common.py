@@ -1,0 +1,44 @@
+"""Helpers shared by the CLI commands."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rlvr.errors import UserError
+
+
+def quiet_libraries() -> None:
+    """Silence transformers/hub warnings and progress bars; rlvr prints its own progress."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:
+        pass
+
+
+def add_config_args(p) -> None:
+    """``--config FILE`` plus ``key.sub=value`` overrides."""
+    p.add_argument("--config", "-c", help="YAML preset file or built-in preset name (default: quickstart)")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
+
+
+def load_cli_config(args):
+    """The Config for ``--config`` + overrides; ``resume=RUN`` without --config starts from RUN/config.yaml."""
+    from rlvr.config import load_config, parse_override
+
+    config = args.config
+    resumes = [parse_override(o)[1] for o in args.overrides if o.split("=", 1)[0].strip() == "resume"]
+    if resumes and resumes[-1]:  # checked with --config too: train() would create the missing directory
+        saved = Path(str(resumes[-1])) / "config.yaml"
+        if not saved.is_file():
+            raise UserError(f"resume={resumes[-1]}: {saved} not found; is this a run directory?")
+        if config is None:
+            config = saved
+    return load_config(config, args.overrides)

@@ -1,0 +1,51 @@
+"""`rlvr train` and `rlvr config`."""
+
+from __future__ import annotations
+
+import argparse
+
+from rlvr.commands.common import add_config_args, load_cli_config, quiet_libraries
+
+
+def cmd_train(args) -> int:
+    from rich.console import Console
+
+    from rlvr.config import to_yaml
+
+    cfg = load_cli_config(args)
+    console = Console(stderr=True)
+    # plain print to stdout: stderr carries progress and the one-line error, and config values
+    # may hold '[...]' that rich would parse as markup
+    print("resolved config\n" + to_yaml(cfg), flush=True)
+    quiet_libraries()
+    from rlvr.training import train
+
+    train(cfg, console=console)
+    return 0
+
+
+def cmd_config(args) -> int:
+    from rlvr.config import config_markdown, field_docs, to_yaml
+
+    if args.docs and args.markdown:
+        print(config_markdown(), end="")
+        return 0
+    if args.docs:
+        for key, default, doc in field_docs():
+            print(f"{key} = {default!r}\n    {doc}")
+        return 0
+    print(to_yaml(load_cli_config(args)), end="")
+    return 0
+
+
+def register(sub) -> None:
+    from rlvr.cli import EXAMPLES
+
+    p = sub.add_parser("train", help="run GRPO training", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(p)
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("config", help="print the resolved config, or every key with --docs")
+    add_config_args(p)
+    p.add_argument("--docs", action="store_true", help="list every key, its default and its meaning")
+    p.add_argument("--markdown", action="store_true", help="with --docs: as the Markdown table of docs/config.md")
+    p.set_defaults(func=cmd_config)
