@@ -22,6 +22,7 @@ import yaml
 
 from rlvr.algos import KLEstimator, LossAgg
 from rlvr.errors import UserError
+from rlvr.rewards.registry import OnError
 
 PRESETS_DIR = Path(__file__).parent / "configs"
 
@@ -55,38 +56,88 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     task: str = "arithmetic"
-    """Where prompts come from: 'arithmetic' (built-in, offline, seeded) or 'jsonl' (data.path)."""
+    """Where prompts come from: 'arithmetic' or 'countdown' (built-in, offline, seeded) or 'files' (data.path)."""
     path: str | None = None
-    """JSONL training file (one JSON object per line) when data.task=jsonl."""
+    """Training data when data.task=files: a file (.jsonl .json .parquet .csv .arrow), a folder, a save_to_disk folder, a glob, or several separated by commas."""
     test_path: str | None = None
-    """Optional JSONL test file for evaluation (same keys)."""
-    question_key: str = "question"
-    """Key of the question text in each JSONL row."""
-    answer_key: str = "answer"
-    """Key of the gold answer in each JSONL row."""
+    """Test data (same forms); null = the test split of data.path when it is a folder that has one."""
+    format: str = "auto"
+    """File format: auto (by extension), jsonl, json, parquet, csv or arrow."""
+    train_split: str = "train"
+    """Split read from data.path when it is a save_to_disk DatasetDict or a folder of split-named files."""
+    test_split: str = "test"
+    """Split read for test rows from such folders."""
+    preset: str = "auto"
+    """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca or custom."""
+    question_key: str | None = None
+    """Key of the problem text (dotted path, e.g. prompt.0.content); overrides the preset's. Null = the preset's (custom: question)."""
+    answer_key: str | None = None
+    """Key of the gold answer (dotted path, e.g. reward_model.ground_truth); overrides the preset's. Null = the preset's (custom: answer)."""
+    system_key: str | None = None
+    """Key of a per-row system prompt (null = none, or the preset's)."""
+    extra_keys: list[str] = field(default_factory=list)
+    """Extra row values passed to reward functions as row['fields']: 'path' or 'name=path' (dotted paths allowed)."""
+    limit: int = 0
+    """Use at most this many training rows from files (0 = all); taken after data.shuffle."""
+    test_limit: int = 0
+    """Use at most this many test rows from files (0 = all)."""
+    shuffle: bool = False
+    """Shuffle file rows (seeded by data.train_seed / data.test_seed) before data.limit picks them."""
+    on_bad_row: str = "error"
+    """A row with a missing or empty question/answer or a non-text label: error (stop, naming file and row) or skip (counted)."""
+    dedupe: bool = True
+    """Drop file rows whose question (and system prompt) repeats an earlier row's (counted); built-in tasks never dedupe."""
+    max_prompt_tokens: int = 0
+    """Longest rendered prompt in tokens (0 = no limit); longer ones follow data.on_long_prompt."""
+    on_long_prompt: str = "drop"
+    """A prompt over data.max_prompt_tokens: drop (counted) or error."""
+    num_workers: int = 0
+    """Processes that render and tokenise prompts (0 = one per CPU core, at most 8)."""
+    cache: bool = True
+    """Cache prepared prompts under $RLVR_CACHE/data, keyed by files, mapping, template and tokenizer."""
     difficulty: int = 1
-    """Arithmetic difficulty: 1 = single-digit a+b, 2 = a+b / a-b up to 20, 3 = a*b and a-b+c with two digits, 4 = three operands up to 99."""
+    """Built-in task difficulty 1..4. arithmetic: 1 = single-digit a+b, 2 = a+b / a-b up to 20, 3 = a*b and a-b+c with two digits, 4 = three operands up to 99. countdown: 3 numbers up to 10, 3 up to 25, 4 up to 50, 5 up to 100."""
     train_size: int = 5000
-    """Number of generated arithmetic training problems."""
+    """Number of generated training problems (built-in tasks)."""
     test_size: int = 100
-    """Number of generated arithmetic test problems."""
+    """Number of generated test problems (built-in tasks)."""
     train_seed: int = 1
-    """Seed of the arithmetic training generator."""
+    """Seed of the built-in training generator, and of data.shuffle for training files."""
     test_seed: int = 2
-    """Seed of the arithmetic test generator (problems that also occur in train are dropped)."""
-    system_prompt: str = "You are a helpful assistant."
-    """System turn of the chat template; empty string for none."""
+    """Seed of the built-in test generator (arithmetic drops test problems that also occur in train), and of data.shuffle for test files."""
+    system_prompt: str | None = None
+    """System turn; null = the template's own (r1: 'You are a helpful assistant.'), empty string = none."""
     template: str = "r1"
-    """User-turn template: 'r1' (DeepSeek-R1-Zero instruction + question) or 'plain' (question only)."""
-    assistant_prefix: str = ""
-    """Text appended after the assistant turn opens (e.g. '<think>'); it is part of the prompt, not trained on."""
+    """Prompt template: r1 (= qwen_r1, MindSpeed-RL's R1-Zero text), r1_base (plain text for base models), cot, plain, or a .yaml/.json template file (FILE or FILE:NAME)."""
+    assistant_prefix: str | None = None
+    """Text after the assistant turn opens (e.g. '<think>'); part of the prompt, not trained on; null = the template's own (r1_base: '<think>', others: none)."""
 
     def __post_init__(self) -> None:
-        _check(self.task in ("arithmetic", "jsonl"), f"data.task={self.task}: use arithmetic or jsonl")
-        _check(self.task != "jsonl" or bool(self.path), "data.task=jsonl needs data.path=FILE.jsonl")
+        from rlvr.data.presets import PRESET_NAMES
+        from rlvr.data.templates import TEMPLATES, is_template_file
+
+        _check(
+            self.task in ("arithmetic", "countdown", "files"),
+            f"data.task={self.task}: use arithmetic, countdown or files (files reads data.path: .jsonl .json .parquet .csv .arrow, folders)",
+        )
+        _check(self.task != "files" or bool(self.path), "data.task=files needs data.path=FILE (or a folder or glob)")
+        _check(
+            self.task == "files" or not (self.path or self.test_path),
+            f"data.path/data.test_path are set but data.task={self.task}; add data.task=files to train on files",
+        )
+        _check(self.format in ("auto", "jsonl", "json", "parquet", "csv", "arrow"), f"data.format={self.format}: use auto, jsonl, json, parquet, csv or arrow")
+        _check(self.preset in PRESET_NAMES, f"data.preset={self.preset}: use one of {', '.join(PRESET_NAMES)}")
+        _check(self.on_bad_row in ("error", "skip"), f"data.on_bad_row={self.on_bad_row}: use error or skip")
+        _check(self.on_long_prompt in ("drop", "error"), f"data.on_long_prompt={self.on_long_prompt}: use drop or error")
+        _check(self.limit >= 0 and self.test_limit >= 0, "data.limit and data.test_limit must be >= 0 (0 = all rows)")
+        _check(self.max_prompt_tokens >= 0, "data.max_prompt_tokens must be >= 0 (0 = no limit)")
+        _check(self.num_workers >= 0, "data.num_workers must be >= 0 (0 = one per core)")
         _check(1 <= self.difficulty <= 4, f"data.difficulty={self.difficulty}: must be 1..4")
         _check(self.train_size >= 1 and self.test_size >= 0, "data.train_size must be >= 1 and data.test_size >= 0")
-        _check(self.template in ("r1", "plain"), f"data.template={self.template}: use r1 or plain")
+        _check(
+            self.template in TEMPLATES or is_template_file(self.template),
+            f"data.template={self.template}: use {', '.join(TEMPLATES)} or a template file (.yaml/.json, optionally FILE:NAME)",
+        )
 
 
 @dataclass(frozen=True)
@@ -118,13 +169,34 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    rules: dict[str, float] = field(default_factory=lambda: {"accuracy": 1.0, "format": 0.5})
-    """Reward rules and weights: total = sum(weight * rule). Names from `rlvr rewards` or 'pkg.module:function'."""
+    rules: list[str] = field(default_factory=lambda: ["accuracy", "format"])
+    """Reward rules (`rlvr reward list`), or plugins 'package.module:function' / 'path/to/file.py:function'."""
+    weights: list[float] = field(default_factory=lambda: [1.0, 0.5])
+    """One weight per rule: total reward = sum(weight * rule score)."""
     accuracy_rule: str = "accuracy"
     """Which rule is reported as accuracy (metric rollout/accuracy); need not be in rules."""
+    timeout_s: float = 2.0
+    """Hard time limit per item for math-verify and for plugin rules; a timed-out item counts as an error."""
+    workers: int = 2
+    """Worker processes for math-verify and plugin rules (0 = score in the trainer process, no hard time limit)."""
+    on_error: OnError = OnError.SCORE
+    """When a rule raises, times out or returns a non-number: score (the item gets on_error_score) or raise."""
+    on_error_score: float = 0.0
+    """Score of an item whose rule failed (counted in metric reward/<name>_errors)."""
+    truncated_score: float | None = None
+    """If set, the total reward of a completion cut at rollout.max_new_tokens (null = score it like any other)."""
 
     def __post_init__(self) -> None:
-        _check(len(self.rules) > 0, "reward.rules is empty: give at least one rule, e.g. reward.rules={accuracy: 1.0}")
+        _check(len(self.rules) > 0, "reward.rules is empty: give at least one rule, e.g. reward.rules=[accuracy] reward.weights=[1.0]")
+        _check(
+            len(self.weights) == len(self.rules),
+            f"reward.weights has {len(self.weights)} entries but reward.rules has {len(self.rules)} "
+            f"({', '.join(self.rules)}); give one weight per rule, e.g. reward.weights={[1.0] * len(self.rules)}",
+        )
+        dupes = sorted({r for r in self.rules if self.rules.count(r) > 1})
+        _check(not dupes, f"reward.rules lists {', '.join(dupes)} twice; list each rule once and set its weight")
+        _check(self.timeout_s > 0, "reward.timeout_s must be > 0")
+        _check(self.workers >= 0, "reward.workers must be >= 0 (0 = no worker processes)")
 
 
 @dataclass(frozen=True)
@@ -212,6 +284,36 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    at_start: bool = True
+    """Evaluate the starting model before step 1 (RUN/eval/step_000000), so every run shows its before/after."""
+    at_end: bool = True
+    """Evaluate the final model after the last step."""
+    every_steps: int = 0
+    """Also evaluate every N steps (0 = only at start/end)."""
+    data: str = ""
+    """What to evaluate on: empty = the run's test split (arithmetic test set or data.test_path), else a built-in task name or a data file."""
+    limit: int = 50
+    """Evaluate on the first N problems (0 = all). 50 greedy arithmetic problems take ~15 s on 2 CPU cores."""
+    samples: int = 1
+    """K: 1 = greedy accuracy only; K > 1 also samples K completions per problem for pass@k and maj@K."""
+    temperature: float = 1.0
+    """Sampling temperature of the K samples (greedy accuracy ignores it)."""
+    max_new_tokens: int = 0
+    """Response length limit during evaluation (0 = rollout.max_new_tokens)."""
+    batch_prompts: int = 64
+    """Problems generated together."""
+
+    def __post_init__(self) -> None:
+        _check(self.every_steps >= 0, "eval.every_steps must be >= 0")
+        _check(self.limit >= 0, "eval.limit must be >= 0 (0 = all problems)")
+        _check(self.samples >= 1, f"eval.samples={self.samples}: must be >= 1 (1 = greedy only)")
+        _check(self.temperature > 0, "eval.temperature must be > 0")
+        _check(self.max_new_tokens >= 0, "eval.max_new_tokens must be >= 0 (0 = rollout.max_new_tokens)")
+        _check(self.batch_prompts >= 1, "eval.batch_prompts must be >= 1")
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model."""
@@ -227,6 +329,8 @@ class Config:
     """Optimizer and loop."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation during training."""
     run_dir: str = "runs/quickstart"
     """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/."""
     seed: int = 0

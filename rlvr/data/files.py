@@ -1,50 +1,235 @@
-"""Loading question/answer rows from JSONL files, with errors that name the file and row."""
+"""Reading records from local data files and folders. Never a hub download.
+
+``data.path`` is a file, a folder, a glob, or several of these separated by commas.
+
+- ``.jsonl`` / ``.ndjson``: one JSON object per line (blank lines skipped);
+- ``.json``: a list of objects (or of ORZ-style turn lists), an object of equal-length
+  columns, or an object with one key holding such a list (``{"data": [...]}``);
+- ``.parquet``, ``.csv``, ``.arrow``: through Hugging Face ``datasets`` (CSV cells are read as text);
+- a ``save_to_disk`` folder (``Dataset`` or ``DatasetDict``; the split is chosen by name);
+- any other folder: its data files; files whose name contains the split name (``train``,
+  ``test``) belong to that split, and when no file names a split all of them are train.
+
+JSON and JSONL are parsed with the standard library rather than pyarrow: values stay exactly
+as written (an answer ``42`` never becomes ``42.0`` because another row has ``4.5``), rows
+may differ in type, and a broken line is reported by its line number.
+"""
 
 from __future__ import annotations
 
-import io
+import glob
+import hashlib
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.errors import UserError
 
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only, before `datasets` is imported
 
-def load_jsonl(path: str | Path, *, question_key: str = "question", answer_key: str = "answer") -> list[dict]:
-    """Rows ``{"question", "answer"}`` from a JSONL file (one JSON object per line; blank lines skipped).
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 
-    Answers are kept as strings; GSM8K-style answers ("... #### 42") keep only the part after ``####``.
 
-    Raises:
-        UserError: missing file, a line that is not a JSON object, or a row without a key.
+@dataclass
+class Source:
+    """The records of one file (or one split of a ``save_to_disk`` folder).
+
+    Attributes:
+        name: the file, as given; used in every error message.
+        records: rows as Python objects (dicts; lists for ORZ turn lists).
+        lines: for JSONL, the 1-based line of each record (blank lines skipped), else None.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"data file {path} not found; set data.path to an existing .jsonl file")
+
+    name: str
+    records: list
+    lines: list[int] | None = None
+
+    def where(self, index: int) -> str:
+        """``FILE:LINE`` for JSONL, ``FILE row N`` otherwise (1-based)."""
+        if self.lines is not None:
+            return f"{self.name}:{self.lines[index]}"
+        return f"{self.name} row {index + 1}"
+
+
+def _is_saved_dataset(folder: Path) -> bool:
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+
+
+def expand(spec: str, *, key: str = "data.path") -> list[Path]:
+    """The files and ``save_to_disk`` folders named by ``spec`` (comma-separated files, folders, globs)."""
+    out: list[Path] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if any(c in part for c in "*?["):
+            matches = sorted(Path(m) for m in glob.glob(part, recursive=True))
+            matches = [m for m in matches if m.suffix in FORMATS or (m.is_dir() and _is_saved_dataset(m))]
+            if not matches:
+                raise UserError(f"{key}={part}: the pattern matches no data file ({', '.join(FORMATS)})")
+            out += matches
+            continue
+        path = Path(part)
+        if not path.exists():
+            raise UserError(f"data file {part} not found; set {key} to an existing file, folder or glob")
+        out.append(path)
+    if not out:
+        raise UserError(f"{key} is empty; give a data file, folder or glob")
+    return out
+
+
+def fingerprint(paths: list[Path]) -> list:
+    """(path, size, mtime) of every file under ``paths``: what a cache key needs to notice edits."""
+    out = []
+    for p in paths:
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        out += [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    return out
+
+
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8 JSONL") from None
-    rows = []
-    for lineno, line in enumerate(io.StringIO(text), start=1):  # splits on newlines only, like the file
+        raise UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+
+
+def _read_jsonl(path: Path) -> Source:
+    records, lines = [], []
+    for lineno, line in enumerate(_read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object") from None
-        if not isinstance(obj, dict):
+        if not isinstance(obj, (dict, list)):
             raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-        for key, what in ((question_key, "question"), (answer_key, "answer")):
-            if obj.get(key) in (None, ""):
-                have = ", ".join(sorted(obj)) or "none"
-                raise UserError(
-                    f"{path}:{lineno}: row has no '{key}' ({what} key; keys present: {have}); "
-                    f"set data.{what}_key to the right key"
-                )
-        answer = str(obj[answer_key])
-        if "####" in answer:
-            answer = answer.split("####")[-1].strip()
-        rows.append({"question": str(obj[question_key]), "answer": answer})
-    if not rows:
-        raise UserError(f"{path} holds no rows")
-    return rows
+        records.append(obj)
+        lines.append(lineno)
+    return Source(str(path), records, lines)
+
+
+def _read_json(path: Path) -> Source:
+    text = _read_text(path)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = "; for one object per line name the file .jsonl" if e.msg == "Extra data" else ""
+        raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg}){hint}") from None
+    if isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), list):
+        obj = next(iter(obj.values()))  # {"data": [...]}
+    elif isinstance(obj, dict) and obj and all(isinstance(v, list) for v in obj.values()):
+        lengths = {len(v) for v in obj.values()}
+        if len(lengths) != 1:
+            raise UserError(f"{path}: an object of columns needs equal-length lists (lengths {sorted(lengths)})")
+        cols = list(obj)
+        obj = [dict(zip(cols, vals)) for vals in zip(*obj.values())]
+    if not isinstance(obj, list):
+        raise UserError(f"{path}: expected a JSON list of records (or an object of columns), got {type(obj).__name__}")
+    for i, rec in enumerate(obj):
+        if not isinstance(rec, (dict, list)):
+            raise UserError(f"{path} row {i + 1}: expected a JSON object, got {type(rec).__name__}")
+    return Source(str(path), obj)
+
+
+def _hf_error(path: Path, fmt: str, e: Exception) -> UserError:
+    if isinstance(e, UnicodeDecodeError):
+        return UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8")
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return UserError(f"{path} could not be read as {fmt} ({type(e).__name__}: {first[:200]})")
+
+
+def _read_hf_file(path: Path, fmt: str) -> Source:
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    cache = str(_datasets_cache())
+    try:
+        if fmt == "parquet":
+            ds = datasets.Dataset.from_parquet(str(path), cache_dir=cache)
+        elif fmt == "csv":
+            ds = datasets.Dataset.from_csv(str(path), cache_dir=cache, dtype=str, keep_default_na=False)
+        else:  # arrow: an Arrow stream file such as save_to_disk writes
+            ds = datasets.Dataset.from_file(str(path), in_memory=True)
+    except UserError:
+        raise
+    except Exception as e:  # pyarrow/pandas raise many types for a malformed file
+        raise _hf_error(path, fmt, e) from None
+    return Source(str(path), ds.to_list())
+
+
+def _datasets_cache() -> Path:
+    from rlvr.models.loading import cache_dir
+
+    return cache_dir() / "datasets"
+
+
+def _read_saved(folder: Path, split: str, *, required: bool) -> list[Source]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(folder))
+    except Exception as e:
+        raise _hf_error(folder, "a save_to_disk dataset", e) from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            if not required:
+                return []
+            raise UserError(f"{folder} has no split '{split}' (it has: {', '.join(ds)}); set data.train_split / data.test_split")
+        return [Source(f"{folder}[{split}]", ds[split].to_list())]
+    return [Source(str(folder), ds.to_list())] if required else []
+
+
+def read_file(path: Path, fmt: str = "auto") -> Source:
+    """All records of one file."""
+    if fmt == "auto":
+        fmt = FORMATS.get(path.suffix.lower())
+        if fmt is None:
+            raise UserError(
+                f"{path}: unknown data format '{path.suffix or '(no extension)'}'; use one of "
+                f"{', '.join(FORMATS)} or set data.format"
+            )
+    if fmt == "jsonl":
+        return _read_jsonl(path)
+    if fmt == "json":
+        return _read_json(path)
+    return _read_hf_file(path, fmt)
+
+
+def read_sources(spec: str, *, fmt: str = "auto", split: str = "train", required: bool = True, key: str = "data.path") -> list[Source]:
+    """Records of every file named by ``spec`` that belongs to ``split``.
+
+    Args:
+        spec: ``data.path`` / ``data.test_path``.
+        fmt: ``data.format`` (auto = by file extension).
+        split: the split wanted from ``save_to_disk`` dataset dicts and split-named files in folders.
+        required: False when asking a train path for its test split: nothing found is not an error.
+
+    Raises:
+        UserError: missing file, unknown format, unreadable or non-UTF-8 file, malformed JSON.
+    """
+    sources: list[Source] = []
+    for path in expand(spec, key=key):
+        if path.is_dir():
+            if _is_saved_dataset(path):
+                sources += _read_saved(path, split, required=required)
+                continue
+            files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in FORMATS)
+            if not files:
+                raise UserError(f"{path} holds no data files ({', '.join(FORMATS)}) and is not a save_to_disk folder")
+            named = [f for f in files if any(s in f.name.lower() for s in ("train", "test", "valid", "eval"))]
+            if named:
+                files = [f for f in files if split.lower() in f.name.lower()]
+            elif not required:
+                files = []
+            sources += [read_file(f, fmt) for f in files]
+        elif required:  # a plain file holds only the split it was given for
+            sources.append(read_file(path, fmt))
+    return sources
+
+
+def stable_hash(obj) -> str:
+    """sha256 of the JSON form of ``obj`` (keys sorted)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

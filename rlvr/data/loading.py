@@ -1,18 +1,169 @@
-"""From a DataConfig to train and test rows ``{"question", "answer"}``."""
+"""From a DataConfig to rows: built-in tasks or files, mapped through a preset, checked, deduped.
+
+The row contract (what training, evaluation and rewards read)::
+
+    {"question": str,          # the problem text, before any template
+     "answer": str,            # the gold label (GSM8K '#### 1,234' -> '1234', MATH last \\boxed{} ...)
+     "system": str | None,     # the row's own system prompt (alpaca 'system', data.system_key), else None
+     "fields": dict}           # extra values for reward functions: the preset's (e.g. 'solution')
+                               # plus data.extra_keys; countdown: {'numbers', 'target', 'solution'}
+
+Reward functions receive ``fields`` as keyword arguments (``rule(completions, labels, **fields)``,
+one value per completion). :func:`rlvr.data.prepare.prepare_rows` adds ``"prompt"`` (the exact
+rendered text) and ``"prompt_tokens"``.
+"""
 
 from __future__ import annotations
 
-from rlvr.data.files import load_jsonl
-from rlvr.data.tasks import arithmetic
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rlvr.data.files import fingerprint, read_sources, expand, stable_hash
+from rlvr.data.presets import PRESETS, BadRow, Preset, bad_row_message, custom_preset, detect, map_record
+from rlvr.data.tasks import arithmetic, countdown
+from rlvr.errors import UserError
+
+
+@dataclass
+class Split:
+    """The rows of one split and how they were obtained.
+
+    Attributes:
+        rows: rows in their final order (see the module docstring for their keys).
+        name: 'train' or 'test'.
+        dropped: reason -> how many records were left out (bad rows skipped, duplicates).
+        notes: lines for the user (which preset was detected, what was skipped).
+        key: cache key of the rows: files (path, size, mtime) and every mapping setting.
+        preset: the preset used ('' for built-in tasks).
+    """
+
+    rows: list[dict]
+    name: str = "train"
+    dropped: Counter = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+    key: str = ""
+    preset: str = ""
+
+
+def _extra_keys(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, _, path = item.partition("=") if "=" in item else (item.replace(".", "_"), "", item)
+        if not name or not path:
+            raise UserError(f"data.extra_keys item '{item}': use 'path' or 'name=path'")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def _preset(data, records: list) -> tuple[Preset, str]:
+    if data.preset == "auto" and not (data.question_key or data.answer_key):
+        preset, why = detect(records)
+        return preset, f"preset auto -> {preset.name} ({why})"
+    base = None if data.preset in ("auto", "custom") else PRESETS[data.preset]
+    preset = custom_preset(data.question_key, data.answer_key, base)
+    if data.system_key:
+        preset = Preset(preset.name, preset.question, preset.answers, preset.query, data.system_key, preset.extras, None, preset.note)
+    return preset, ""
+
+
+def _builtin(data, split: str) -> list[dict]:
+    size, seed = (data.train_size, data.train_seed) if split == "train" else (data.test_size, data.test_seed)
+    if data.task == "countdown":
+        rows = countdown(size, seed=seed, difficulty=data.difficulty)
+    else:
+        rows = arithmetic(size, seed=seed, difficulty=data.difficulty)
+    return [{"question": r["question"], "answer": r["answer"], "system": None, "fields": r.get("fields", {})} for r in rows]
+
+
+def split_key(data, split: str) -> str:
+    """Cache key of a split's rows: the files' (path, size, mtime) and every setting that shapes rows."""
+    settings = {
+        k: getattr(data, k)
+        for k in ("task", "format", "preset", "question_key", "answer_key", "system_key", "extra_keys", "on_bad_row", "dedupe", "difficulty")
+    }
+    if data.task == "files":
+        spec = data.path if split == "train" or not data.test_path else data.test_path
+        settings.update(files=fingerprint(expand(spec)), split=data.train_split if split == "train" else data.test_split)
+        settings.update(limit=data.limit if split == "train" else data.test_limit, shuffle=data.shuffle)
+    else:
+        settings.update(size=data.train_size if split == "train" else data.test_size)
+    settings.update(seed=data.train_seed if split == "train" else data.test_seed, which=split, version=1)
+    return stable_hash(settings)
+
+
+def load_split(data, split: str = "train") -> Split:
+    """The rows of ``split`` ('train' or 'test') for ``data`` (a :class:`rlvr.config.DataConfig`).
+
+    Files: every record is mapped through the preset (``auto`` detects it from the first file);
+    bad records stop with a one-line :class:`UserError` naming file, row and the keys the row has,
+    or are skipped and counted (``data.on_bad_row=skip``); repeated questions are dropped
+    (``data.dedupe``); then ``data.shuffle`` and ``data.limit``. Built-in tasks are generated
+    from their seeds. A test split without test data has no rows.
+
+    Raises:
+        UserError: a missing or unreadable file, an unknown format, a bad row, no rows at all.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', not {split!r}")
+    if data.task != "files":
+        return Split(_builtin(data, split), split, key=split_key(data, split))
+
+    if split == "train":
+        sources = read_sources(data.path, fmt=data.format, split=data.train_split)
+    elif data.test_path:
+        sources = read_sources(data.test_path, fmt=data.format, split=data.test_split, key="data.test_path")
+    else:
+        sources = read_sources(data.path, fmt=data.format, split=data.test_split, required=False)
+        if not sources:
+            return Split([], split, notes=["no test split in data.path and no data.test_path: no test rows"])
+    records = [r for s in sources for r in s.records]
+    if not records:
+        raise UserError(f"{', '.join(s.name for s in sources)} holds no rows")
+    preset, note = _preset(data, records)
+    notes = [f"{split}: {note}"] if note else []
+    if preset.note:
+        notes.append(f"{split}: {preset.name}: {preset.note}")
+    extras = _extra_keys(data.extra_keys)
+    rows, dropped, seen = [], Counter(), set()
+    for source in sources:
+        for i, record in enumerate(source.records):
+            try:
+                row = map_record(preset, record, extras)
+            except BadRow as e:
+                if data.on_bad_row == "error":
+                    raise UserError(bad_row_message(source.where(i), record, e, preset)) from None
+                dropped[e.reason] += 1
+                continue
+            if data.dedupe:
+                ident = (row["question"], row["system"])
+                if ident in seen:
+                    dropped["duplicate question"] += 1
+                    continue
+                seen.add(ident)
+            rows.append(row)
+    if not rows:
+        raise UserError(f"no usable rows in {', '.join(s.name for s in sources)} ({_counts(dropped)} left out)")
+    if data.shuffle:
+        random.Random(data.train_seed if split == "train" else data.test_seed).shuffle(rows)
+    limit = data.limit if split == "train" else data.test_limit
+    if limit and len(rows) > limit:
+        dropped["over data.limit" if split == "train" else "over data.test_limit"] += len(rows) - limit
+        rows = rows[:limit]
+    if dropped:
+        notes.append(f"{split}: {len(rows)} rows, left out {_counts(dropped)}")
+    return Split(rows, split, dropped, notes, split_key(data, split), preset.name)
+
+
+def _counts(counter: Counter) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in counter.most_common()) or "none"
 
 
 def load_rows(data) -> tuple[list[dict], list[dict]]:
-    """(train rows, test rows) for ``data`` (a :class:`rlvr.config.DataConfig`)."""
-    if data.task == "arithmetic":
-        test = arithmetic(data.test_size, seed=data.test_seed, difficulty=data.difficulty)
-        train = arithmetic(data.train_size, seed=data.train_seed, difficulty=data.difficulty)
-        return train, test
-    keys = dict(question_key=data.question_key, answer_key=data.answer_key)
-    train = load_jsonl(data.path, **keys)
-    test = load_jsonl(data.test_path, **keys) if data.test_path else []
-    return train, test
+    """(train rows, test rows) for ``data`` (a :class:`rlvr.config.DataConfig`).
+
+    Each row is ``{"question", "answer", "system", "fields"}`` (see the module docstring); the
+    test list is empty when there is no test data. Use :func:`load_split` for the counts and
+    notes, and :func:`rlvr.data.prepare.prepare_rows` for the rendered prompts.
+    """
+    return load_split(data, "train").rows, load_split(data, "test").rows

@@ -1,6 +1,34 @@
-"""Prompt templates, rendered through the tokenizer's own chat template."""
+"""Prompt templates: what the model sees for one problem.
+
+A template is a user-turn format with ``{problem}``, a default system text and a default
+assistant prefix. Chat templates (``chat=True``) are rendered through the tokenizer's own
+chat template; a tokenizer without one is an error (use ``r1_base``, written for base
+models, or a template file with ``chat: false``). ``plain`` uses the chat template when the
+tokenizer has one and the bare problem text otherwise.
+
+Built-in templates (:data:`TEMPLATES`):
+
+- ``r1`` (``qwen_r1`` is MindSpeed-RL's name for it): system "You are a helpful assistant.",
+  user turn = :data:`R1_INSTRUCTION` + problem; exactly MindSpeed-RL's ``qwen_r1`` text.
+- ``r1_base``: the same instruction as plain text for base models, ending in
+  ``"User: {problem}\\nAssistant: <think>"`` (``<think>`` is the assistant prefix).
+- ``cot``: problem + "Please reason step by step, and put your final answer within \\boxed{}."
+- ``plain``: the problem alone.
+
+User templates: ``data.template=FILE.yaml`` (or ``.json``) holding ``user`` (with ``{problem}``),
+optional ``system``, ``assistant_prefix`` and ``chat`` (default true); or a mapping of names to
+such templates, chosen with ``data.template=FILE.yaml:NAME``.
+"""
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from rlvr.errors import UserError
 
 # The DeepSeek-R1-Zero instruction, worded as in MindSpeed-RL's `qwen_r1` template.
 R1_INSTRUCTION = (
@@ -10,20 +38,181 @@ R1_INSTRUCTION = (
     "respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>. "
     "Put your final answer within \\boxed{}.\n"
 )
+COT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+PLACEHOLDER = "{problem}"
 
 
-def build_messages(question: str, *, template: str = "r1", system_prompt: str = "") -> list[dict]:
-    """Chat messages for one question: optional system turn, then the templated user turn."""
-    user = R1_INSTRUCTION + question if template == "r1" else question
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return messages + [{"role": "user", "content": user}]
+@dataclass(frozen=True)
+class PromptTemplate:
+    """One prompt template.
+
+    Attributes:
+        name: built-in name or ``FILE[:NAME]``.
+        user: user-turn text with one ``{problem}`` placeholder (other braces are literal).
+        system: default system text; None = no system turn of our own (a chat template may add its default).
+        assistant_prefix: text after the assistant turn opens; part of the prompt and of what rewards read.
+        chat: True = through the tokenizer's chat template (required); False = raw text;
+            None = chat template if the tokenizer has one, else raw text.
+    """
+
+    name: str
+    user: str
+    system: str | None = None
+    assistant_prefix: str = ""
+    chat: bool | None = True
+
+    def user_text(self, problem: str) -> str:
+        head, _, tail = self.user.partition(PLACEHOLDER)
+        return head + problem + tail
 
 
-def render_prompt(tokenizer, question: str, *, template: str = "r1", system_prompt: str = "", assistant_prefix: str = "") -> str:
-    """The full prompt text: chat template with the assistant turn opened, plus ``assistant_prefix``."""
-    messages = build_messages(question, template=template, system_prompt=system_prompt)
-    if getattr(tokenizer, "chat_template", None):
+TEMPLATES: dict[str, PromptTemplate] = {
+    "r1": PromptTemplate("r1", R1_INSTRUCTION + PLACEHOLDER, system="You are a helpful assistant."),
+    "qwen_r1": PromptTemplate("qwen_r1", R1_INSTRUCTION + PLACEHOLDER, system="You are a helpful assistant."),
+    "r1_base": PromptTemplate(
+        "r1_base", R1_INSTRUCTION + "User: " + PLACEHOLDER + "\nAssistant: ", assistant_prefix="<think>", chat=False
+    ),
+    "cot": PromptTemplate("cot", PLACEHOLDER + "\n" + COT_INSTRUCTION),
+    "plain": PromptTemplate("plain", PLACEHOLDER, chat=None),
+}
+
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def is_template_file(spec: str) -> bool:
+    """True if ``spec`` names a template file (``FILE.yaml``, ``FILE.json``, ``FILE.yaml:NAME``)."""
+    return spec.rsplit(":", 1)[0].endswith(_FILE_SUFFIXES) or spec.endswith(_FILE_SUFFIXES)
+
+
+def _from_mapping(obj, where: str) -> PromptTemplate:
+    if not isinstance(obj, dict) or "user" not in obj:
+        raise UserError(f"{where}: a template needs a 'user' text with {PLACEHOLDER}, e.g. user: \"{PLACEHOLDER}\"")
+    unknown = sorted(set(obj) - {"user", "system", "assistant_prefix", "chat"})
+    if unknown:
+        raise UserError(f"{where}: unknown template key(s) {', '.join(unknown)}; use user, system, assistant_prefix, chat")
+    user = obj["user"]
+    if not isinstance(user, str) or user.count(PLACEHOLDER) != 1:
+        raise UserError(f"{where}: 'user' must be a string with exactly one {PLACEHOLDER}")
+    for key in ("system", "assistant_prefix"):
+        if obj.get(key) is not None and not isinstance(obj[key], str):
+            raise UserError(f"{where}: '{key}' must be a string")
+    chat = obj.get("chat", True)
+    if chat is not None and not isinstance(chat, bool):
+        raise UserError(f"{where}: 'chat' must be true, false or null")
+    return PromptTemplate(where, user, obj.get("system"), obj.get("assistant_prefix") or "", chat)
+
+
+def load_template_file(spec: str) -> PromptTemplate:
+    """A template from ``FILE`` or ``FILE:NAME`` (YAML or JSON)."""
+    path_text, name = spec, None
+    if not spec.endswith(_FILE_SUFFIXES):
+        path_text, name = spec.rsplit(":", 1)
+    path = Path(path_text)
+    if not path.is_file():
+        raise UserError(f"template file {path} not found (data.template={spec})")
+    try:
+        text = path.read_text(encoding="utf-8")
+        obj = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise UserError(f"template file {path} is not UTF-8 text") from None
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"template file {path} is not valid {path.suffix[1:].upper()}: {str(e).splitlines()[0]}") from None
+    if isinstance(obj, dict) and "user" not in obj:  # a mapping of named templates
+        names = ", ".join(sorted(map(str, obj))) or "none"
+        if name is None:
+            raise UserError(f"template file {path} holds several templates ({names}); choose one with data.template={path}:NAME")
+        if name not in obj:
+            raise UserError(f"template file {path} has no template '{name}' (it has: {names})")
+        return replace(_from_mapping(obj[name], f"{path}:{name}"), name=spec)
+    if name is not None:
+        raise UserError(f"template file {path} holds one template; use data.template={path}")
+    return replace(_from_mapping(obj, str(path)), name=spec)
+
+
+def get_template(spec: str = "r1", *, system_prompt: str | None = None, assistant_prefix: str | None = None) -> PromptTemplate:
+    """The template ``spec`` (a built-in name or a file), with the config's overrides applied.
+
+    Args:
+        spec: ``data.template``.
+        system_prompt: ``data.system_prompt``; None keeps the template's, ``""`` means no system turn.
+        assistant_prefix: ``data.assistant_prefix``; None keeps the template's.
+
+    Raises:
+        UserError: unknown name, or a template file that is missing or malformed.
+    """
+    if spec in TEMPLATES:
+        template = TEMPLATES[spec]
+    elif is_template_file(spec):
+        template = load_template_file(spec)
+    else:
+        raise UserError(
+            f"data.template={spec}: use {', '.join(TEMPLATES)} or a template file (.yaml/.json, optionally FILE:NAME)"
+        )
+    if system_prompt is not None:
+        template = replace(template, system=system_prompt or None)
+    if assistant_prefix is not None:
+        template = replace(template, assistant_prefix=assistant_prefix)
+    return template
+
+
+def template_for(data) -> PromptTemplate:
+    """The resolved template of a :class:`rlvr.config.DataConfig`."""
+    return get_template(data.template, system_prompt=data.system_prompt, assistant_prefix=data.assistant_prefix)
+
+
+def build_messages(question: str, *, template: str | PromptTemplate = "r1", system_prompt: str | None = None) -> list[dict]:
+    """Chat messages for one question: the system turn (if any), then the templated user turn."""
+    t = template if isinstance(template, PromptTemplate) else get_template(template)
+    system = t.system if system_prompt is None else (system_prompt or None)
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": t.user_text(question)}]
+
+
+def render(tokenizer, template: PromptTemplate, question: str, *, system: str | None = None) -> str:
+    """The full prompt text for ``question``: through the chat template (assistant turn opened)
+    or as raw text, then the assistant prefix.
+
+    Args:
+        system: this row's own system text (a dataset's system column); None = the template's.
+
+    Raises:
+        UserError: a chat template is required and the tokenizer has none.
+    """
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    use_chat = has_chat if template.chat is None else template.chat
+    if use_chat and not has_chat:
+        name = getattr(tokenizer, "name_or_path", "") or "the model"
+        raise UserError(
+            f"data.template={template.name} needs a chat template, and the tokenizer of {name} has none; "
+            "use data.template=r1_base (plain text for base models), data.template=plain, "
+            "or a template file with chat: false"
+        )
+    messages = build_messages(question, template=template, system_prompt=system)
+    if use_chat:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    else:  # a tokenizer without a chat template (e.g. tiny test tokenizers): plain role lines
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-    return text + assistant_prefix
+    else:
+        text = "".join(m["content"] + ("\n" if m["role"] == "system" else "") for m in messages)
+    return text + template.assistant_prefix
+
+
+def render_prompt(
+    tokenizer,
+    question: str,
+    *,
+    template: str | PromptTemplate = "r1",
+    system_prompt: str | None = None,
+    assistant_prefix: str | None = None,
+) -> str:
+    """The full prompt text of one question (see :func:`render`); None keeps the template's value.
+
+    Example: the quickstart prompt is
+    ``render_prompt(tok, "What is 2 + 3?", template="r1", assistant_prefix="<think>")``.
+    """
+    if isinstance(template, PromptTemplate):
+        if system_prompt is not None:
+            template = replace(template, system=system_prompt or None)
+        if assistant_prefix is not None:
+            template = replace(template, assistant_prefix=assistant_prefix)
+    else:
+        template = get_template(template, system_prompt=system_prompt, assistant_prefix=assistant_prefix)
+    return render(tokenizer, template, question)

@@ -1,33 +1,49 @@
-"""Verifiable rewards: ``(completion, answer) -> float`` rules, answer extraction, scoring.
+"""Verifiable rewards: rules ``(completions, labels, **fields) -> list[float]``, answer extraction,
+math equivalence, and :class:`Scorer` (weighted total, per-rule scores, error counts).
 
-Imports only the stdlib (math_verify lazily, inside :func:`answers_match`); no torch.
+Imports only the stdlib; math_verify (sympy) is imported by the verifier worker processes, or
+lazily in this process when ``workers=0``. No torch.
+
+    >>> from rlvr import rewards
+    >>> rewards.get("format")(["<think>2+3</think> <answer>\\\\boxed{5}</answer>"], ["5"])
+    [1.0]
 """
 
 from rlvr.rewards.extract import (
+    answer_is,
     answer_tag,
-    answers_match,
     extract_answer,
+    gold_answer,
+    gsm8k_answer,
     last_boxed,
     last_number,
+    minerva_answer,
     normalize_number,
 )
-from rlvr.rewards.registry import REWARDS, RewardResult, get_reward, score
-from rlvr.rewards.rules import accuracy, accuracy_lenient, boxed, format_partial, format_r1
+from rlvr.rewards.registry import REWARDS, OnError, RewardError, RewardResult, Scorer, get, score
+from rlvr.rewards.rules import format_partial, format_r1, strict_format
+from rlvr.rewards.verify import answers_match, match_many
 
 __all__ = [
     "REWARDS",
+    "OnError",
+    "RewardError",
     "RewardResult",
-    "accuracy",
-    "accuracy_lenient",
+    "Scorer",
+    "answer_is",
     "answer_tag",
     "answers_match",
-    "boxed",
     "extract_answer",
     "format_partial",
     "format_r1",
-    "get_reward",
+    "get",
+    "gold_answer",
+    "gsm8k_answer",
     "last_boxed",
     "last_number",
+    "match_many",
+    "minerva_answer",
     "normalize_number",
     "score",
+    "strict_format",
 ]

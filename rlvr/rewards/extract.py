@@ -1,21 +1,22 @@
-"""Answer extraction and math equivalence: pure ``str -> str`` helpers, stdlib plus math_verify.
+"""Answer extraction and number normalisation: pure ``str -> str`` helpers, stdlib only.
 
-``math_verify`` (which pulls in sympy) is imported lazily, only when two answers are not
-both plain numbers, so importing this module stays cheap.
+Equivalence of two extracted answers lives in :mod:`rlvr.rewards.verify`.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import threading
 from fractions import Fraction
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+(?!\.?\d))?")
+_NUMBER = re.compile(r"(?:(?<![\w)])[-\u2212])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+(?!\.?\d))?")
 _FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}")
 _TEXT = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{[^{}]*\}")
 _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_GSM8K = re.compile(r"####\s*([^\n]+)")
+_ANSWER_IS = re.compile(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*(?:\.\s|\.?$|\n)", re.IGNORECASE)
+_MINERVA = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+MINUS = "\u2212"  # unicode minus sign, common in model output copied from rendered math
 
 
 def last_boxed(text: str) -> str | None:
@@ -55,7 +56,7 @@ def last_number(text: str) -> str | None:
     gives "4", not "-4".
     """
     found = _NUMBER.findall(text)
-    return found[-1].replace(",", "") if found else None
+    return found[-1].replace(",", "").replace(MINUS, "-") if found else None
 
 
 def extract_answer(text: str, *, fallback_last_number: bool = False) -> str | None:
@@ -80,7 +81,7 @@ def normalize_number(s: str) -> str | None:
     :class:`fractions.Fraction`, so ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all give ``"1/2"``,
     ``5.0`` gives ``"5"`` and ``-0`` gives ``"0"``.
     """
-    s = _TEXT.sub("", s).replace("{,}", ",")
+    s = _TEXT.sub("", s).replace("{,}", ",").replace(MINUS, "-")
     for junk in ("\\$", "$", "\\!", "\\,", "\\;", "\\ "):
         s = s.replace(junk, "")
     s = re.sub(r"(?<!\d)\s+|\s+(?!\d)", "", s)  # "1 2" stays two numbers, not 12
@@ -95,44 +96,36 @@ def normalize_number(s: str) -> str | None:
         return None
 
 
-def _as_latex(s: str) -> str:
-    # math_verify only extracts LaTeX from inside an anchor; "$..$" keeps plain prose
-    # ("The answer is 5") parseable, where "\boxed{..}" would turn it into a product of letters.
-    return s if "$" in s or "\\boxed" in s else f"${s}$"
+def _last(pattern: re.Pattern, text: str) -> str | None:
+    found = pattern.findall(text)
+    return found[-1].strip() or None if found else None
 
 
-def _math_verify(pred: str, gold: str, timeout: int | None) -> bool:
-    import math_verify
-
-    gold_p = math_verify.parse(_as_latex(gold), parsing_timeout=timeout)
-    pred_p = math_verify.parse(_as_latex(pred), parsing_timeout=timeout)
-    return bool(gold_p and pred_p and math_verify.verify(gold_p, pred_p, timeout_seconds=timeout))
+def gsm8k_answer(text: str) -> str | None:
+    """The text after the last GSM8K ``#### `` marker (thousands commas dropped); None if none."""
+    ans = _last(_GSM8K, text)
+    return re.sub(r"(?<=\d),(?=\d{3})", "", ans) if ans else None
 
 
-def answers_match(pred: str, gold: str, *, timeout_s: float = 2.0) -> bool:
-    """Whether ``pred`` equals ``gold``: exactly after :func:`normalize_number` when both are
-    plain numbers, else by math_verify (symbolic equivalence).
+def answer_is(text: str) -> str | None:
+    """What follows the last "the answer is" (``$`` and a final period stripped); None if none."""
+    return _last(_ANSWER_IS, text)
 
-    Time limit: on the main thread math_verify's own ``signal.alarm`` timeouts are used,
-    rounded up to whole seconds and applied per parse/compare (so the worst case is a few
-    times ``timeout_s``). ``signal`` only works on the main thread, so elsewhere the call runs
-    in a daemon thread that is abandoned after ``timeout_s``. A timeout or any exception
-    gives False.
+
+def minerva_answer(text: str) -> str | None:
+    """The rest of the line after the last Minerva-style ``Answer:``; None if none."""
+    return _last(_MINERVA, text)
+
+
+def gold_answer(label: object) -> str:
+    """The gold answer string of a dataset label, as the accuracy rules compare it.
+
+    GSM8K solutions (``"... #### 1,234"``) give the part after ``####`` without commas; a
+    full solution with a ``\\boxed{}`` (MATH) gives the boxed content; ``$..$`` around the
+    whole label is dropped. Plain answers pass through unchanged (the function is idempotent).
     """
-    pred, gold = pred.strip(), gold.strip()
-    if not pred or not gold:
-        return False
-    np_, ng = normalize_number(pred), normalize_number(gold)
-    if np_ is not None and ng is not None:
-        return np_ == ng
-    try:
-        if threading.current_thread() is threading.main_thread():
-            return _math_verify(pred, gold, max(1, math.ceil(timeout_s)))
-        out: list[bool] = []
-        run = lambda: out.append(_math_verify(pred, gold, None))  # noqa: E731
-        worker = threading.Thread(target=run, daemon=True)
-        worker.start()
-        worker.join(timeout_s)
-        return bool(out and out[0])
-    except Exception:  # noqa: BLE001 - a verifier crash must never stop training
-        return False
+    text = str(label).strip()
+    ans = gsm8k_answer(text) if "####" in text else last_boxed(text) or text
+    if len(ans) > 1 and ans[0] == ans[-1] == "$":
+        ans = ans[1:-1].strip()
+    return ans

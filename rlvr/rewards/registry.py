@@ -1,59 +1,144 @@
-"""Reward names -> functions, and weighted scoring of a batch of completions."""
+"""Reward names -> rules, plugins, and :class:`Scorer`: per-rule scores, weighted total, error counts."""
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import importlib.util
 import logging
 import math
-from collections.abc import Callable
+import sys
 from dataclasses import dataclass
+from enum import Enum
+from numbers import Real
+from pathlib import Path
 
 from rlvr.errors import UserError
-from rlvr.rewards.rules import accuracy, accuracy_lenient, boxed, format_partial, format_r1
+from rlvr.rewards import rules as R
+from rlvr.rewards import verify
+from rlvr.rewards.rules import Rule
 
-RewardFn = Callable[[str, str], float]
 log = logging.getLogger(__name__)
 
-REWARDS: dict[str, RewardFn] = {
-    "accuracy": accuracy,
-    "accuracy_lenient": accuracy_lenient,
-    "format": format_r1,
-    "format_partial": format_partial,
-    "boxed": boxed,
+
+class OnError(str, Enum):
+    """What a rule failure (exception, time-out, NaN, non-number) does to its item."""
+
+    SCORE = "score"  # the item gets reward.on_error_score; counted in reward/<name>_errors
+    RAISE = "raise"  # stop with RewardError (for debugging a plugin)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+REWARDS: dict[str, Rule] = {
+    # rlvr rules
+    "accuracy": R.accuracy,
+    "accuracy_lenient": R.accuracy_lenient,
+    "format": R.each(R.format_r1),
+    "strict_format": R.each(R.strict_format),
+    "format_partial": R.each(R.format_partial),
+    "tag_count": R.each(R.tag_count),
+    "reasoning_steps": R.each(R.reasoning_steps),
+    "boxed": R.each(R.has_boxed),
+    # MindSpeed-RL names and score values (rule_verifier.py)
+    "base_acc": R.base_acc,
+    "acc": R.acc,
+    "ms_strict_format": R.each(R.ms_strict_format),
+    "math_17k_acc": R.math_17k_acc,
+    "acc_for_dapo": R.acc_for_dapo,
+    "step": R.each(R.ms_step),
+    # MindRLHF names (reward_fn.py)
+    "qwen_accuracy_reward": R.qwen_accuracy_reward,
+    "format_reward": R.each(R.ms_format),
 }
+"""Built-in rules by name. Adding an entry here registers an in-process rule (tests do this)."""
 
 
-def get_reward(name: str) -> RewardFn:
-    """A registered reward by name, or a user function given as ``"package.module:function"``.
+class RewardError(RuntimeError):
+    """A rule failed on an item while ``reward.on_error=raise``."""
+
+
+def is_plugin(name: str) -> bool:
+    """Whether ``name`` is ``package.module:function`` or ``path/to/file.py:function``."""
+    return ":" in name and name not in REWARDS
+
+
+def _load_file(path: Path, name: str):
+    key = "rlvr_reward_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    if key in sys.modules:
+        return sys.modules[key]
+    if not path.is_file():
+        raise UserError(f"reward plugin file {path} not found (from '{name}'); give an existing path/to/file.py:function")
+    spec = importlib.util.spec_from_file_location(key, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[key]
+        raise UserError(f"reward plugin file {path} failed to import: {type(e).__name__}: {e}") from None
+    return module
+
+
+def canonical(name: str) -> str:
+    """``name`` with a relative plugin file path made absolute (workers may run in another directory)."""
+    if is_plugin(name):
+        where, _, fn = name.rpartition(":")
+        if where.endswith(".py"):
+            return f"{Path(where).resolve()}:{fn}"
+    return name
+
+
+def get(name: str) -> Rule:
+    """A rule by name: a built-in (``rlvr reward list``), ``package.module:function`` or
+    ``path/to/file.py:function``. A plugin is any ``(completions, labels, **fields) -> list[float]``.
 
     Raises:
-        UserError: unknown name (with close-match suggestions) or an unimportable path.
+        UserError: unknown name (with close matches and the known names), or a plugin that
+            cannot be imported or has no such function.
     """
-    if ":" in name:
-        mod_name, _, fn_name = name.partition(":")
-        try:
-            module = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise UserError(
-                f"cannot import reward module '{mod_name}' (from '{name}'): {e}; "
-                "check the module is on PYTHONPATH"
-            ) from None
-        fn = getattr(module, fn_name, None)
-        if not callable(fn):
-            raise UserError(
-                f"reward module '{mod_name}' has no function '{fn_name}'; "
-                "expected 'package.module:function' taking (completion, answer) -> float"
-            )
-        return fn
     if name in REWARDS:
         return REWARDS[name]
-    close = difflib.get_close_matches(name, REWARDS, n=3)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    raise UserError(
-        f"unknown reward '{name}'; {hint}known: {', '.join(sorted(REWARDS))}, "
-        "or 'package.module:function'"
-    )
+    if ":" not in name:
+        close = difflib.get_close_matches(name, REWARDS, n=3)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise UserError(
+            f"unknown reward '{name}'; {hint}known: {', '.join(sorted(REWARDS))}, "
+            "or a plugin 'package.module:function' / 'path/to/file.py:function'"
+        )
+    where, _, fn_name = name.rpartition(":")
+    if where.endswith(".py"):
+        module = _load_file(Path(where).resolve(), name)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise UserError(
+                f"cannot import reward module '{where}' (from '{name}'): {e}; "
+                "check it is on PYTHONPATH, or give a file as path/to/file.py:function"
+            ) from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise UserError(
+            f"reward plugin '{where}' has no function '{fn_name}'; "
+            "expected a function (completions, labels, **fields) -> list[float]"
+        )
+    return fn
+
+
+def call_one(name: str, completion: str, label, fields: dict):
+    """Run rule ``name`` on a one-item batch and return its one score (what a pool worker runs)."""
+    out = get(name)([completion], [label], **{k: [v] for k, v in fields.items()})
+    _check_length(name, out, 1)
+    return out[0]
+
+
+def _check_length(name: str, out, n: int) -> None:
+    if not isinstance(out, (list, tuple)) or len(out) != n:
+        got = f"{len(out)} scores" if isinstance(out, (list, tuple)) else type(out).__name__
+        raise UserError(f"reward rule '{name}' returned {got} for {n} completions; a rule returns a list with one float per completion")
 
 
 @dataclass(frozen=True)
@@ -61,9 +146,9 @@ class RewardResult:
     """Scores for a batch of B completions.
 
     Attributes:
-        total: [B] weighted sum over rules.
-        per_rule: rule name -> [B] raw (unweighted) scores.
-        errors: rule name -> how many samples raised (those scored 0.0).
+        total: [B] weighted sum over rules (``truncated_score`` for truncated items, if set).
+        per_rule: rule name -> [B] raw (unweighted) scores; failed items hold ``on_error_score``.
+        errors: rule name -> how many items failed (raised, timed out, NaN or not a number).
     """
 
     total: list[float]
@@ -71,36 +156,144 @@ class RewardResult:
     errors: dict[str, int]
 
 
-def score(completions: list[str], answers: list[str], rules: dict[str, float]) -> RewardResult:
-    """Weighted reward per completion: ``total[i] = sum_r w_r * r(completions[i], answers[i])``.
+class _Failed:
+    def __init__(self, why: str):
+        self.why = why
 
-    A rule that raises or returns a non-finite value scores 0.0 for that sample and is
-    counted in ``errors``, so a verifier bug shows up in the metrics instead of killing a run.
+
+def _as_score(value) -> float | _Failed:
+    if isinstance(value, _Failed):
+        return value
+    if not isinstance(value, Real):
+        return _Failed(f"returned {type(value).__name__} {value!r:.40}, not a number")
+    value = float(value)
+    return value if math.isfinite(value) else _Failed(f"scored {value} (for built-in rules: the verifier timed out or crashed)")
+
+
+class Scorer:
+    """Scores batches with fixed rules and weights: ``total[i] = sum_r weight_r * rule_r[i]``.
 
     Args:
-        completions: [B] decoded responses.
-        answers: [B] gold answers, aligned with ``completions``.
-        rules: reward name -> weight.
+        rules: rule names (see :func:`get`).
+        weights: one weight per rule; None = all 1.0.
+        on_error: ``score`` (failed item gets ``on_error_score``, counted, first one logged with the
+            sample) or ``raise`` (:class:`RewardError`).
+        on_error_score: score of an item whose rule failed.
+        truncated_score: if not None, the total of a completion marked truncated.
+        timeout_s: hard time limit per item for math-verify and for plugin rules.
+        workers: pool processes for math-verify and plugins; 0 = all in this process (math-verify
+            then uses its signal timeouts, and plugins have no time limit).
+
+    Raises:
+        UserError: empty or duplicated rules, a weight count that does not match, an unknown rule.
     """
-    if len(completions) != len(answers):
-        raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
-    if not rules:
-        raise UserError("no reward rules given; pass at least one, e.g. {'accuracy': 1.0}")
-    fns = {name: get_reward(name) for name in rules}
-    per_rule: dict[str, list[float]] = {}
-    errors: dict[str, int] = {}
-    for name, fn in fns.items():
+
+    def __init__(
+        self,
+        rules: list[str],
+        weights: list[float] | None = None,
+        *,
+        on_error: OnError | str = OnError.SCORE,
+        on_error_score: float = 0.0,
+        truncated_score: float | None = None,
+        timeout_s: float = 2.0,
+        workers: int = 2,
+    ):
+        rules = list(rules)
+        weights = [1.0] * len(rules) if weights is None else [float(w) for w in weights]
+        if not rules:
+            raise UserError("no reward rules given; pass at least one, e.g. rules=[accuracy]")
+        if len(weights) != len(rules):
+            raise UserError(f"{len(weights)} reward weights for {len(rules)} rules ({', '.join(rules)}); give one weight per rule")
+        dupes = sorted({r for r in rules if rules.count(r) > 1})
+        if dupes:
+            raise UserError(f"reward rule {', '.join(dupes)} listed twice; list each rule once and adjust its weight")
+        self.rules, self.weights = rules, weights
+        self.on_error, self.on_error_score, self.truncated_score = OnError(str(on_error)), on_error_score, truncated_score
+        self.timeout_s, self.workers = timeout_s, workers
+        verify.configure(timeout_s=timeout_s, workers=workers)
+        self._fns = {name: get(name) for name in rules}
+        self._warned: set[str] = set()
+
+    @classmethod
+    def from_config(cls, reward_cfg) -> Scorer:
+        """From a ``RewardConfig`` (duck-typed, so this package never imports the config module)."""
+        c = reward_cfg
+        return cls(
+            c.rules, c.weights, on_error=c.on_error, on_error_score=c.on_error_score,
+            truncated_score=c.truncated_score, timeout_s=c.timeout_s, workers=c.workers,
+        )  # fmt: skip
+
+    def rule_scores(self, name: str, completions: list[str], labels: list, fields: dict | None = None) -> tuple[list[float], int]:
+        """(scores, error count) of one rule, which need not be among ``self.rules``."""
+        fields = fields or {}
+        fn = self._fns.get(name) or self._fns.setdefault(name, get(name))
+        n = len(completions)
+        if is_plugin(name) and self.workers > 0:  # one item per call, each under the time limit
+            spec = canonical(name)
+            calls = [
+                ("rlvr.rewards.registry:call_one", (spec, completions[i], labels[i], {k: v[i] for k, v in fields.items()}))
+                for i in range(n)
+            ]
+            raw = [o.value if o.error is None else _Failed(o.error) for o in verify.pool().run(calls, self.timeout_s)]
+        else:
+            raw = self._call_in_process(name, fn, completions, labels, fields)
         scores, n_err = [], 0
-        for c, a in zip(completions, answers):
-            try:
-                s = float(fn(c, a))
-                if not math.isfinite(s):
-                    raise ValueError(f"non-finite reward {s}")
-            except Exception:  # noqa: BLE001 - never crash training on one bad sample
-                if n_err == 0:
-                    log.warning("reward %r raised; scoring 0.0", name, exc_info=True)
-                s, n_err = 0.0, n_err + 1
-            scores.append(s)
-        per_rule[name], errors[name] = scores, n_err
-    total = [sum(rules[n] * per_rule[n][i] for n in rules) for i in range(len(completions))]
-    return RewardResult(total=total, per_rule=per_rule, errors=errors)
+        for i, value in enumerate(raw):
+            value = _as_score(value)
+            if isinstance(value, _Failed):
+                n_err += 1
+                self._report(name, value.why, completions[i], labels[i])
+                value = self.on_error_score
+            scores.append(value)
+        return scores, n_err
+
+    def _call_in_process(self, name, fn, completions, labels, fields) -> list:
+        try:
+            out = fn(completions, labels, **fields)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 - find the item(s) that broke it
+            if len(completions) == 1:
+                return [_Failed(f"raised {type(e).__name__}: {e}")]
+            return [
+                self._call_in_process(name, fn, [c], [a], {k: [v[i]] for k, v in fields.items()})[0]
+                for i, (c, a) in enumerate(zip(completions, labels))
+            ]
+        _check_length(name, out, len(completions))
+        return list(out)
+
+    def _report(self, name: str, why: str, completion: str, label) -> None:
+        msg = f"reward rule '{name}' failed: {why}; completion={completion[-300:]!r} label={label!r}"
+        if self.on_error is OnError.RAISE:
+            raise RewardError(msg + " (reward.on_error=raise)")
+        if name not in self._warned:
+            self._warned.add(name)
+            log.warning("%s; scoring %g (reward.on_error_score); further failures are counted in reward/%s_errors", msg, self.on_error_score, name)
+
+    def score(
+        self, completions: list[str], labels: list, fields: dict | None = None, truncated: list[bool] | None = None
+    ) -> RewardResult:
+        """Per-rule scores, weighted total and error counts for a batch.
+
+        Args:
+            completions: [B] decoded responses.
+            labels: [B] gold answers.
+            fields: extra row columns, name -> [B] values, passed to every rule as keywords.
+            truncated: [B] whether each completion hit the length limit (for ``truncated_score``).
+        """
+        if len(completions) != len(labels):
+            raise ValueError(f"{len(completions)} completions but {len(labels)} labels")
+        per_rule, errors = {}, {}
+        for name in self.rules:
+            per_rule[name], errors[name] = self.rule_scores(name, completions, labels, fields)
+        total = [sum(w * per_rule[r][i] for r, w in zip(self.rules, self.weights)) for i in range(len(completions))]
+        if self.truncated_score is not None and truncated is not None:
+            total = [self.truncated_score if t else s for s, t in zip(total, truncated)]
+        return RewardResult(total=total, per_rule=per_rule, errors=errors)
+
+
+def score(rules: list[str], weights: list[float] | None, completions: list[str], labels: list, **kwargs) -> RewardResult:
+    """One-shot :meth:`Scorer.score`; ``kwargs`` go to :class:`Scorer` (``fields``/``truncated`` to score)."""
+    batch = {k: kwargs.pop(k) for k in ("fields", "truncated") if k in kwargs}
+    return Scorer(rules, weights, **kwargs).score(completions, labels, **batch)

@@ -66,12 +66,34 @@ class HFRolloutEngine:
             self.model.load_state_dict(self.policy.state_dict())
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], samples_per_prompt: int) -> RolloutBatch:
+    def generate(
+        self,
+        prompts: list[str],
+        samples_per_prompt: int,
+        *,
+        greedy: bool = False,
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+    ) -> RolloutBatch:
         """Sample ``samples_per_prompt`` completions for each prompt text.
+
+        Args:
+            greedy: decode greedily (argmax) instead of sampling, e.g. for evaluation.
+            temperature: sampling temperature for this call only (default: the engine's).
+            max_new_tokens: response length limit for this call only (default: the engine's).
 
         Returns:
             RolloutBatch with B = len(prompts) * samples_per_prompt rows, grouped by prompt.
         """
+        gen_config = self.gen_config
+        if greedy or temperature is not None or max_new_tokens is not None:
+            gen_config = copy.deepcopy(gen_config)
+            if greedy:  # drop the sampling knobs too, or transformers warns they are unused
+                gen_config.do_sample, gen_config.temperature, gen_config.top_p, gen_config.top_k = False, None, None, None
+            elif temperature is not None:
+                gen_config.temperature = temperature
+            if max_new_tokens is not None:
+                gen_config.max_new_tokens = max_new_tokens
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         texts = [p for p in prompts for _ in range(samples_per_prompt)]
@@ -83,7 +105,7 @@ class HFRolloutEngine:
             out = self.model.generate(
                 input_ids=enc.input_ids[rows],
                 attention_mask=enc.attention_mask[rows],
-                generation_config=self.gen_config,
+                generation_config=gen_config,
             )
             chunks.append(out[:, prompt_len:])
         T = max(c.shape[1] for c in chunks)

@@ -16,14 +16,16 @@ import torch
 
 from rlvr import algos
 from rlvr.config import Config, to_yaml
-from rlvr.data import PromptStream, render_prompt
-from rlvr.data.loading import load_rows
+from rlvr.data import PromptStream, prepare_rows
+from rlvr.data.loading import load_split
 from rlvr.errors import UserError
+from rlvr.evaluation.during_training import TrainingEval
+from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path, response_logits
 from rlvr.models.forward import shared_prompt_group
 from rlvr.reporting import JsonlWriter, MetricsLogger, read_jsonl, truncate_jsonl
 from rlvr.reporting.console import StepPrinter
-from rlvr.rewards import get_reward, score
+from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.training import checkpoint as ckpt
 
@@ -79,13 +81,14 @@ def train(cfg: Config, *, console=None) -> Path:
     """Run GRPO as configured; returns the run directory."""
     # -- inputs are checked before anything is written ------------------------------------
     device = resolve_device(cfg.model.device)
-    train_rows, _ = load_rows(cfg.data)
+    train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows  # file and row errors
+    evaluator = TrainingEval(
+        cfg.eval, cfg.data, test_rows, Path(cfg.resume or cfg.run_dir),
+        rollout_max_new_tokens=cfg.rollout.max_new_tokens, total_steps=cfg.train.steps,
+    )
     model_path = resolve_model_path(cfg.model.path)
-    rules = dict(cfg.reward.rules)
-    for name in rules:
-        get_reward(name)  # fail now, not after the first rollout
-    accuracy_fn = get_reward(cfg.reward.accuracy_rule)
-    format_fn = get_reward("format")
+    scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
+    get_reward(cfg.reward.accuracy_rule)
     resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
     run_dir = prepare_run_dir(cfg)
     printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=console)
@@ -93,6 +96,10 @@ def train(cfg: Config, *, console=None) -> Path:
 
     # -- model, reference, rollout engine --------------------------------------------------
     tokenizer = load_tokenizer(model_path)
+    prepared = prepare_rows(train_split, cfg.data, tokenizer)  # rendered prompts + token counts, cached
+    train_rows, prefix = prepared.rows, prepared.template.assistant_prefix
+    for note in prepared.notes:
+        printer.note(note)
     start_step, state = 0, None
     if resume_from is not None:
         state = ckpt.load_trainer_state(resume_from)
@@ -164,21 +171,18 @@ def train(cfg: Config, *, console=None) -> Path:
 
     printer.start(start_step)
     step = start_step
+    if start_step == 0 and evaluator.due(0):  # the before of before/after: RUN/eval/ and TensorBoard step 0
+        before = evaluator.run(engine, tokenizer, 0)
+        if metrics_log.tb is not None:  # not a metrics.jsonl row: its rows are training steps 1..N
+            for k, v in before.items():
+                metrics_log.tb.add_scalar(k, v, 0)
+        printer.note(eval_line(0, before))
     try:
         for step in range(start_step, cfg.train.steps):
             t_step = time.perf_counter()
             # 1. prompts and rollout
             rows = [train_rows[i] for i in stream.batch(step)]
-            prompts = [
-                render_prompt(
-                    tokenizer,
-                    r["question"],
-                    template=cfg.data.template,
-                    system_prompt=cfg.data.system_prompt,
-                    assistant_prefix=cfg.data.assistant_prefix,
-                )
-                for r in rows
-            ]
+            prompts = [r["prompt"] for r in rows]
             t0 = time.perf_counter()
             engine.sync_weights()
             batch = engine.generate(prompts, G)
@@ -188,11 +192,12 @@ def train(cfg: Config, *, console=None) -> Path:
 
             # 2. rewards on what the assistant said (the prefix is part of its turn) and advantages
             t0 = time.perf_counter()
-            said = [cfg.data.assistant_prefix + text for text in batch.texts]
+            said = [prefix + text for text in batch.texts]
             answers = [r["answer"] for r in rows for _ in range(G)]
-            result = score(said, answers, rules)
-            acc = result.per_rule.get(cfg.reward.accuracy_rule) or [accuracy_fn(s, a) for s, a in zip(said, answers)]
-            fmt = result.per_rule.get("format") or [format_fn(s, a) for s, a in zip(said, answers)]
+            fields = {k: [r.get(k) for r in rows for _ in range(G)] for k in rows[0] if k != "answer"}
+            result = scorer.score(said, answers, fields, truncated=batch.truncated.tolist())
+            acc = result.per_rule.get(cfg.reward.accuracy_rule) or scorer.rule_scores(cfg.reward.accuracy_rule, said, answers, fields)[0]
+            fmt = result.per_rule.get("format") or scorer.rule_scores("format", said, answers, fields)[0]
             rewards = torch.tensor(result.total, dtype=torch.float32)
             adv = algos.group_advantages(rewards, G, scale_by_std=cfg.algo.adv_scale_by_std, eps=cfg.algo.adv_eps)
             adv = adv.to(device)
@@ -223,7 +228,7 @@ def train(cfg: Config, *, console=None) -> Path:
                 "rollout/response_len_max": lengths.max(),
                 "rollout/truncated_frac": batch.truncated.float().mean(),
                 **{f"reward/{name}_mean": sum(v) / len(v) for name, v in result.per_rule.items()},
-                **{f"reward/{name}_errors": n for name, n in result.errors.items() if n},
+                **{f"reward/{name}_errors": n for name, n in result.errors.items()},
                 **update,
                 "time/rollout_s": t_rollout,
                 "time/reward_s": t_reward,
@@ -232,6 +237,9 @@ def train(cfg: Config, *, console=None) -> Path:
                 "time/step_s": time.perf_counter() - t_step,
                 "perf/gen_tokens_per_s": lengths.sum() / max(t_rollout, 1e-9),
             }
+            if evaluator.due(step + 1):  # after the update: evaluates the weights saved as step_{step+1}
+                metrics.update(evaluator.run(engine, tokenizer, step + 1))
+                printer.note(eval_line(step + 1, metrics))
             logged = metrics_log.log(step + 1, metrics)
             if cfg.log.samples_every and (step + 1) % cfg.log.samples_every == 0:
                 for i, text in enumerate(batch.texts):

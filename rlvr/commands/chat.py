@@ -1,0 +1,199 @@
+"""`rlvr chat`: a terminal chat with a model (history, streaming, <think> dimmed); `--once` for scripts."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+from rlvr.errors import UserError
+
+EXAMPLES = """examples:
+  rlvr chat --model runs/quickstart                 # interactive; /reset /system TEXT /temp 0.7 /exit
+  rlvr chat --model runs/quickstart --once "What is 3 + 4?"
+"""
+
+HELP = "commands: /reset (forget the conversation)  /system TEXT  /temp T (0 = greedy)  /exit"
+
+
+def render_chat(tokenizer, template, messages: list[dict]) -> str:
+    """Prompt text for a conversation (assistant turn opened) plus the template's assistant prefix.
+
+    Uses the tokenizer's chat template as :func:`rlvr.data.templates.render` does (a template
+    with ``chat=False``, or ``plain`` on a tokenizer without one, gives the turns as raw text).
+    """
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    use_chat = has_chat if template.chat is None else template.chat
+    if use_chat and not has_chat:
+        raise UserError(
+            f"--template {template.name} needs a chat template and this tokenizer has none; "
+            "use --template plain or r1_base"
+        )
+    if use_chat:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        text = "".join(m["content"] + ("\n" if m["role"] != "user" else "") for m in messages)
+    return text + template.assistant_prefix
+
+
+class Chat:
+    """A conversation with one model: history, system prompt, temperature."""
+
+    def __init__(self, model, tokenizer, style, *, max_new_tokens: int, temperature: float) -> None:
+        from rlvr.rollout.hf import eos_token_ids
+
+        self.model, self.tokenizer = model, tokenizer
+        self.template = style.resolve()
+        self.system = self.template.system or ""
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.history: list[dict] = []
+
+    def messages(self, question: str) -> list[dict]:
+        user = {"role": "user", "content": self.template.user_text(question)}
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return system + self.history + [user]
+
+    def reply(self, question: str, on_text=None) -> str:
+        """Generate the assistant's answer (``assistant_prefix`` included), streaming pieces to ``on_text``."""
+        import torch
+        from transformers import TextIteratorStreamer
+
+        messages = self.messages(question)
+        prompt = render_chat(self.tokenizer, self.template, messages)
+        device = next(self.model.parameters()).device
+        enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(device)
+        sample = self.temperature > 0
+        kwargs = dict(
+            **enc, max_new_tokens=self.max_new_tokens, do_sample=sample, eos_token_id=self.eos_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            **({"temperature": self.temperature, "top_p": 1.0, "top_k": 0} if sample else {"temperature": None, "top_p": None, "top_k": None}),
+        )
+        if on_text is not None:
+            on_text(self.template.assistant_prefix)
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        worker = threading.Thread(target=lambda: self._generate(torch, kwargs, streamer), daemon=True)
+        worker.start()
+        pieces = []
+        for piece in streamer:
+            pieces.append(piece)
+            if on_text is not None:
+                on_text(piece)
+        worker.join()
+        if self._error is not None:
+            raise self._error
+        answer = self.template.assistant_prefix + "".join(pieces)
+        self.history += [messages[-1], {"role": "assistant", "content": answer}]
+        return answer
+
+    _error: BaseException | None = None
+
+    def _generate(self, torch, kwargs, streamer) -> None:
+        self._error = None
+        try:
+            with torch.no_grad():
+                self.model.generate(**kwargs, streamer=streamer)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
+            self._error = e
+            streamer.end()
+
+
+class ThinkPrinter:
+    """Prints streamed text, dimming everything up to ``</think>``."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.text = ""
+        self.shown = 0
+
+    def __call__(self, piece: str) -> None:
+        self.text += piece
+        end = self.text.find("</think>")
+        in_think = "<think>" in self.text
+        boundary = end + len("</think>") if end >= 0 else (len(self.text) if in_think else 0)
+        new = self.text[self.shown :]
+        cut = max(0, min(len(new), boundary - self.shown))
+        if cut:
+            self.console.print(new[:cut], style="dim", end="", markup=False, highlight=False)
+        if new[cut:]:
+            self.console.print(new[cut:], end="", markup=False, highlight=False)
+        self.shown = len(self.text)
+
+
+def _command(chat: Chat, line: str, console) -> bool:
+    """Handle a /command; returns False on /exit."""
+    name, _, arg = line.partition(" ")
+    if name in ("/exit", "/quit"):
+        return False
+    if name == "/reset":
+        chat.history.clear()
+        console.print("[dim](conversation cleared)[/dim]")
+    elif name == "/system":
+        chat.system = arg.strip()
+        chat.history.clear()
+        console.print(f"[dim](system prompt set; conversation cleared)[/dim]")
+    elif name == "/temp":
+        try:
+            value = float(arg)
+            if value < 0:
+                raise ValueError
+        except ValueError:
+            console.print("[red]/temp needs a number >= 0, e.g. /temp 0.7[/red]")
+        else:
+            chat.temperature = value
+            console.print(f"[dim](temperature {value})[/dim]")
+    else:
+        console.print(f"[red]unknown command {name}[/red]; {HELP}", highlight=False)
+    return True
+
+
+def cmd_chat(args) -> int:
+    from rich.console import Console
+
+    from rlvr.commands.common import quiet_libraries
+    from rlvr.commands.eval import prompt_settings
+    from rlvr.evaluation import models as eval_models
+
+    if args.temperature < 0:
+        raise UserError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
+    if args.once is not None and not args.once.strip():
+        raise UserError("--once needs a non-empty question")
+    resolved = eval_models.resolve(args.model)
+    style, max_new = prompt_settings(args, [resolved], template="r1")
+    quiet_libraries()
+    import torch
+
+    torch.manual_seed(args.seed)
+    model, tokenizer = eval_models.load(resolved, dtype=args.dtype, device=args.device)
+    chat = Chat(model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature)
+    if args.once is not None:
+        print(chat.reply(args.once), flush=True)
+        return 0
+    console = Console(highlight=False)
+    console.print(f"[bold]rlvr chat[/bold] with {resolved.label}  [dim]{HELP}[/dim]")
+    while True:
+        try:
+            line = console.input("[bold green]you[/bold green] > ").strip()
+        except EOFError:
+            break
+        if not line:
+            continue
+        if line.startswith("/"):
+            if not _command(chat, line, console):
+                break
+            continue
+        console.print("[bold blue]model[/bold blue] > ", end="")
+        chat.reply(line, on_text=ThinkPrinter(console))
+        console.print()
+    return 0
+
+
+def register(sub) -> None:
+    from rlvr.commands.eval import add_model_args
+
+    p = sub.add_parser("chat", help="chat with a model in the terminal (or answer one question with --once)",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(p)
+    p.add_argument("--once", default=None, metavar="QUESTION", help="answer one question on stdout and exit")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.set_defaults(func=cmd_chat)

@@ -1,0 +1,139 @@
+"""`rlvr data preview | stats | prepare`: see exactly what the model will see, and build the cache."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rlvr.commands.common import quiet_libraries
+from rlvr.errors import UserError
+
+EXAMPLES = """examples:
+  rlvr data preview                                   # the quickstart's prompts (built-in arithmetic task)
+  rlvr data preview gsm8k/train.jsonl --n 2           # a file: preset detected from its columns
+  rlvr data preview my.yaml data.template=r1_base     # a run config, with overrides
+  rlvr data stats data/math500.jsonl data.max_prompt_tokens=512
+  rlvr data prepare my.yaml                           # tokenise and cache before a run
+"""
+
+
+def _config(args):
+    """The Config for ``[CONFIG-or-FILE] [key=value ...]``: a data file or folder becomes data.task=files."""
+    from rlvr.config import load_config
+
+    sources = [a for a in args.items if "=" not in a]
+    overrides = [a for a in args.items if "=" in a]
+    if len(sources) > 1:
+        raise UserError(f"give one config or data file, not {len(sources)} ({', '.join(sources)}); overrides look like key=value")
+    config = None
+    if sources:
+        src = sources[0]
+        path = Path(src)
+        is_config = path.suffix in (".yaml", ".yml") or (not path.exists() and not path.suffix)
+        if is_config:
+            config = src
+        else:
+            if not path.exists() and not any(c in src for c in "*?[,"):
+                raise UserError(f"{src} not found: give a config (.yaml or preset name) or a data file, folder or glob")
+            overrides = ["data.task=files", f"data.path={src}", *overrides]
+    return load_config(config, overrides)
+
+
+def _tokenizer(cfg):
+    from rlvr.models import load_tokenizer, resolve_model_path
+
+    return load_tokenizer(resolve_model_path(cfg.model.path))
+
+
+def _prepared(cfg, split: str, tokenizer=None):
+    from rlvr.data import load_split, prepare_rows
+
+    loaded = load_split(cfg.data, split)
+    return prepare_rows(loaded, cfg.data, tokenizer or _tokenizer(cfg))
+
+
+def cmd_preview(args) -> int:
+    cfg = _config(args)
+    quiet_libraries()
+    prepared = _prepared(cfg, args.split)
+    for note in prepared.notes:
+        print(f"# {note}")
+    if not prepared.rows:
+        print(f"# no {args.split} rows")
+        return 0
+    t = prepared.template
+    print(f"# template {t.name}; system {t.system!r}; assistant prefix {t.assistant_prefix!r}; "
+          f"{len(prepared.rows)} {args.split} rows")
+    for i, row in enumerate(prepared.rows[: args.n]):
+        print(f"\n===== {args.split} row {i + 1}: prompt ({row['prompt_tokens']} tokens), exactly as the model sees it =====")
+        print(row["prompt"] + "⟪END⟫")
+        print(f"----- gold answer: {row['answer']!r}")
+        if row["system"]:
+            print(f"----- row system prompt: {row['system']!r}")
+        if row["fields"]:
+            shown = json.dumps(row["fields"], ensure_ascii=False, default=str)
+            print(f"----- fields (for rewards): {shown[:300]}{'…' if len(shown) > 300 else ''}")
+    return 0
+
+
+def cmd_stats(args) -> int:
+    from rlvr.data.prepare import summary
+
+    cfg = _config(args)
+    quiet_libraries()
+    tokenizer = _tokenizer(cfg)
+    out = {}
+    for split in ("train", "test"):
+        out[split] = summary(_prepared(cfg, split, tokenizer))
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for split, s in out.items():
+        p = s["prompt_tokens"]
+        print(f"{split}: {s['rows']} rows; prompt tokens min {p['min']} p50 {p['p50']} p90 {p['p90']} p99 {p['p99']} max {p['max']}")
+        print(f"{split}: left out: {s['dropped_summary']}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from rlvr.data.prepare import _cache_root
+
+    cfg = _config(args)
+    if not cfg.data.cache:
+        raise UserError("data.cache=false: nothing to prepare; drop the override to build the cache")
+    quiet_libraries()
+    tokenizer = _tokenizer(cfg)
+    for split in ("train", "test"):
+        t0 = time.perf_counter()
+        prepared = _prepared(cfg, split, tokenizer)
+        for note in prepared.notes:
+            print(f"# {note}")
+        state = "already cached" if prepared.cached else "prepared"
+        print(f"{split}: {len(prepared.rows)} rows {state} in {time.perf_counter() - t0:.1f} s")
+    print(f"cache: {_cache_root()}")
+    return 0
+
+
+def register(sub) -> None:
+    import argparse
+
+    p = sub.add_parser(
+        "data", help="preview, inspect and prepare training data", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dsub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
+    helps = {
+        "preview": ("print the first rendered prompts exactly (special tokens visible), token counts, gold answers", cmd_preview),
+        "stats": ("row counts, prompt-length percentiles, rows left out and why", cmd_stats),
+        "prepare": ("render, tokenise and cache the data ahead of a run", cmd_prepare),
+    }
+    for name, (text, fn) in helps.items():
+        q = dsub.add_parser(name, help=text, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        q.add_argument("items", nargs="*", metavar="CONFIG-or-FILE key=value", help="a config (.yaml / preset name) or a data file, folder or glob; then overrides")
+        if name == "preview":
+            q.add_argument("--n", type=int, default=3, help="how many prompts to show (default 3)")
+            q.add_argument("--split", choices=["train", "test"], default="train")
+        if name == "stats":
+            q.add_argument("--json", action="store_true", help="print the numbers as JSON")
+        q.set_defaults(func=fn)

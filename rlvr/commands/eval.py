@@ -1,0 +1,154 @@
+"""`rlvr eval`: accuracy / pass@k / maj@k of one or more models on a test set, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+
+from rlvr.errors import UserError
+
+EXAMPLES = """examples:
+  rlvr eval --model smollm2-135m-instruct --model runs/quickstart --data arithmetic --limit 200
+  rlvr eval --model runs/quickstart/checkpoints/step_000020 --data gsm8k_test.jsonl --preset gsm8k --samples 8
+"""
+
+def add_model_args(p, *, many: bool = False) -> None:
+    """--model and the prompt/generation flags shared by eval, chat and generate."""
+    if many:
+        p.add_argument("--model", "-m", action="append", required=True, metavar="M",
+                       help="built-in name, HF directory, .gguf file, run directory or checkpoint (repeat to compare)")
+    else:
+        p.add_argument("--model", "-m", required=True, metavar="M",
+                       help="built-in name, HF directory, .gguf file, run directory or checkpoint")
+    p.add_argument("--template", default=None,
+                   help="prompt template: r1, r1_base, cot, plain or a template file (default: the run's, else r1; plain for generate)")
+    p.add_argument("--system", default=None, help="system prompt ('' for none; default: the run's, else the template's)")
+    p.add_argument("--prefix", default=None, help="text that opens the assistant turn, e.g. '<think>' (default: the run's, else the template's)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="response length limit (default: the run's, else 256)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype to generate in")
+
+
+def prompt_settings(args, resolved: list, *, template: str) -> tuple:
+    """(PromptStyle, max_new_tokens): flags first, then the first run's config, then defaults.
+
+    One setting for all models, so a before/after comparison asks both the same way.
+    """
+    from rlvr.evaluation import PromptStyle
+
+    run = next((r.prompt_defaults() for r in resolved if r.run_config), {})
+    style = PromptStyle(
+        template=args.template or run.get("template", template),
+        system_prompt=args.system if args.system is not None else run.get("system_prompt"),
+        assistant_prefix=args.prefix if args.prefix is not None else run.get("assistant_prefix"),
+    )
+    style.resolve()  # an unknown template fails now, before any model is loaded
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else run.get("max_new_tokens", 256)
+    if max_new < 1:
+        raise UserError(f"--max-new-tokens {max_new}: must be >= 1")
+    return style, max_new
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
+
+
+def _progress(console, label: str):
+    """(context manager, on_batch callback) showing a bar with the running accuracy on a terminal."""
+    import contextlib
+
+    if not console.is_terminal:
+        return contextlib.nullcontext(), None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.description}"), TimeRemainingColumn(), console=console, transient=True)
+    task = progress.add_task("", total=None)
+
+    def on_batch(done: int, total: int, acc: float) -> None:
+        progress.update(task, completed=done, total=total, description=f"acc {acc:.3f}")
+
+    return progress, on_batch
+
+
+def comparison_table(labels: list[str], summaries: list[dict]):
+    """A rich Table: one row per metric, one column per model."""
+    from rich.table import Table
+
+    from rlvr.evaluation.evaluate import metric_keys
+
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("metric")
+    for label in labels:
+        table.add_column(label, justify="right")
+    keys = []
+    for s in summaries:
+        keys += [k for k in ["n", *metric_keys(s), "time_s"] if k not in keys]
+    for k in keys:
+        cells = []
+        for s in summaries:
+            v = s.get(k)
+            cells.append("-" if v is None else f"{v:d}" if isinstance(v, int) else f"{v:.1f}" if k in ("response_len_mean", "time_s") else f"{v:.3f}")
+        table.add_row(k, *cells)
+    return table
+
+
+def cmd_eval(args) -> int:
+    from rich.console import Console
+
+    from rlvr.commands.common import quiet_libraries
+    from rlvr.evaluation import evaluate, load_eval_rows, write_result
+    from rlvr.evaluation import models as eval_models
+
+    if args.samples < 1:
+        raise UserError(f"--samples {args.samples}: must be >= 1 (1 = greedy accuracy only)")
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit {args.limit}: must be >= 1")
+    if args.temperature <= 0:
+        raise UserError(f"--temperature {args.temperature}: must be > 0 (greedy accuracy is always reported)")
+    if args.batch < 1:
+        raise UserError(f"--batch {args.batch}: must be >= 1")
+    resolved = [eval_models.resolve(m) for m in args.model]  # every model checked before any work
+    rows = load_eval_rows(args.data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
+    style, max_new = prompt_settings(args, resolved, template="r1")
+    out = Path(args.output or Path("evals") / f"{_slug(Path(args.data).stem)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    quiet_libraries()
+    from rlvr.rollout import HFRolloutEngine
+
+    console, err = Console(), Console(stderr=True)
+    labels, summaries = [], []
+    for r in resolved:
+        model, tokenizer = eval_models.load(r, dtype=args.dtype, device=args.device)
+        engine = HFRolloutEngine(model, tokenizer, max_new_tokens=max_new, dtype=args.dtype, batch_seqs=args.batch * args.samples)
+        progress, on_batch = _progress(err, r.label)
+        with progress:
+            result = evaluate(engine, tokenizer, rows, style=style, samples=args.samples, temperature=args.temperature,
+                              max_new_tokens=max_new, batch_prompts=args.batch, on_batch=on_batch)
+        sub = _slug(r.label) + ("" if r.label not in labels else f"-{len(labels) + 1}")  # two runs' 'last'
+        where = out / sub if len(resolved) > 1 else out
+        write_result(result, where, model=r.spec, checkpoint=str(r.path), data=args.data, template=style.template,
+                     system_prompt=style.system_prompt, assistant_prefix=style.assistant_prefix)
+        err.print(f"{r.label}: accuracy {result.summary['accuracy']:.3f} on {len(rows)} problems "
+                  f"in {result.summary['time_s']:.1f} s -> {where}", highlight=False, markup=False)
+        labels.append(r.label if r.label not in labels else f"{r.label} ({len(labels) + 1})")
+        summaries.append(result.summary)
+        del model, engine
+    console.print(comparison_table(labels, summaries))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate models on a test set (accuracy, pass@k, maj@k)", epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(p, many=True)
+    p.add_argument("--data", "-d", required=True, help="built-in task (arithmetic: its test split) or a data file/folder")
+    p.add_argument("--preset", default=None, help="dataset preset of the data file, e.g. gsm8k")
+    p.add_argument("--difficulty", type=int, default=1, help="arithmetic difficulty 1..4")
+    p.add_argument("--limit", type=int, default=None, help="evaluate the first N problems")
+    p.add_argument("--samples", "-k", type=int, default=1, help="K samples per problem for pass@k and maj@K (1 = greedy only)")
+    p.add_argument("--temperature", type=float, default=1.0, help="temperature of the K samples")
+    p.add_argument("--batch", type=int, default=64, help="problems generated together")
+    p.add_argument("--output", "-o", default=None, help="output folder (default: evals/DATA-TIME)")
+    p.set_defaults(func=cmd_eval)

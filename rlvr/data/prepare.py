@@ -1,0 +1,213 @@
+"""Preparation: render every prompt, count its tokens (in parallel), apply the length limit, cache.
+
+The prepared rows are the loaded rows (see :mod:`rlvr.data.loading`) plus ``"prompt"`` (the
+exact text the model sees) and ``"prompt_tokens"``. They are cached under
+``$RLVR_CACHE/data/<key>`` (a ``datasets`` ``save_to_disk`` folder) where the key covers the
+files (path, size, mtime), the mapping settings, the template and the tokenizer, so the next
+run with the same inputs skips rendering and tokenising.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlvr.data.files import stable_hash
+from rlvr.data.loading import Split, _counts
+from rlvr.data.templates import PromptTemplate, render, template_for
+from rlvr.errors import UserError
+
+_PARALLEL_MIN_ROWS = 2000  # below this, starting processes costs more than it saves
+
+
+@dataclass
+class Prepared:
+    """Prepared rows of one split.
+
+    Attributes:
+        rows: rows with ``prompt`` and ``prompt_tokens`` added, in their final order.
+        template: the resolved template (its ``assistant_prefix`` is what rewards must prepend).
+        dropped: reason -> count (the split's own plus prompts over data.max_prompt_tokens).
+        notes: lines for the user.
+        cached: True when the rows came from the cache.
+    """
+
+    rows: list[dict]
+    template: PromptTemplate
+    dropped: Counter = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+    cached: bool = False
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """What identifies a tokenizer for caching: class, source, vocabulary, specials, chat template, files."""
+    src = getattr(tokenizer, "name_or_path", "") or ""
+    files = []
+    if src and Path(src).is_dir():
+        files = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(Path(src).iterdir()) if f.is_file() and "token" in f.name]
+    return stable_hash(
+        [type(tokenizer).__name__, src, len(tokenizer), str(tokenizer.special_tokens_map), getattr(tokenizer, "chat_template", None), files]
+    )
+
+
+def _cache_root() -> Path:
+    from rlvr.models.loading import cache_dir
+
+    return cache_dir() / "data"
+
+
+# Worker state: set in the parent before forking, so the tokenizer is never pickled.
+_WORK: tuple | None = None
+
+
+def _render_chunk(bounds: tuple[int, int]) -> tuple[list[str], list[int]]:
+    tokenizer, template, rows = _WORK
+    lo, hi = bounds
+    prompts = [render(tokenizer, template, r["question"], system=r["system"]) for r in rows[lo:hi]]
+    counts = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    return prompts, counts
+
+
+def render_all(rows: list[dict], tokenizer, template: PromptTemplate, *, num_workers: int = 0) -> tuple[list[str], list[int]]:
+    """Rendered prompts and their token counts for ``rows``, over ``num_workers`` processes (0 = per core, <= 8)."""
+    global _WORK
+    if not rows:
+        return [], []
+    render(tokenizer, template, rows[0]["question"], system=rows[0]["system"])  # template errors, in this process
+    workers = num_workers or min(os.cpu_count() or 1, 8)
+    if len(rows) < _PARALLEL_MIN_ROWS or "fork" not in multiprocessing.get_all_start_methods():
+        workers = 1
+    _WORK = (tokenizer, template, rows)
+    try:
+        if workers == 1:
+            return _render_chunk((0, len(rows)))
+        step = -(-len(rows) // (workers * 4))
+        chunks = [(lo, min(lo + step, len(rows))) for lo in range(0, len(rows), step)]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            parts = pool.map(_render_chunk, chunks)
+        return [p for ps, _ in parts for p in ps], [c for _, cs in parts for c in cs]
+    finally:
+        _WORK = None
+
+
+def _save(path: Path, rows: list[dict], meta: dict) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()
+    columns = {
+        "question": [r["question"] for r in rows],
+        "answer": [r["answer"] for r in rows],
+        "system": [r["system"] for r in rows],
+        "fields": [json.dumps(r["fields"], ensure_ascii=False) for r in rows],
+        "prompt": [r["prompt"] for r in rows],
+        "prompt_tokens": [r["prompt_tokens"] for r in rows],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".tmp-"))
+    try:
+        features = datasets.Features(
+            {k: datasets.Value("int64" if k == "prompt_tokens" else "string") for k in columns}
+        )
+        datasets.Dataset.from_dict(columns, features=features).save_to_disk(str(tmp / "rows"))
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        tmp.replace(path)  # whole folder appears at once: a killed run never leaves half a cache
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load(path: Path) -> tuple[list[dict], dict] | None:
+    if not (path / "meta.json").is_file():
+        return None
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path / "rows"))
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except Exception:  # a damaged cache is rebuilt, never fatal
+        return None
+    cols = ds.to_dict()
+    rows = [
+        {"question": q, "answer": a, "system": s, "fields": json.loads(f), "prompt": p, "prompt_tokens": n}
+        for q, a, s, f, p, n in zip(cols["question"], cols["answer"], cols["system"], cols["fields"], cols["prompt"], cols["prompt_tokens"])
+    ]
+    return rows, meta
+
+
+def prepare_rows(split: Split, data, tokenizer, *, use_cache: bool | None = None) -> Prepared:
+    """Render and tokenise ``split``'s rows for ``tokenizer``; drop or reject long prompts; cache.
+
+    Args:
+        split: from :func:`rlvr.data.loading.load_split`.
+        data: the :class:`rlvr.config.DataConfig` (template, system prompt, prefix, length policy, workers).
+        use_cache: override ``data.cache``.
+
+    Raises:
+        UserError: the template needs a chat template the tokenizer lacks; a prompt is longer than
+            ``data.max_prompt_tokens`` with ``data.on_long_prompt=error``.
+    """
+    template = template_for(data)
+    use_cache = data.cache if use_cache is None else use_cache
+    key = stable_hash([split.key, template.__dict__, tokenizer_fingerprint(tokenizer), data.max_prompt_tokens, data.on_long_prompt])
+    path = _cache_root() / key[:24]
+    dropped = Counter(split.dropped)
+    if use_cache and split.key and (hit := _load(path)) is not None:
+        rows, meta = hit
+        dropped.update(meta.get("dropped_long", {}))
+        return Prepared(rows, template, dropped, list(split.notes), cached=True)
+
+    prompts, counts = render_all(split.rows, tokenizer, template, num_workers=data.num_workers)
+    rows, long = [], 0
+    limit = data.max_prompt_tokens
+    for i, (row, prompt, n) in enumerate(zip(split.rows, prompts, counts)):
+        if limit and n > limit:
+            if data.on_long_prompt == "error":
+                raise UserError(
+                    f"{split.name} row {i + 1}: the prompt is {n} tokens, over data.max_prompt_tokens={limit} "
+                    f"(question starts {row['question'][:40]!r}); raise the limit or set data.on_long_prompt=drop"
+                )
+            long += 1
+            continue
+        rows.append({**row, "prompt": prompt, "prompt_tokens": n})
+    notes = list(split.notes)
+    dropped_long = {f"prompt over {limit} tokens": long} if long else {}
+    dropped.update(dropped_long)
+    if long:
+        notes.append(f"{split.name}: dropped {long} prompts over data.max_prompt_tokens={limit}")
+    if split.rows and not rows:
+        raise UserError(f"every {split.name} prompt is longer than data.max_prompt_tokens={limit}; raise it")
+    if use_cache and split.key:
+        try:
+            _save(path, rows, {"dropped_long": dropped_long, "rows": len(rows)})
+        except OSError as e:  # a read-only or full cache disk only costs time
+            notes.append(f"could not write the data cache {path}: {e.strerror}")
+    return Prepared(rows, template, dropped, notes)
+
+
+def prepare(data, tokenizer, split: str = "train", **kw) -> Prepared:
+    """:func:`load_split` + :func:`prepare_rows`: the rows a run of ``data`` trains (or evaluates) on."""
+    from rlvr.data.loading import load_split
+
+    return prepare_rows(load_split(data, split), data, tokenizer, **kw)
+
+
+def summary(prepared: Prepared) -> dict:
+    """Counts and prompt-length percentiles (p50/p90/p99/max) for ``rlvr data stats``."""
+    counts = sorted(r["prompt_tokens"] for r in prepared.rows)
+
+    def pct(q: float) -> int:
+        return counts[min(len(counts) - 1, int(q * len(counts)))] if counts else 0
+
+    return {
+        "rows": len(counts),
+        "prompt_tokens": {"min": counts[0] if counts else 0, "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "max": counts[-1] if counts else 0},
+        "dropped": dict(prepared.dropped),
+        "dropped_summary": _counts(prepared.dropped),
+    }

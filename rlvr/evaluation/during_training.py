@@ -1,0 +1,95 @@
+"""Evaluation inside a training run: at step 0, every ``eval.every_steps``, and after the last step.
+
+The trainer calls :meth:`TrainingEval.run` with its own rollout engine (weights synced), so
+evaluation costs generation only: no second model copy. Results go to
+``RUN/eval/step_NNNNNN/{summary.json,predictions.jsonl}``, one line per evaluation in
+``RUN/eval/history.jsonl``, and back to the trainer as ``eval/<metric>`` floats.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from rlvr.evaluation.evaluate import PromptStyle, evaluate, load_eval_rows, metric_keys, write_result
+
+
+class TrainingEval:
+    """Decides when to evaluate and runs it.
+
+    Args:
+        eval_cfg: the run's :class:`rlvr.config.EvalConfig`.
+        data_cfg: the run's DataConfig (prompt template; its test split is the default eval data).
+        test_rows: the run's test rows (used when ``eval.data`` is empty).
+        rollout_max_new_tokens: default response limit (``eval.max_new_tokens=0``).
+        total_steps: the run's last step (``eval.at_end``).
+    """
+
+    def __init__(
+        self, eval_cfg, data_cfg, test_rows: list[dict], run_dir: Path, *, rollout_max_new_tokens: int,
+        total_steps: int,
+    ) -> None:
+        self.cfg = eval_cfg
+        self.run_dir = Path(run_dir)
+        self.total_steps = total_steps
+        self.style = PromptStyle(data_cfg.template, data_cfg.system_prompt, data_cfg.assistant_prefix)
+        self.max_new_tokens = eval_cfg.max_new_tokens or rollout_max_new_tokens
+        if eval_cfg.data:
+            rows = load_eval_rows(eval_cfg.data, limit=eval_cfg.limit or None, difficulty=data_cfg.difficulty)
+        else:
+            rows = test_rows[: eval_cfg.limit] if eval_cfg.limit else test_rows
+        self.rows = rows
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rows) and (self.cfg.at_start or self.cfg.at_end or self.cfg.every_steps > 0)
+
+    def due(self, step: int) -> bool:
+        """Whether to evaluate the model after ``step`` optimizer steps (0 = the starting model)."""
+        if not self.enabled:
+            return False
+        if step == 0:
+            return self.cfg.at_start
+        if step == self.total_steps and self.cfg.at_end:
+            return True
+        return self.cfg.every_steps > 0 and step % self.cfg.every_steps == 0
+
+    def run(self, engine, tokenizer, step: int) -> dict[str, float]:
+        """Evaluate the engine's current weights; returns ``{"eval/accuracy": ..., "eval/time_s": ...}``.
+
+        Sampling (``eval.samples > 1``) runs under a forked RNG, so evaluating never changes the
+        training trajectory.
+        """
+        engine.sync_weights()
+        with torch.random.fork_rng(devices=[]):
+            result = evaluate(
+                engine,
+                tokenizer,
+                self.rows,
+                style=self.style,
+                samples=self.cfg.samples,
+                temperature=self.cfg.temperature,
+                max_new_tokens=self.max_new_tokens,
+                batch_prompts=self.cfg.batch_prompts,
+            )
+        write_result(result, self.run_dir / "eval" / f"step_{step:06d}", step=step)
+        metrics = {f"eval/{k}": float(result.summary[k]) for k in metric_keys(result.summary)}
+        metrics["eval/time_s"] = float(result.summary["time_s"])
+        from rlvr.reporting import truncate_jsonl
+
+        history = self.run_dir / "eval" / "history.jsonl"
+        truncate_jsonl(history, step - 1)  # a resumed run redoes evaluations past its checkpoint
+        with history.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        return metrics
+
+
+def describe(step: int, metrics: dict[str, float]) -> str:
+    """One console line for an evaluation's metrics."""
+    shown = "  ".join(
+        f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items()
+        if k.startswith("eval/") and k not in ("eval/time_s", "eval/response_len_mean")
+    )
+    return f"eval after step {step}: {shown}  ({metrics.get('eval/time_s', 0):.1f} s)"

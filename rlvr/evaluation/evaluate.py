@@ -1,0 +1,218 @@
+"""Benchmark evaluation = rollout + answer checking: greedy accuracy, pass@k, maj@k.
+
+No training imports: :func:`evaluate` takes any object with the rollout engine's
+``generate(prompts, samples_per_prompt, *, greedy, temperature, max_new_tokens)``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.errors import UserError
+from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
+
+BUILTIN_TASKS = ("arithmetic",)
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """How a question becomes a prompt: a template name or file (``rlvr.data.templates``) and the
+    overrides of its system text and assistant prefix (None keeps the template's)."""
+
+    template: str = "r1"
+    system_prompt: str | None = None
+    assistant_prefix: str | None = None
+
+    def resolve(self):
+        """The :class:`rlvr.data.templates.PromptTemplate` with the overrides applied."""
+        from rlvr.data.templates import get_template
+
+        return get_template(self.template, system_prompt=self.system_prompt, assistant_prefix=self.assistant_prefix)
+
+
+@dataclass
+class EvalResult:
+    summary: dict
+    """Aggregate numbers (accuracy, format_rate, pass@k, ...), JSON-ready."""
+    predictions: list[dict]
+    """One row per problem: prompt, completion, extracted answer, gold, correct, ..."""
+
+
+def _check(completion: str, gold: str) -> tuple[str | None, bool, bool]:
+    """(extracted answer, correct, R1 format) of one completion, as the reward rules judge them."""
+    from rlvr.rewards import answers_match, extract_answer, format_r1
+
+    pred = extract_answer(completion)
+    correct = pred is not None and answers_match(pred, gold)
+    return pred, correct, bool(format_r1(completion, gold))
+
+
+def _vote_key(answer: str) -> str:
+    from rlvr.rewards import normalize_number
+
+    return normalize_number(answer) or answer.strip()
+
+
+def load_eval_rows(data: str, *, preset: str | None = None, limit: int | None = None, difficulty: int = 1) -> list[dict]:
+    """Problems ``{"question", "answer", ...}`` to evaluate on, through :func:`rlvr.data.load_split`.
+
+    Args:
+        data: a built-in task name (its test split) or a data file/folder/glob (its test split
+            when it has one, else all of it).
+        preset: dataset preset of the files (default: detected).
+        limit: keep the first ``limit`` problems.
+        difficulty: for the built-in task.
+
+    Raises:
+        UserError: unknown task/file, unknown preset, or rows without gold answers.
+    """
+    from rlvr.config import DataConfig
+    from rlvr.data import load_split
+
+    if data in BUILTIN_TASKS:
+        size = max(limit or 0, DataConfig().test_size)  # the generator is prefix-stable: any size agrees on the first N
+        rows = load_split(DataConfig(task=data, difficulty=difficulty, test_size=size), "test").rows
+    else:
+        if not any(Path(part.strip()).exists() or any(c in part for c in "*?[") for part in data.split(",")):
+            raise UserError(f"--data {data}: no such file or folder, and not a built-in task ({', '.join(BUILTIN_TASKS)})")
+        cfg = DataConfig(task="files", path=data, preset=preset or "auto")
+        try:
+            rows = load_split(cfg, "test").rows or load_split(cfg, "train").rows
+        except UserError as e:
+            if "answer" in str(e):
+                raise UserError(f"{e} (eval needs gold answers; `rlvr generate` works without them)") from None
+            raise
+    if not rows:
+        raise UserError(f"--data {data}: no problems to evaluate")
+    return rows[:limit] if limit else rows
+
+
+def evaluate(
+    engine,
+    tokenizer,
+    rows: list[dict],
+    *,
+    style: PromptStyle = PromptStyle(),
+    samples: int = 1,
+    temperature: float = 1.0,
+    max_new_tokens: int = 256,
+    batch_prompts: int = 64,
+    on_batch: Callable[[int, int, float], None] | None = None,
+) -> EvalResult:
+    """Greedy accuracy on ``rows``; with ``samples`` = K > 1 also pass@k (k = 1, 2, 4, ... <= K) and maj@K
+    from K sampled completions per problem at ``temperature``.
+
+    Args:
+        engine: a rollout engine (``HFRolloutEngine``) holding the model.
+        rows: problems ``{"question", "answer"}``.
+        batch_prompts: problems generated together (the sampled pass holds K times as many sequences).
+        on_batch: called as ``on_batch(done, total, running_accuracy)`` after each batch.
+
+    Returns:
+        EvalResult; ``summary`` keys: n, accuracy, format_rate, response_len_mean, truncated_frac,
+        and with K > 1: pass@k, maj@K, sample_accuracy (mean over all K samples), sample_format_rate.
+    """
+    from rlvr.data import render_prompt
+
+    if samples < 1:
+        raise UserError(f"--samples {samples}: must be >= 1")
+    t0 = time.perf_counter()
+    preds: list[dict] = []
+    ks = ks_up_to(samples) if samples > 1 else []
+    per_k: dict[int, float] = {k: 0.0 for k in ks}
+    maj_correct = 0
+    sample_correct = sample_format = 0
+    step = max(1, batch_prompts)
+    template = style.resolve()
+    prefix = template.assistant_prefix  # part of the assistant's turn: the rewards read it too
+    for start in range(0, len(rows), step):
+        chunk = rows[start : start + step]
+        prompts = [render_prompt(tokenizer, r["question"], template=template, system_prompt=r.get("system")) for r in chunk]
+        greedy = engine.generate(prompts, 1, greedy=True, max_new_tokens=max_new_tokens)
+        lengths = greedy.response_lengths.tolist()
+        sampled = None
+        if samples > 1:
+            sampled = engine.generate(prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens)
+        for i, (row, prompt) in enumerate(zip(chunk, prompts)):
+            said = prefix + greedy.texts[i]
+            pred, correct, fmt = _check(said, row["answer"])
+            out = {
+                "question": row["question"],
+                "prompt": prompt,
+                "completion": said,
+                "extracted": pred,
+                "gold": row["answer"],
+                "correct": correct,
+                "format": fmt,
+                "length": int(lengths[i]),
+                "truncated": bool(greedy.truncated[i]),
+            }
+            if sampled is not None:
+                checks = []
+                for j in range(i * samples, (i + 1) * samples):
+                    s_said = prefix + sampled.texts[j]
+                    checks.append((s_said, *_check(s_said, row["answer"])))
+                c = sum(ok for _, _, ok, _ in checks)
+                for k in ks:
+                    per_k[k] += pass_at_k(samples, c, k)
+                voted = majority_vote([p for _, p, _, _ in checks], key=_vote_key)
+                maj_ok = any(p == voted and ok for _, p, ok, _ in checks)  # voted is one of the p
+                maj_correct += maj_ok
+                sample_correct += c
+                sample_format += sum(f for *_, f in checks)
+                out.update(
+                    num_correct=c,
+                    majority=voted,
+                    majority_correct=maj_ok,
+                    samples=[{"completion": s, "extracted": p, "correct": ok} for s, p, ok, _ in checks],
+                )
+            preds.append(out)
+        if on_batch is not None:
+            on_batch(len(preds), len(rows), sum(p["correct"] for p in preds) / len(preds))
+    n = len(preds)
+    elapsed = time.perf_counter() - t0
+    summary = {
+        "n": n,
+        "accuracy": sum(p["correct"] for p in preds) / n,
+        "format_rate": sum(p["format"] for p in preds) / n,
+        "response_len_mean": sum(p["length"] for p in preds) / n,
+        "truncated_frac": sum(p["truncated"] for p in preds) / n,
+    }
+    if samples > 1:
+        summary.update({f"pass@{k}": v / n for k, v in per_k.items()})
+        summary[f"maj@{samples}"] = maj_correct / n
+        summary["sample_accuracy"] = sample_correct / (n * samples)
+        summary["sample_format_rate"] = sample_format / (n * samples)
+    summary.update(
+        samples=samples,
+        temperature=temperature if samples > 1 else 0.0,
+        max_new_tokens=max_new_tokens,
+        time_s=round(elapsed, 3),
+    )
+    return EvalResult(summary=summary, predictions=preds)
+
+
+def write_result(result: EvalResult, out_dir: Path, **extra) -> Path:
+    """``out_dir/summary.json`` (summary + ``extra``, e.g. model and data) and ``out_dir/predictions.jsonl``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps({**extra, **result.summary}, indent=2) + "\n", encoding="utf-8")
+    with (out_dir / "predictions.jsonl").open("w", encoding="utf-8") as f:
+        for row in result.predictions:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return out_dir
+
+
+# metrics shown in tables and logged as eval/<key> during training
+SUMMARY_KEYS = ("accuracy", "format_rate", "response_len_mean", "truncated_frac")
+
+
+def metric_keys(summary: dict) -> list[str]:
+    """Summary keys worth a table row / a logged metric, in display order."""
+    extra = [k for k in summary if k.startswith(("pass@", "maj@"))]
+    tail = [k for k in ("sample_accuracy", "sample_format_rate") if k in summary]
+    return [k for k in SUMMARY_KEYS if k in summary] + extra + tail

@@ -1,0 +1,118 @@
+"""What ``--model`` may name for eval/chat/generate/export, and the prompt settings it was trained with.
+
+A model spec is a built-in name, an HF directory, a ``.gguf`` file (see
+:func:`rlvr.models.resolve_model_path`), a run directory (its ``checkpoints/last``), or a
+checkpoint directory. For the last two, the run's ``config.yaml`` supplies the prompt
+template, system prompt and assistant prefix, so a trained model is evaluated and chatted
+with exactly as it was trained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from rlvr.errors import UserError
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    spec: str
+    """What the user typed."""
+    path: Path
+    """Local HF directory (or LoRA adapter directory) to load."""
+    run_dir: Path | None = None
+    """The run this checkpoint belongs to, if any."""
+    run_config: dict = field(default_factory=dict)
+    """The run's config.yaml as a plain dict ({} outside a run)."""
+
+    @property
+    def label(self) -> str:
+        """Short name for tables: the spec as given, or run/step for checkpoints."""
+        if self.run_dir is not None:
+            return f"{self.run_dir.name}/{self.path.name}"
+        return Path(self.spec).name or self.spec
+
+    def prompt_defaults(self) -> dict:
+        """template, system_prompt, assistant_prefix and max_new_tokens of the run (if any)."""
+        data = self.run_config.get("data") or {}
+        out = {k: data[k] for k in ("template", "system_prompt", "assistant_prefix") if k in data}
+        rollout = self.run_config.get("rollout") or {}
+        if "max_new_tokens" in rollout:
+            out["max_new_tokens"] = rollout["max_new_tokens"]
+        return out
+
+
+def _read_run_config(run_dir: Path) -> dict:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _is_model_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
+def resolve(spec: str) -> ResolvedModel:
+    """Resolve a model spec; raises UserError naming what was expected."""
+    path = Path(spec).expanduser()
+    if path.is_dir() and _is_model_dir(path):
+        ckpt = path.resolve()
+        run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
+        if run_dir is not None and (run_dir / "config.yaml").is_file():
+            return ResolvedModel(spec, ckpt, run_dir, _read_run_config(run_dir))
+        return ResolvedModel(spec, ckpt)
+    if path.is_dir() and (path / "checkpoints").is_dir():
+        from rlvr.training.checkpoint import list_checkpoints
+
+        last = path / "checkpoints" / "last"
+        ckpt = last.resolve() if last.is_dir() and _is_model_dir(last) else None
+        if ckpt is None:
+            found = list_checkpoints(path)
+            if not found:
+                raise UserError(f"--model {spec}: the run has no checkpoint yet")
+            ckpt = found[-1]
+        return ResolvedModel(spec, ckpt, path.resolve(), _read_run_config(path))
+    if path.is_dir() and (path / "config.yaml").is_file():
+        raise UserError(f"--model {spec}: the run has no checkpoint yet")
+    from rlvr.models import BUILTIN_MODELS, resolve_model_path
+
+    if not path.exists() and spec not in BUILTIN_MODELS:
+        raise UserError(
+            f"--model {spec}: not found; give a built-in name ({', '.join(BUILTIN_MODELS)}), a Hugging Face "
+            "model directory, a .gguf file, a run directory or a checkpoint directory"
+        )
+    return ResolvedModel(spec, resolve_model_path(spec))
+
+
+def load(resolved: ResolvedModel, *, dtype: str = "float32", device: str = "cpu"):
+    """(model in eval mode, tokenizer); a LoRA adapter directory is merged into its base model."""
+    from rlvr.models import load_model, load_tokenizer, resolve_device
+
+    path = resolved.path
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        try:
+            from peft import AutoPeftModelForCausalLM
+        except ImportError:
+            raise UserError(f"{path} is a LoRA adapter; merging it needs `pip install peft`") from None
+        from rlvr.models.loading import DTYPES
+
+        try:
+            model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype]).merge_and_unload()
+        except (OSError, ValueError) as e:
+            raise UserError(f"could not load LoRA checkpoint {path}: {str(e).splitlines()[0]}") from None
+        model = model.to(resolve_device(device))
+    else:
+        model = load_model(path, dtype=dtype, device=device)
+    try:
+        tokenizer = load_tokenizer(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"could not load the tokenizer of {path}: {str(e).splitlines()[0]}") from None
+    return model.eval(), tokenizer

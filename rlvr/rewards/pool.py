@@ -1,0 +1,168 @@
+"""Persistent worker processes that run ``"module:function"(*args)`` calls, each under a hard time limit.
+
+Why not ``concurrent.futures``: a call stuck inside sympy's C code ignores signals and cannot be
+cancelled, so the only way to bound it is to kill the process that runs it. Each worker here
+takes one call at a time over its own pipe; a call that overruns its limit gets its worker
+killed and replaced, and costs nothing but its own limit.
+
+Workers are forked from a ``forkserver`` that has already imported (and warmed up) the modules
+in ``preload``: the first start costs one interpreter start-up (~1 s with math-verify), a
+replacement after a kill a few milliseconds, and no worker ever inherits the trainer's threads
+or CUDA state. Workers are daemons and are stopped at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import multiprocessing as mp
+import signal
+import sys
+import time
+import types
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+Call = tuple[str, tuple]
+"""("module:function", args): the function is imported by name in the worker, so nothing unpicklable travels."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one call: ``value`` if ``error`` is None, else why it failed."""
+
+    value: Any = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def _serve(conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    fns: dict[str, Any] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        target, args = msg
+        try:
+            if target not in fns:
+                module, _, name = target.partition(":")
+                fns[target] = getattr(importlib.import_module(module), name)
+            reply = (fns[target](*args), None)
+        except BaseException as e:  # noqa: BLE001 - report everything, the worker lives on
+            reply = (None, f"{type(e).__name__}: {e}")
+        try:
+            conn.send(reply)
+        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable return value
+            conn.send((None, f"result could not be sent back: {type(e).__name__}: {e}"))
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Workers only run functions named by module, so they must not re-run the parent's script:
+    multiprocessing would (the `if __name__ == "__main__"` trap) for a script started by path."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None or not getattr(main, "__file__", None):
+        yield
+        return
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+class WorkerPool:
+    """``workers`` processes; :meth:`run` maps calls over them with a per-call time limit."""
+
+    def __init__(self, workers: int, preload: tuple[str, ...] = ()):
+        if workers < 1:
+            raise ValueError(f"workers={workers}: need at least 1")
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(list(preload))
+        self._procs: list = [None] * workers
+        self._conns: list = [None] * workers
+        for w in range(workers):
+            self._start(w)
+        atexit.register(self.close)
+
+    def _start(self, w: int) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_serve, args=(child,), daemon=True, name=f"rlvr-reward-{w}")
+        with _main_module_hidden():
+            proc.start()
+        child.close()
+        self._procs[w], self._conns[w] = proc, parent
+
+    def _restart(self, w: int) -> None:
+        self._procs[w].kill()
+        self._procs[w].join()
+        self._conns[w].close()
+        self._start(w)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def run(self, calls: list[Call], timeout_s: float) -> list[Outcome]:
+        """Run every call; results in input order. A call running longer than ``timeout_s``
+        (counted from when a worker picks it up) gets an Outcome with an error instead."""
+        results: list[Outcome | None] = [None] * len(calls)
+        queue = deque(range(len(calls)))
+        busy: dict[int, tuple[int, float]] = {}  # worker -> (call index, start time)
+        while queue or busy:
+            for w in range(len(self._procs)):
+                while w not in busy and queue:
+                    i = queue[0]
+                    try:
+                        self._conns[w].send(calls[i])
+                    except (BrokenPipeError, ConnectionResetError, EOFError):  # worker died while idle
+                        self._restart(w)
+                        continue
+                    except Exception as e:  # noqa: BLE001 - unpicklable arguments fail this call only
+                        results[queue.popleft()] = Outcome(error=f"arguments could not be sent: {type(e).__name__}: {e}")
+                        continue
+                    busy[w] = (queue.popleft(), time.monotonic())
+            if not busy:
+                break
+            first_deadline = min(start for _, start in busy.values()) + timeout_s
+            ready = wait([self._conns[w] for w in busy], timeout=max(0.0, first_deadline - time.monotonic()))
+            now = time.monotonic()
+            for w, (i, start) in list(busy.items()):
+                if self._conns[w] in ready:
+                    try:
+                        value, error = self._conns[w].recv()
+                    except (EOFError, OSError):
+                        value, error = None, f"worker process died (exit code {self._procs[w].exitcode})"
+                        self._restart(w)
+                    results[i] = Outcome(value, error, now - start)
+                elif now - start >= timeout_s:
+                    results[i] = Outcome(None, f"timed out after {timeout_s:g} s", now - start)
+                    self._restart(w)
+                else:
+                    continue
+                del busy[w]
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by force). Safe to call twice."""
+        for w, proc in enumerate(self._procs):
+            if proc is None:
+                continue
+            try:
+                self._conns[w].send(None)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            proc.join(timeout=1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            self._conns[w].close()
+            self._procs[w] = None
+        atexit.unregister(self.close)

@@ -1,0 +1,146 @@
+"""Answer equivalence: a cheap exact/numeric check first, math-verify (sympy) only when needed.
+
+Batches go through :func:`match_many`: pairs that are both plain numbers are decided here in
+microseconds; the rest (LaTeX, expressions, sets, intervals, equations) are deduplicated and sent
+to a persistent :class:`~rlvr.rewards.pool.WorkerPool`, where each pair has a hard time limit.
+``math_verify`` (which pulls in sympy) is never imported by the trainer process when workers > 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass
+
+from rlvr.rewards.extract import normalize_number
+from rlvr.rewards.pool import WorkerPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VerifySettings:
+    """Process-wide verifier settings (the trainer sets them from ``reward.*`` via :func:`configure`)."""
+
+    timeout_s: float = 2.0
+    """Hard time limit per math-verify comparison (seconds)."""
+    workers: int = 2
+    """Worker processes; 0 = compare in this process with math-verify's own signal timeouts."""
+
+
+SETTINGS = VerifySettings()
+_pool: WorkerPool | None = None
+_pool_lock = threading.Lock()
+
+
+def configure(*, timeout_s: float | None = None, workers: int | None = None) -> None:
+    """Change the settings; a change in ``workers`` stops the current pool (a new one starts when needed)."""
+    global _pool
+    if timeout_s is not None:
+        SETTINGS.timeout_s = timeout_s
+    if workers is not None and workers != SETTINGS.workers:
+        SETTINGS.workers = workers
+        shutdown()
+
+
+def pool() -> WorkerPool:
+    """The shared worker pool, started on first use."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = WorkerPool(max(1, SETTINGS.workers), preload=("rlvr.rewards._warm",))
+        return _pool
+
+
+def shutdown() -> None:
+    """Stop the shared pool's workers (also done at interpreter exit)."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.close()
+            _pool = None
+
+
+def numeric_match(pred: str, gold: str) -> bool | None:
+    """Exact comparison when both are plain numbers after :func:`normalize_number`; None if either is not."""
+    np_, ng = normalize_number(pred), normalize_number(gold)
+    return None if np_ is None or ng is None else np_ == ng
+
+
+def _as_latex(s: str) -> str:
+    # math_verify only extracts LaTeX from inside an anchor; "$..$" keeps plain prose
+    # ("The answer is 5") parseable, where "\boxed{..}" would turn it into a product of letters.
+    return s if "$" in s or "\\boxed" in s else f"${s}$"
+
+
+def math_verify_match(pred: str, gold: str, timeout: int | None = None) -> bool:
+    """math-verify's ``verify(parse(gold), parse(pred))``; ``timeout`` = its own signal-based limit
+    (main thread only); None inside pool workers, where the parent enforces the limit by killing."""
+    import math_verify
+
+    gold_p = math_verify.parse(_as_latex(gold), parsing_timeout=timeout)
+    pred_p = math_verify.parse(_as_latex(pred), parsing_timeout=timeout)
+    return bool(gold_p and pred_p and math_verify.verify(gold_p, pred_p, timeout_seconds=timeout))
+
+
+def answers_match(pred: str, gold: str, *, timeout_s: float = 2.0) -> bool:
+    """Whether ``pred`` equals ``gold``, in this process: :func:`numeric_match`, else math-verify.
+
+    Time limit: on the main thread math-verify's own ``signal.alarm`` timeouts are used,
+    rounded up to whole seconds and applied per parse/compare (so the worst case is a few
+    times ``timeout_s``). ``signal`` only works on the main thread, so elsewhere the call runs
+    in a daemon thread that is abandoned after ``timeout_s``. A timeout or any exception
+    gives False. For batches, :func:`match_many` is faster and has a hard limit.
+    """
+    pred, gold = pred.strip(), gold.strip()
+    if not pred or not gold:
+        return False
+    cheap = numeric_match(pred, gold)
+    if cheap is not None:
+        return cheap
+    try:
+        if threading.current_thread() is threading.main_thread():
+            return math_verify_match(pred, gold, max(1, math.ceil(timeout_s)))
+        out: list[bool] = []
+        worker = threading.Thread(target=lambda: out.append(math_verify_match(pred, gold)), daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+        return bool(out and out[0])
+    except Exception:  # noqa: BLE001 - a verifier crash must never stop training
+        return False
+
+
+def match_many(pairs: list[tuple[str, str]]) -> list[float]:
+    """1.0 / 0.0 per (pred, gold) pair, or NaN where math-verify timed out or crashed.
+
+    Empty strings never match. Numeric pairs are decided in this process; the distinct
+    remaining pairs run in the shared pool under ``SETTINGS.timeout_s`` each (or in this
+    process with :func:`answers_match` when ``SETTINGS.workers == 0``).
+    """
+    out: list[float] = [0.0] * len(pairs)
+    todo: dict[tuple[str, str], list[int]] = {}
+    for i, (pred, gold) in enumerate(pairs):
+        pred, gold = pred.strip(), gold.strip()
+        if not pred or not gold:
+            continue
+        cheap = numeric_match(pred, gold)
+        if cheap is None:
+            todo.setdefault((pred, gold), []).append(i)
+        else:
+            out[i] = float(cheap)
+    if not todo:
+        return out
+    if SETTINGS.workers == 0:
+        values = [float(answers_match(p, g, timeout_s=SETTINGS.timeout_s)) for p, g in todo]
+    else:
+        calls = [("rlvr.rewards._warm:verify_in_worker", pair) for pair in todo]
+        values = []
+        for (pred, gold), res in zip(todo, pool().run(calls, SETTINGS.timeout_s)):
+            if res.error is not None:
+                log.debug("math-verify failed on pred=%r gold=%r: %s", pred[:200], gold[:200], res.error)
+            values.append(float(res.value) if res.error is None else math.nan)
+    for idx, value in zip(todo.values(), values):
+        for i in idx:
+            out[i] = value
+    return out
