@@ -17,7 +17,7 @@ EXAMPLES = """examples:
 
 
 # Modules under rlvr/commands/, each with `register(subparsers)`; one line per command family.
-COMMANDS = ["train", "rewards", "reward", "eval", "chat", "generate", "export", "data"]
+COMMANDS = ["train", "rewards", "reward", "eval", "chat", "generate", "export", "data", "report", "aha", "sweep", "compare"]
 
 
 def build_parser() -> argparse.ArgumentParser:

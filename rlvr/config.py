@@ -278,9 +278,18 @@ class LogConfig:
     """Also write TensorBoard events to RUN/tensorboard (if tensorboard is installed)."""
     progress: bool = True
     """Show a progress bar on the console."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `pip install wandb`; without it training stops before step 1 with a one-line error)."""
+    wandb_project: str = "rlvr"
+    """W&B project name (the W&B run is named after the run directory)."""
+    wandb_mode: str = "offline"
+    """offline (writes RUN/wandb, no network; upload later with `wandb sync`) or online."""
+    report: bool = True
+    """Write RUN/report/ (plots, report.md, report.html; `rlvr report`) when training ends."""
 
     def __post_init__(self) -> None:
         _check(self.samples_every >= 0, "log.samples_every must be >= 0")
+        _check(self.wandb_mode in ("offline", "online"), f"log.wandb_mode={self.wandb_mode}: use offline or online")
 
 
 @dataclass(frozen=True)
@@ -294,7 +303,7 @@ class EvalConfig:
     data: str = ""
     """What to evaluate on: empty = the run's test split (arithmetic test set or data.test_path), else a built-in task name or a data file."""
     limit: int = 50
-    """Evaluate on the first N problems (0 = all). 50 greedy arithmetic problems take ~15 s on 2 CPU cores."""
+    """Evaluate on the first N problems (0 = all). The quickstart's 50 greedy problems take ~10 s on 2 CPU cores."""
     samples: int = 1
     """K: 1 = greedy accuracy only; K > 1 also samples K completions per problem for pass@k and maj@K."""
     temperature: float = 1.0

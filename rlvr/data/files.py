@@ -17,6 +17,7 @@ may differ in type, and a broken line is reported by its line number.
 
 from __future__ import annotations
 
+import csv
 import glob
 import hashlib
 import json
@@ -150,7 +151,10 @@ def _read_hf_file(path: Path, fmt: str) -> Source:
         if fmt == "parquet":
             ds = datasets.Dataset.from_parquet(str(path), cache_dir=cache)
         elif fmt == "csv":
-            ds = datasets.Dataset.from_csv(str(path), cache_dir=cache, dtype=str, keep_default_na=False)
+            with open(path, encoding="utf-8-sig", newline="") as f:  # every column as text: '007' stays '007'
+                header = next(csv.reader(f), [])
+            features = datasets.Features({name: datasets.Value("string") for name in header})
+            ds = datasets.Dataset.from_csv(str(path), cache_dir=cache, features=features, keep_default_na=False)
         else:  # arrow: an Arrow stream file such as save_to_disk writes
             ds = datasets.Dataset.from_file(str(path), in_memory=True)
     except UserError:

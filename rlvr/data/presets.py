@@ -196,16 +196,19 @@ def map_record(preset: Preset, record, extra_keys: dict[str, str]) -> dict:
         query = get_path(record, preset.query)
         if isinstance(query, str) and query.strip():
             question = question + "\n" + query
-    answer = None
+    answer, empty = None, None
     for path, gold in preset.answers:
         value = get_path(record, path)
-        if value is MISSING or value is None or value == "":
+        if value is MISSING or value is None or (isinstance(value, str) and not value.strip()):
+            empty = empty or (path if value is not MISSING else None)
             continue
         answer = _text(value, "answer", path)
         answer = gold(answer) if gold else answer.strip()
         if not answer:
             raise BadRow(f"an empty answer in '{path}'", "answer")
         break
+    if answer is None and empty:
+        raise BadRow(f"empty '{empty}'", "answer")
     if answer is None:
         paths = " or ".join(f"'{p}'" for p, _ in preset.answers)
         raise BadRow(f"no {paths}", "answer")

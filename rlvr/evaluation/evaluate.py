@@ -51,6 +51,14 @@ def _check(completion: str, gold: str) -> tuple[str | None, bool, bool]:
     return pred, correct, bool(format_r1(completion, gold))
 
 
+def _lenient(completion: str, gold: str) -> bool:
+    """Correct when the last number counts as the answer (no box or tag needed), as ``accuracy_lenient``."""
+    from rlvr.rewards import answers_match, extract_answer
+
+    pred = extract_answer(completion, fallback_last_number=True)
+    return pred is not None and answers_match(pred, gold)
+
+
 def _vote_key(answer: str) -> str:
     from rlvr.rewards import normalize_number
 
@@ -113,7 +121,8 @@ def evaluate(
         on_batch: called as ``on_batch(done, total, running_accuracy)`` after each batch.
 
     Returns:
-        EvalResult; ``summary`` keys: n, accuracy, format_rate, response_len_mean, truncated_frac,
+        EvalResult; ``summary`` keys: n, accuracy (boxed / <answer> answer, as the ``accuracy`` reward),
+        accuracy_lenient (last number counts too), format_rate (full R1 format), response_len_mean, truncated_frac,
         and with K > 1: pass@k, maj@K, sample_accuracy (mean over all K samples), sample_format_rate.
     """
     from rlvr.data import render_prompt
@@ -140,6 +149,7 @@ def evaluate(
         for i, (row, prompt) in enumerate(zip(chunk, prompts)):
             said = prefix + greedy.texts[i]
             pred, correct, fmt = _check(said, row["answer"])
+            lenient = correct or _lenient(said, row["answer"])
             out = {
                 "question": row["question"],
                 "prompt": prompt,
@@ -147,6 +157,7 @@ def evaluate(
                 "extracted": pred,
                 "gold": row["answer"],
                 "correct": correct,
+                "correct_lenient": lenient,
                 "format": fmt,
                 "length": int(lengths[i]),
                 "truncated": bool(greedy.truncated[i]),
@@ -178,6 +189,7 @@ def evaluate(
     summary = {
         "n": n,
         "accuracy": sum(p["correct"] for p in preds) / n,
+        "accuracy_lenient": sum(p["correct_lenient"] for p in preds) / n,
         "format_rate": sum(p["format"] for p in preds) / n,
         "response_len_mean": sum(p["length"] for p in preds) / n,
         "truncated_frac": sum(p["truncated"] for p in preds) / n,
@@ -208,7 +220,7 @@ def write_result(result: EvalResult, out_dir: Path, **extra) -> Path:
 
 
 # metrics shown in tables and logged as eval/<key> during training
-SUMMARY_KEYS = ("accuracy", "format_rate", "response_len_mean", "truncated_frac")
+SUMMARY_KEYS = ("accuracy", "accuracy_lenient", "format_rate", "response_len_mean", "truncated_frac")
 
 
 def metric_keys(summary: dict) -> list[str]:

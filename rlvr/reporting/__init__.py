@@ -1,5 +1,8 @@
-"""Metric sinks (JSONL always, TensorBoard optional), sample logs and console output."""
+"""Metric sinks (JSONL always, TensorBoard and W&B optional), run reports, plots, aha moments, sweeps.
 
-from rlvr.reporting.sinks import JsonlWriter, MetricsLogger, read_jsonl, truncate_jsonl
+The sinks are imported by the trainer; plotting modules import matplotlib only when used.
+"""
 
-__all__ = ["JsonlWriter", "MetricsLogger", "read_jsonl", "truncate_jsonl"]
+from rlvr.reporting.sinks import JsonlWriter, MetricsLogger, peak_memory, read_jsonl, truncate_jsonl
+
+__all__ = ["JsonlWriter", "MetricsLogger", "peak_memory", "read_jsonl", "truncate_jsonl"]

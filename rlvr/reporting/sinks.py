@@ -1,11 +1,17 @@
-"""Where metrics and samples go. Tensors become floats here, once per step."""
+"""Where metrics and samples go. Tensors become floats here, once per step.
+
+``metrics.jsonl`` is always written; TensorBoard and Weights & Biases are optional sinks.
+Every sink is failure-isolated: the first exception a sink raises prints one warning and
+turns that sink off; training never stops because logging broke.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -34,13 +40,16 @@ class JsonlWriter:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """All complete rows of a JSONL file (a line cut by a crash is skipped)."""
+    """All complete rows of a JSONL file (a line cut by a crash, or any non-object line, is skipped)."""
     rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    with Path(path).open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
@@ -55,32 +64,207 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
     os.replace(tmp, path)
 
 
-class MetricsLogger:
-    """``RUN/metrics.jsonl`` (always) and TensorBoard events in ``RUN/tensorboard`` (when available)."""
+def peak_memory(device: torch.device | str = "cpu") -> dict[str, float]:
+    """Peak memory so far: ``perf/peak_rss_mib`` (this process) and ``perf/cuda_max_allocated_mib`` on a GPU.
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True) -> None:
-        self.jsonl = JsonlWriter(Path(run_dir) / "metrics.jsonl")
-        self.tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # tensorboard is optional
-                pass
-            else:
-                self.tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+    RSS is ``getrusage(RUSAGE_SELF).ru_maxrss``: the true high-water mark of the trainer process
+    (KiB on Linux, bytes on macOS), not a sample taken at the end of the step. Reward worker
+    processes are not included. MiB = 2**20 bytes.
+    """
+    out: dict[str, float] = {}
+    try:
+        import resource
+    except ImportError:  # Windows
+        pass
+    else:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out["perf/peak_rss_mib"] = rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        out["perf/cuda_max_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
 
-    def log(self, step: int, metrics: dict[str, Any]) -> dict[str, float]:
-        """Convert to floats once, write everywhere, return the plain dict."""
-        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
-        self.jsonl.write(row)
-        if self.tb is not None:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)):
-                    self.tb.add_scalar(k, v, step)
-            self.tb.flush()
-        return row
+
+# ---------------------------------------------------------------------------------------------
+# sinks: each has `name`, `write(step, row)`, `close()`; `jsonl` is False for side sinks
+
+
+class JsonlSink:
+    name = "metrics.jsonl"
+    jsonl = True
+
+    def __init__(self, run_dir: Path) -> None:
+        self.writer = JsonlWriter(Path(run_dir) / "metrics.jsonl")
+
+    def write(self, step: int, row: dict) -> None:
+        self.writer.write(row)
 
     def close(self) -> None:
-        self.jsonl.close()
-        if self.tb is not None:
-            self.tb.close()
+        self.writer.close()
+
+
+class TensorBoardSink:
+    """``RUN/tensorboard`` event files (`tensorboard --logdir RUN`)."""
+
+    name = "TensorBoard"
+    jsonl = False
+
+    def __init__(self, run_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # ImportError: tensorboard not installed
+
+        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def write(self, step: int, row: dict) -> None:
+        for k, v in row.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.writer.add_scalar(k, v, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    """Weights & Biases; ``mode=offline`` writes ``RUN/wandb/`` with no network (upload later with `wandb sync`).
+
+    The W&B run id is kept in ``RUN/wandb/run_id`` so a resumed training run continues the same W&B run.
+    """
+
+    name = "Weights & Biases"
+    jsonl = False
+
+    def __init__(self, run_dir: Path, *, project: str, mode: str) -> None:
+        import wandb  # optional dependency, imported only here
+
+        run_dir = Path(run_dir)
+        (run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+        id_file = run_dir / "wandb" / "run_id"
+        run_id = id_file.read_text().strip() if id_file.is_file() else None
+        if not run_id:
+            run_id = wandb.util.generate_id()
+            id_file.write_text(run_id + "\n")
+        config = None
+        if (run_dir / "config.yaml").is_file():
+            import yaml
+
+            config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        self.run = wandb.init(
+            project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), mode=mode, config=config
+        )
+
+    def write(self, step: int, row: dict) -> None:
+        self.run.log({k: v for k, v in row.items() if k != "step"}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def wandb_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("wandb") is not None
+
+
+def _warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
+
+
+class MetricsLogger:
+    """Fans each step's metrics out to ``RUN/metrics.jsonl`` (always), TensorBoard and W&B.
+
+    Args:
+        run_dir: the run directory.
+        tensorboard: also write TensorBoard events (skipped with a warning if tensorboard is missing).
+        wandb: also log to Weights & Biases. Raises UserError, before anything is written, when
+            the ``wandb`` package is not installed: the user asked for it explicitly.
+        wandb_project, wandb_mode: ``wandb.init`` project and mode (offline or online).
+        warn: called with a one-line message when a sink fails (default: ``warning: ...`` on stderr).
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        tensorboard: bool = True,
+        wandb: bool = False,
+        wandb_project: str = "rlvr",
+        wandb_mode: str = "offline",
+        warn: Callable[[str], None] = _warn,
+    ) -> None:
+        from rlvr.errors import UserError
+
+        if wandb and not wandb_available():
+            raise UserError("log.wandb=true but the wandb package is not installed; `pip install wandb` or set log.wandb=false")
+        self.warn = warn
+        self.sinks: list = [JsonlSink(run_dir)]
+        factories = []
+        if tensorboard:
+            factories.append((TensorBoardSink.name, lambda: TensorBoardSink(run_dir)))
+        if wandb:
+            factories.append((WandbSink.name, lambda: WandbSink(run_dir, project=wandb_project, mode=wandb_mode)))
+        for name, make in factories:
+            try:
+                self.sinks.append(make())
+            except Exception as e:  # a sink that cannot start must not stop training
+                self.warn(f"{name} logging is off: {type(e).__name__}: {e}")
+
+    @classmethod
+    def from_config(cls, run_dir: Path, log_cfg) -> "MetricsLogger":
+        """The logger a training run's ``log`` config section asks for."""
+        return cls(
+            run_dir,
+            tensorboard=log_cfg.tensorboard,
+            wandb=log_cfg.wandb,
+            wandb_project=log_cfg.wandb_project,
+            wandb_mode=log_cfg.wandb_mode,
+        )
+
+    def _each(self, method: str, *args, jsonl: bool = True) -> None:
+        for sink in list(self.sinks):
+            if sink.jsonl and not jsonl:
+                continue
+            try:
+                getattr(sink, method)(*args)
+            except Exception as e:
+                self.sinks.remove(sink)
+                if method != "close":
+                    self.warn(
+                        f"{sink.name} logging failed ({type(e).__name__}: {e}); it is off for the rest of the run, "
+                        "training continues"
+                    )
+                with_close = getattr(sink, "close", None)
+                if method != "close" and with_close is not None:
+                    try:
+                        with_close()
+                    except Exception:
+                        pass
+
+    def log(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Convert to floats once, write to every sink, return the plain row (with ``step``)."""
+        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        self._each("write", step, row)
+        return row
+
+    def log_aside(self, step: int, metrics: dict[str, Any]) -> None:
+        """TensorBoard and W&B only, e.g. the step-0 evaluation (metrics.jsonl rows are training steps 1..N)."""
+        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        self._each("write", step, row, jsonl=False)
+
+    @property
+    def tb(self):
+        """An ``add_scalar(key, value, step)`` handle to the side sinks, or None when there are none."""
+        if not any(not s.jsonl for s in self.sinks):
+            return None
+        return _AsideScalars(self)
+
+    def close(self) -> None:
+        self._each("close")
+        self.sinks = []
+
+
+class _AsideScalars:
+    def __init__(self, logger: MetricsLogger) -> None:
+        self.logger = logger
+
+    def add_scalar(self, key: str, value: Any, step: int) -> None:
+        self.logger.log_aside(step, {key: value})

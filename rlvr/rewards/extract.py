@@ -16,6 +16,7 @@ _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 _GSM8K = re.compile(r"####\s*([^\n]+)")
 _ANSWER_IS = re.compile(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*(?:\.\s|\.?$|\n)", re.IGNORECASE)
 _MINERVA = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+_UNIT_WORDS = re.compile(r"(?<=[\d}])\s+(?!pi\b)[A-Za-z]{2,}(?:\s+[A-Za-z]{2,}){0,2}\.?$")
 MINUS = "\u2212"  # unicode minus sign, common in model output copied from rendered math
 
 
@@ -76,14 +77,16 @@ def extract_answer(text: str, *, fallback_last_number: bool = False) -> str | No
 def normalize_number(s: str) -> str | None:
     """Canonical string of a plain number, or None if ``s`` is not one.
 
-    Strips ``$``, ``\\text{..}`` units, LaTeX spacing, a ``x =`` prefix, a trailing ``.``,
-    and thousands commas; reads ``\\frac{a}{b}``/``a/b``/decimals through
+    Strips ``$``, ``\\text{..}`` units, up to three unit words after the number (``18 dollars``,
+    ``5 km per hour``; not ``pi``, not single letters like ``3 x``), LaTeX spacing, a ``x =``
+    prefix, a trailing ``.``, and thousands commas; reads ``\\frac{a}{b}``/``a/b``/decimals through
     :class:`fractions.Fraction`, so ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all give ``"1/2"``,
     ``5.0`` gives ``"5"`` and ``-0`` gives ``"0"``.
     """
     s = _TEXT.sub("", s).replace("{,}", ",").replace(MINUS, "-")
     for junk in ("\\$", "$", "\\!", "\\,", "\\;", "\\ "):
         s = s.replace(junk, "")
+    s = _UNIT_WORDS.sub("", s.strip())
     s = re.sub(r"(?<!\d)\s+|\s+(?!\d)", "", s)  # "1 2" stays two numbers, not 12
     s = re.sub(r"^[A-Za-z]=", "", s)
     s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s).rstrip(".")

@@ -128,8 +128,11 @@ def get(name: str) -> Rule:
     return fn
 
 
-def call_one(name: str, completion: str, label, fields: dict):
-    """Run rule ``name`` on a one-item batch and return its one score (what a pool worker runs)."""
+def call_one(name: str, completion: str, label, fields: dict, path: list[str]):
+    """Run rule ``name`` on a one-item batch and return its one score (what a pool worker runs).
+    ``path`` is the parent's ``sys.path``, which may have grown since the worker started."""
+    if sys.path != path:
+        sys.path[:] = path
     out = get(name)([completion], [label], **{k: [v] for k, v in fields.items()})
     _check_length(name, out, 1)
     return out[0]
@@ -230,9 +233,9 @@ class Scorer:
         fn = self._fns.get(name) or self._fns.setdefault(name, get(name))
         n = len(completions)
         if is_plugin(name) and self.workers > 0:  # one item per call, each under the time limit
-            spec = canonical(name)
+            spec, path = canonical(name), list(sys.path)
             calls = [
-                ("rlvr.rewards.registry:call_one", (spec, completions[i], labels[i], {k: v[i] for k, v in fields.items()}))
+                ("rlvr.rewards.registry:call_one", (spec, completions[i], labels[i], {k: v[i] for k, v in fields.items()}, path))
                 for i in range(n)
             ]
             raw = [o.value if o.error is None else _Failed(o.error) for o in verify.pool().run(calls, self.timeout_s)]

@@ -22,12 +22,10 @@ import re
 from collections.abc import Callable
 
 from rlvr.rewards.extract import (
-    answer_is,
     answer_tag,
     extract_answer,
     gold_answer,
     last_boxed,
-    last_number,
     minerva_answer,
 )
 from rlvr.rewards.verify import match_many
@@ -163,14 +161,12 @@ def graded(
 
 
 def _ms_extract(completion: str) -> str | None:
-    """MindSpeed-RL ``acc``: cut at ``<|im_start|>assistant`` and the first end token, then the
-    Qwen-Math order: last ``\\boxed{}``, "the answer is", last number. Needs "boxed" in the text."""
+    """MindSpeed-RL ``acc``: cut at ``<|im_start|>assistant`` and the first end token, then the last
+    ``\\boxed{}`` (Qwen-Math's parser takes the box whenever "boxed" occurs, and never falls back)."""
     text = completion.split("<|im_start|>assistant")[-1]
     for stop in ("</s>", "<|im_end|>", "<|endoftext|>"):
         text = text.split(stop)[0]
-    if "boxed" not in text:
-        return None
-    return last_boxed(text) or answer_is(text) or last_number(text)
+    return last_boxed(text) if "boxed" in text else None
 
 
 def _base_acc_extract(completion: str) -> str | None:

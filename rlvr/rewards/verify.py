@@ -8,10 +8,14 @@ to a persistent :class:`~rlvr.rewards.pool.WorkerPool`, where each pair has a ha
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
+import operator
+import re
 import threading
 from dataclasses import dataclass
+from fractions import Fraction
 
 from rlvr.rewards.extract import normalize_number
 from rlvr.rewards.pool import WorkerPool
@@ -36,7 +40,6 @@ _pool_lock = threading.Lock()
 
 def configure(*, timeout_s: float | None = None, workers: int | None = None) -> None:
     """Change the settings; a change in ``workers`` stops the current pool (a new one starts when needed)."""
-    global _pool
     if timeout_s is not None:
         SETTINGS.timeout_s = timeout_s
     if workers is not None and workers != SETTINGS.workers:
@@ -62,10 +65,47 @@ def shutdown() -> None:
             _pool = None
 
 
+_PERCENT = re.compile(r"\s*(?:\\?%|percent)\s*\.?$")
+_ARITH = re.compile(r"[\d+\-*/(). ]{3,60}")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def _arith(node) -> Fraction:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return Fraction(str(node.value))
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_arith(node.left), _arith(node.right))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return -_arith(node.operand) if isinstance(node.op, ast.USub) else _arith(node.operand)
+    raise ValueError("not plain arithmetic")
+
+
+def _value(s: str) -> tuple[Fraction, bool] | None:
+    """(value, written as a percentage) of a plain number or of +-*/ arithmetic on numbers; None otherwise."""
+    s, pct = _PERCENT.subn("", s)
+    n = normalize_number(s)
+    if n is not None:
+        return Fraction(n), bool(pct)
+    expr = s.replace("\\times", "*").replace("\\cdot", "*").replace("\\div", "/").replace("$", "").strip()
+    if not _ARITH.fullmatch(expr) or "**" in expr or "//" in expr:
+        return None
+    try:
+        return _arith(ast.parse(expr, mode="eval").body), bool(pct)
+    except (SyntaxError, ValueError, ZeroDivisionError):
+        return None
+
+
 def numeric_match(pred: str, gold: str) -> bool | None:
-    """Exact comparison when both are plain numbers after :func:`normalize_number`; None if either is not."""
-    np_, ng = normalize_number(pred), normalize_number(gold)
-    return None if np_ is None or ng is None else np_ == ng
+    """Exact comparison when both sides are plain numbers (see :func:`normalize_number`) or +-*/
+    arithmetic on them (``9 + 9``, ``3 \\times 6``); None if either is not, for math-verify to decide.
+
+    A percentage matches its number or its fraction (``25\\%`` == ``25`` == ``0.25``), as in math-verify.
+    """
+    a, b = _value(pred), _value(gold)
+    if a is None or b is None:
+        return None
+    (x, x_pct), (y, y_pct) = a, b
+    return x == y or (x_pct and x / 100 == y) or (y_pct and y / 100 == x)
 
 
 def _as_latex(s: str) -> str:

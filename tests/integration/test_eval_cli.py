@@ -129,7 +129,8 @@ def test_training_evaluates_and_export_reloads_with_identical_logits(cwd, tiny, 
     cfg = load_config(None, [
         f"model.path={tiny}", "model.device=cpu", f"run_dir={run}", "data.template=plain", "data.system_prompt=",
         "data.assistant_prefix=", "rollout.max_new_tokens=6", "rollout.samples_per_prompt=4", "rollout.dtype=float32",
-        "reward.rules={format_partial: 1.0}", "train.prompts_per_step=2", "train.micro_batch_seqs=8", "train.steps=3",
+        "reward.rules=[format_partial]", "reward.weights=[1.0]", "reward.workers=0",
+        "train.prompts_per_step=2", "train.micro_batch_seqs=8", "train.steps=3",
         "eval.every_steps=2", "eval.limit=4", "log.tensorboard=false", "log.progress=false",
     ])
     train(cfg)
@@ -162,4 +163,5 @@ def test_training_evaluates_and_export_reloads_with_identical_logits(cwd, tiny, 
         assert torch.equal(ckpt(ids).logits, exported(ids).logits)
     assert main(["export", str(run), "--output", "half", "--dtype", "bfloat16"]) == 0
     assert AutoModelForCausalLM.from_pretrained(cwd / "half").dtype == torch.bfloat16
+    capsys.readouterr()
     _one_error(capsys, ["export", str(run), "--output", "exported"], "not empty")

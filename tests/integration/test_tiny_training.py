@@ -21,10 +21,9 @@ from rlvr import algos
 pytestmark = pytest.mark.slow
 
 
-def sevens(completion: str, answer: str) -> float:
-    """Fraction of the completion's words that are '7': trivially learnable by a tiny model."""
-    words = completion.split()
-    return sum(w == "7" for w in words) / max(len(words), 1)
+def sevens(completions: list[str], labels: list[str], **fields) -> list[float]:
+    """Fraction of each completion's words that are '7': trivially learnable by a tiny model."""
+    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
 
 
 @pytest.fixture
@@ -47,7 +46,8 @@ def tiny_config(model_dir, run_dir, *extra: str):
             "rollout.max_new_tokens=8",
             "rollout.samples_per_prompt=8",
             "rollout.dtype=float32",
-            "reward.rules={sevens: 1.0}",
+            "reward.rules=[sevens]",
+            "reward.weights=[1.0]",
             "reward.accuracy_rule=sevens",
             "train.prompts_per_step=4",
             "train.micro_batch_seqs=8",

@@ -77,20 +77,20 @@ def test_missing_gguf_file(cwd, capsys):
     _no_run_written(cwd)
 
 
-def test_jsonl_task_without_path(cwd, capsys):
-    _error_line(capsys, ["train", "run_dir=r", "data.task=jsonl"], ["data.task=jsonl needs data.path"])
+def test_files_task_without_path(cwd, capsys):
+    _error_line(capsys, ["train", "run_dir=r", "data.task=files"], ["data.task=files needs data.path"])
     _no_run_written(cwd)
 
 
 def test_missing_data_file(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=missing.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=missing.jsonl"]
     _error_line(capsys, argv, ["data file missing.jsonl not found", "data.path"])
     _no_run_written(cwd)
 
 
 def test_missing_test_data_file(cwd, capsys, tiny_dir):
     (cwd / "train.jsonl").write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=train.jsonl", "data.test_path=t.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=train.jsonl", "data.test_path=t.jsonl"]
     _error_line(capsys, argv, ["data file t.jsonl not found"])
     _no_run_written(cwd)
 
@@ -98,32 +98,32 @@ def test_missing_test_data_file(cwd, capsys, tiny_dir):
 def test_data_row_without_answer_key(cwd, capsys, tiny_dir):
     rows = [{"question": "What is 1 + 1?", "answer": "2"}, {"question": "What is 2 + 2?", "solution": "4"}]
     (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=d.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.jsonl"]
     _error_line(capsys, argv, ["d.jsonl:2:", "no 'answer'", "keys present: question, solution", "data.answer_key"])
     _no_run_written(cwd)
 
 
 def test_data_file_not_utf8(cwd, capsys, tiny_dir):
     (cwd / "d.jsonl").write_bytes('{"question": "café", "answer": "1"}\n'.encode("latin-1"))
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=jsonl", "data.path=d.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.jsonl"]
     _error_line(capsys, argv, ["d.jsonl", "not UTF-8"])
     _no_run_written(cwd)
 
 
 def test_unknown_reward_name(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules={acuracy: 1.0}"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules=[acuracy]", "reward.weights=[1]"]
     _error_line(capsys, argv, ["unknown reward 'acuracy'", "did you mean 'accuracy'"])
     _no_run_written(cwd)
 
 
 def test_unknown_accuracy_rule(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.accuracy_rule=acc"]
-    _error_line(capsys, argv, ["unknown reward 'acc'"])
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.accuracy_rule=acuracy"]
+    _error_line(capsys, argv, ["unknown reward 'acuracy'"])
     _no_run_written(cwd)
 
 
 def test_unimportable_reward_module(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules={no_such_pkg_xyz.mod:fn: 1.0}"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules=[no_such_pkg_xyz.mod:fn]", "reward.weights=[1]"]
     _error_line(capsys, argv, ["cannot import reward module 'no_such_pkg_xyz.mod'"])
     _no_run_written(cwd)
 
@@ -186,7 +186,7 @@ def test_config_docs_lists_every_key(capsys):
     out = capsys.readouterr().out
     assert "train.lr = 1e-06" in out
     assert "Peak learning rate" in out
-    assert "reward.rules = {'accuracy': 1.0, 'format': 0.5}" in out
+    assert "reward.rules = ['accuracy', 'format']" in out
     from rlvr.config import all_keys
 
     for key in all_keys():
@@ -222,3 +222,23 @@ def test_unknown_subcommand_exits_2(capsys):
         main(["trian"])
     assert e.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_data_path_without_files_task(cwd, capsys):
+    _error_line(capsys, ["train", "run_dir=r", "data.path=d.jsonl"], ["data.path/data.test_path are set", "data.task=files"])
+    _no_run_written(cwd)
+
+
+def test_data_bad_label_type_names_row_and_keys(cwd, capsys, tiny_dir):
+    rows = [{"question": "q", "answer": "1"}, {"question": "q2", "answer": [1, 2], "id": 3}]
+    (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.jsonl"]
+    _error_line(capsys, argv, ["d.jsonl:2:", "a list in 'answer' (not a string or number)", "keys present: answer, id, question"])
+    _no_run_written(cwd)
+
+
+def test_data_unknown_format(cwd, capsys, tiny_dir):
+    (cwd / "d.txt").write_text("q\n")
+    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.txt"]
+    _error_line(capsys, argv, ["d.txt: unknown data format '.txt'", "data.format"])
+    _no_run_written(cwd)

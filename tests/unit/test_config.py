@@ -60,7 +60,8 @@ def test_overrides_numbers_lists_dicts_enums_null():
             "train.steps=7",
             "train.lr=1e-6",  # YAML 1.1 reads this as a string; must still become a float
             "train.adam_betas=[0.9,0.95]",
-            "reward.rules={accuracy: 1.0}",
+            "reward.rules=[accuracy]",
+            "reward.weights=[1]",
             "algo.kl_estimator=k2",
             "algo.loss_agg=SEQ_MEAN_TOKEN_SUM",
             "resume=null",
@@ -73,8 +74,8 @@ def test_overrides_numbers_lists_dicts_enums_null():
     assert cfg.train.steps == 7 and type(cfg.train.steps) is int
     assert cfg.train.lr == 1e-6 and type(cfg.train.lr) is float
     assert cfg.train.adam_betas == [0.9, 0.95]
-    assert cfg.reward.rules == {"accuracy": 1.0}
-    assert type(cfg.reward.rules["accuracy"]) is float
+    assert cfg.reward.rules == ["accuracy"] and cfg.reward.weights == [1.0]
+    assert type(cfg.reward.weights[0]) is float
     assert cfg.algo.kl_estimator is KLEstimator.K2
     assert cfg.algo.loss_agg is LossAgg.SEQ_MEAN_TOKEN_SUM
     assert cfg.resume is None and cfg.data.path is None
@@ -86,10 +87,10 @@ def test_overrides_numbers_lists_dicts_enums_null():
 
 
 def test_later_override_wins_and_nested_dict_key_can_be_set():
-    cfg = load_config(None, ["train.steps=3", "train.steps=9", "reward.rules.boxed=2"])
+    cfg = load_config(None, ["train.steps=3", "train.steps=9", "reward.weights=[2, 0.5, 0.5]"])
     assert cfg.train.steps == 9
-    assert cfg.reward.rules["boxed"] == 2.0
-    assert cfg.reward.rules["accuracy"] == 1.0  # merged into the preset's mapping
+    assert cfg.reward.weights == [2.0, 0.5, 0.5]
+    assert cfg.reward.rules == ["accuracy", "accuracy_lenient", "format_partial"]  # the preset's rules
 
 
 def test_parse_override():
@@ -153,8 +154,8 @@ def test_key_below_a_leaf_is_unknown():
         ("train.lr=fast", "train.lr='fast': expected a number"),
         ("train.lr=[1]", "train.lr=[1]: expected a number"),
         ("model.path=null", "model.path=None: expected a string"),
-        ("reward.rules=accuracy", "reward.rules='accuracy': expected a mapping"),
-        ("reward.rules={accuracy: high}", "reward.rules.accuracy='high': expected a number"),
+        ("reward.rules=accuracy", "reward.rules='accuracy': expected a list"),
+        ("reward.weights=[1, high, 2]", "reward.weights[1]='high': expected a number"),
         ("train.adam_betas=0.9", "train.adam_betas=0.9: expected a list"),
         ("train.adam_betas=[0.9, x]", "train.adam_betas[1]='x': expected a number"),
         ("algo.kl_estimator=k9", "algo.kl_estimator=k9: must be one of k1, k2, k3"),
@@ -187,10 +188,10 @@ def test_integral_float_is_accepted_for_int_fields():
         ("model.dtype=float16", "model.dtype=float16: use float32 or bfloat16"),
         ("model.device=tpu", "model.device=tpu"),
         ("data.difficulty=5", "data.difficulty=5: must be 1..4"),
-        ("data.task=csv", "data.task=csv: use arithmetic or jsonl"),
-        ("data.task=jsonl", "data.task=jsonl needs data.path"),
-        ("data.template=chatml", "data.template=chatml: use r1 or plain"),
-        ("reward.rules={}", "reward.rules is empty"),
+        ("data.task=csv", "data.task=csv: use arithmetic, countdown or files"),
+        ("data.task=files", "data.task=files needs data.path"),
+        ("data.template=chatml", "data.template=chatml: use r1, qwen_r1, r1_base, cot, plain or a template file"),
+        ("reward.rules=[]", "reward.rules is empty"),
         ("log.samples_every=-1", "log.samples_every must be >= 0"),
     ],
 )
@@ -256,7 +257,8 @@ def test_to_yaml_round_trips(tmp_path):
             "train.adam_betas=[0.8, 0.95]",
             "train.lr=3e-7",
             "algo.adv_eps=1e-8",
-            "reward.rules={accuracy: 2.0, boxed: 0.25}",
+            "reward.rules=[accuracy, boxed]",
+            "reward.weights=[2.0, 0.25]",
             "data.system_prompt='Think: then answer. #1 [x]'",
             "resume=null",
         ],

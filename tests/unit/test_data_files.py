@@ -287,7 +287,7 @@ def test_prepare_counts_tokens_drops_long_prompts_and_caches(tmp_path):
     again = prepare_rows(load_split(cfg), cfg, tok)
     assert again.cached and again.rows == prepared.rows and again.dropped == prepared.dropped
     # a different template, or an edited file, misses the cache
-    assert not prepare_rows(load_split(cfg), DataConfig(**{**cfg.__dict__, "template": "r1_base"}), tok).cached
+    assert not prepare_rows(load_split(cfg), DataConfig(**{**cfg.__dict__, "system_prompt": "S"}), tok).cached
     jsonl(path, rows + [{"question": "2", "answer": "2"}])
     os.utime(path, ns=(1, 1))
     assert len(prepare_rows(load_split(cfg), cfg, tok).rows) == 4
@@ -325,7 +325,7 @@ def chat_model(tmp_path_factory):
 
 def test_cli_preview_stats_prepare(tmp_path, capsys, chat_model):
     path = jsonl(tmp_path / "gsm.jsonl", GSM)
-    assert main(["data", "preview", str(path), "--n", "1", f"model.path={chat_model}", "data.system_prompt="]) == 0
+    assert main(["data", "preview", str(path), f"model.path={chat_model}", "data.system_prompt=", "--n", "1"]) == 0
     out = capsys.readouterr().out
     assert "preset auto -> gsm8k" in out
     assert f"<|user|>A conversation between User and Assistant." in out

@@ -116,6 +116,7 @@ def test_evaluate_greedy_accuracy_pass_at_k_and_majority():
     s = result.summary
     assert s["n"] == 3
     assert s["accuracy"] == pytest.approx(2 / 3)
+    assert s["accuracy_lenient"] == pytest.approx(1.0)  # q3's last number is 7
     assert s["format_rate"] == pytest.approx(1 / 3)
     assert s["truncated_frac"] == pytest.approx(1 / 3)
     # pass@1 = mean(c/n) = (2/4 + 4/4 + 0/4) / 3 = 0.5

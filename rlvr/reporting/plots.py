@@ -1,0 +1,238 @@
+"""Training-curve PNGs with matplotlib (headless: a bare ``Figure`` + Agg canvas, no pyplot state).
+
+Every panel draws the raw per-step values faintly and a centred moving average over them. The same panels serve one run (``rlvr report``) and
+several overlaid runs (``rlvr compare``): one run colours by series; several runs colour by run
+and tell series apart by line style.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.reporting.run import Run
+
+DPI = 110
+LINESTYLES = ["-", "--", ":", "-."]
+
+
+def smoothing_window(n: int) -> int:
+    """Window of the centred moving average for a curve of ``n`` points: 1 (none) below 8 points,
+    else about n/10, odd, at least 3 (5 for 50 steps, 21 for 200)."""
+    if n < 8:
+        return 1
+    w = max(3, n // 10)
+    return w + 1 - w % 2
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Centred moving average; the window shrinks symmetrically at the ends.
+
+    Centred, unlike TensorBoard's EMA, so the smoothed curve does not lag the raw points.
+    """
+    h = window // 2
+    out = []
+    for i in range(len(values)):
+        r = min(h, i, len(values) - 1 - i)
+        part = values[i - r : i + r + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One plot: file stem, title, y-axis label, and (metric key, legend label) series."""
+
+    name: str
+    title: str
+    ylabel: str
+    series: tuple[tuple[str, str], ...]
+    source: str = "train"  # train: metrics.jsonl per step; eval: RUN/eval (markers, no smoothing)
+    ylim01: bool = False  # fractions: y axis 0..1
+
+
+def panels_for(runs: list[Run]) -> list[Panel]:
+    """The panels that have data in at least one of ``runs``, in report order."""
+    keys: dict[str, None] = {}
+    for run in runs:
+        keys.update(dict.fromkeys(run.keys()))
+    eval_keys: dict[str, None] = {}
+    for run in runs:
+        for r in run.evals:
+            eval_keys.update({k: None for k, v in r.items() if k.startswith("eval/") and isinstance(v, (int, float))})
+    rule_keys = tuple((k, k.removeprefix("reward/").removesuffix("_mean")) for k in keys if k.startswith("reward/") and k.endswith("_mean"))
+    fractions = [k for k in eval_keys if k.split("/", 1)[1].startswith(("accuracy", "format_rate", "pass@", "maj@", "sample_"))]
+    candidates = [
+        Panel("reward", "Total reward per step", "reward (mean over the step's completions)", (("rollout/reward_mean", "total reward"),)),
+        Panel("reward_by_rule", "Reward by rule", "rule score (mean over completions)", rule_keys),
+        Panel("accuracy", "Training accuracy", "fraction of completions correct", (("rollout/accuracy", "accuracy"),), ylim01=True),
+        Panel("format_rate", "Format rate", "fraction in the full R1 format", (("rollout/format_rate", "format rate"),), ylim01=True),
+        Panel(
+            "response_length", "Response length", "response length (tokens)",
+            (("rollout/response_len_mean", "mean"), ("rollout/response_len_max", "max")),
+        ),
+        Panel("truncated", "Truncated responses", "fraction cut at max_new_tokens", (("rollout/truncated_frac", "truncated"),), ylim01=True),
+        Panel("kl", "KL divergence to the reference model", "KL (nats per token)", (("train/kl", "KL"),)),
+        Panel("policy_loss", "Policy loss", "loss (per token)", (("train/pg_loss", "policy-gradient loss"), ("train/loss", "total loss"))),
+        Panel("entropy", "Policy entropy", "entropy (nats per token)", (("train/entropy", "entropy"),)),
+        Panel("clip_fraction", "PPO clip fraction", "fraction of tokens clipped", (("train/clip_frac", "clip fraction"),)),
+        Panel("grad_norm", "Gradient norm", "global L2 norm before clipping", (("train/grad_norm", "grad norm"),)),
+        Panel(
+            "throughput", "Throughput", "tokens per second",
+            (("perf/gen_tokens_per_s", "generation (rollout phase)"), ("perf/step_tokens_per_s", "end to end (whole step)")),
+        ),
+        Panel(
+            "step_time", "Time per step by phase", "seconds",
+            (("time/step_s", "whole step"), ("time/rollout_s", "rollout"), ("time/update_s", "update"),
+             ("time/reference_s", "ref/old log-probs"), ("time/reward_s", "rewards")),
+        ),
+        Panel(
+            "memory", "Peak memory", "MiB (high-water mark so far)",
+            (("perf/peak_rss_mib", "process RSS"), ("perf/cuda_max_allocated_mib", "CUDA max allocated")),
+        ),
+        Panel(
+            "eval", "Evaluation on held-out problems", "fraction", tuple((k, k.removeprefix("eval/")) for k in fractions),
+            source="eval", ylim01=True,
+        ),
+    ]
+    out = []
+    for p in candidates:
+        have = eval_keys if p.source == "eval" else keys
+        series = tuple(s for s in p.series if s[0] in have)
+        if p.name == "policy_loss" and len(series) == 2 and all(
+            run.series("train/loss") == run.series("train/pg_loss") for run in runs
+        ):
+            series = series[:1]  # no KL or entropy term: the total loss is the policy loss
+        if series:
+            out.append(Panel(p.name, p.title, p.ylabel, series, p.source, p.ylim01))
+    return out
+
+
+def _figure(width: float = 7.0, height: float = 4.0):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _style_axes(ax, title: str, ylabel: str, xlabel: str = "training step") -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
+    """Draw ``panel`` for each (label, run) on ``ax``; returns the number of lines drawn."""
+    from matplotlib.lines import Line2D
+
+    colors = [f"C{i % 10}" for i in range(max(len(runs), len(panel.series)))]
+    many = len(runs) > 1
+    drawn, smoothed_any, w_used = 0, False, 1
+    for ri, (label, run) in enumerate(runs):
+        for si, (key, name) in enumerate(panel.series):
+            xs, ys = run.eval_series(key) if panel.source == "eval" else run.series(key)
+            if not xs:
+                continue
+            color = colors[ri] if many else colors[si]
+            style = LINESTYLES[si % len(LINESTYLES)] if many else "-"
+            text = (f"{label}: {name}" if len(panel.series) > 1 else label) if many else name
+            if panel.source == "eval":
+                ax.plot(xs, ys, marker="o", linestyle=style, color=color, label=text)
+            else:
+                w = smoothing_window(len(xs))
+                if w > 1:
+                    ax.plot(xs, ys, color=color, alpha=0.3, linewidth=0.8, marker=".", markersize=3)
+                    ax.plot(xs, smooth(ys, w), color=color, linestyle=style, linewidth=1.8, label=text)
+                    smoothed_any, w_used = True, max(w_used, w)
+                else:
+                    ax.plot(xs, ys, color=color, linestyle=style, marker=".", label=text)
+            drawn += 1
+        if panel.name == "accuracy":  # held-out accuracy on the same axes, as markers
+            xs, ys = run.eval_series("eval/accuracy")
+            if xs:
+                color = colors[ri] if many else "black"
+                ax.plot(xs, ys, "D", color=color, markersize=6, label=f"{label}: eval accuracy" if many else "eval accuracy (held-out)")
+                drawn += 1
+    if not drawn:
+        return 0
+    _style_axes(ax, panel.title, panel.ylabel)
+    if panel.ylim01:
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(-0.02, lo), max(1.02, hi))
+    handles, labels = ax.get_legend_handles_labels()
+    if smoothed_any:
+        handles.append(Line2D([], [], color="gray", alpha=0.4, marker=".", linewidth=0.8))
+        labels.append(f"faint: per step; solid: mean of {w_used} steps")
+    _legend_below(ax, handles, labels)
+    return drawn
+
+
+def _legend_below(ax, handles, labels) -> None:
+    """Legend under the axes, so it never covers a curve."""
+    ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              ncol=min(3, len(labels)), frameon=False)
+
+
+def save_panel(panel: Panel, runs: list[tuple[str, Run]], path: Path) -> Path | None:
+    """One PNG for ``panel``; None when no run has data for it."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    if not draw_panel(ax, panel, runs):
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def save_overview(run: Run, path: Path, title: str) -> Path | None:
+    """A 2x2 summary: reward, accuracy (+ eval), response length, policy loss / KL."""
+    panels = {p.name: p for p in panels_for([run])}
+    chosen = [panels[n] for n in ("reward", "accuracy", "response_length", "kl", "policy_loss", "format_rate") if n in panels][:4]
+    if not chosen:
+        return None
+    fig = _figure(11, 7)
+    axes = fig.subplots(2, 2).flatten()
+    for ax, panel in zip(axes, chosen):
+        draw_panel(ax, panel, [(run.name, run)])
+    for ax in axes[len(chosen) :]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def save_aha_curve(curves: list[tuple[str, list[dict]]], path: Path) -> Path | None:
+    """Share of completions that reflect, per step, next to the mean response length (DeepSeek-R1's aha plot)."""
+    curves = [(label, c) for label, c in curves if c]
+    if not curves:
+        return None
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax2 = ax.twinx()
+    many = len(curves) > 1
+    for i, (label, curve) in enumerate(curves):
+        xs = [c["step"] for c in curve]
+        color = f"C{i}" if many else "C3"
+        frac = [100 * c["reflect_frac"] for c in curve]
+        ax.plot(xs, frac, color=color, marker=".", label=(f"{label}: " if many else "") + "completions with reflection")
+        lcolor = f"C{i}" if many else "C0"
+        ax2.plot(xs, [c["length_mean"] for c in curve], color=lcolor, linestyle="--", alpha=0.8,
+                 label=(f"{label}: " if many else "") + "mean response length")
+    _style_axes(ax, "Reflection ('aha') rate and response length", "completions with a reflection phrase (%)")
+    ax.set_ylim(bottom=0, top=max(5.0, ax.get_ylim()[1]))
+    ax2.set_ylabel("mean response length (tokens)")
+    ax2.set_ylim(bottom=0)
+    ax.set_ylim(bottom=-0.02 * ax.get_ylim()[1])  # a flat 0 % line stays visible above the axis
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    _legend_below(ax, h1 + h2, l1 + l2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path

@@ -1,0 +1,237 @@
+"""``rlvr report RUN``: plots, ``report.md`` and a self-contained ``report.html`` for one run.
+
+Works on a finished run, one that is still writing, and one that crashed: it reads whatever
+complete lines are on disk (see :mod:`rlvr.reporting.run`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from rlvr.errors import UserError
+from rlvr.reporting import aha
+from rlvr.reporting.document import Doc, Sample
+from rlvr.reporting.plots import panels_for, save_aha_curve, save_overview, save_panel
+from rlvr.reporting.run import Run, load_run
+
+# (dotted config key, label) shown in the config summary
+CONFIG_ROWS = [
+    ("model.path", "model"),
+    ("data.task", "data"),
+    ("data.path", "data file"),
+    ("data.difficulty", "difficulty (built-in task)"),
+    ("data.template", "prompt template"),
+    ("data.assistant_prefix", "assistant prefix"),
+    ("train.steps", "steps"),
+    ("train.prompts_per_step", "P: prompts per step"),
+    ("rollout.samples_per_prompt", "G: samples per prompt"),
+    ("rollout.max_new_tokens", "max new tokens"),
+    ("rollout.temperature", "temperature"),
+    ("train.lr", "learning rate"),
+    ("train.lr_schedule", "lr schedule"),
+    ("algo.kl_coef", "KL coefficient"),
+    ("algo.kl_estimator", "KL estimator"),
+    ("algo.loss_agg", "loss aggregation"),
+    ("algo.num_iterations", "updates per rollout batch"),
+    ("algo.clip_low", "clip low"),
+    ("algo.clip_high", "clip high"),
+    ("model.device", "device"),
+    ("seed", "seed"),
+]
+
+# (metric key, label, format) of the first-vs-last table
+TREND_ROWS = [
+    ("rollout/reward_mean", "total reward", "{:.3f}"),
+    ("rollout/accuracy", "accuracy", "{:.3f}"),
+    ("rollout/format_rate", "format rate", "{:.3f}"),
+    ("rollout/response_len_mean", "response length (tokens)", "{:.1f}"),
+    ("rollout/truncated_frac", "truncated fraction", "{:.3f}"),
+    ("train/entropy", "entropy (nats/token)", "{:.3f}"),
+    ("train/kl", "KL to reference", "{:.4f}"),
+]
+
+
+def _fmt(v, spec: str = "{:.3f}") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return spec.format(v)
+    return str(v)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def window(n: int) -> int:
+    """Steps averaged at each end of a first-vs-last comparison: 10, or fewer on short runs."""
+    return max(1, min(10, n // 2))
+
+
+def first_last(run: Run, key: str) -> tuple[float | None, float | None, int]:
+    """(mean of the first k steps, mean of the last k steps, k)."""
+    _, ys = run.series(key)
+    k = window(len(ys))
+    if not ys:
+        return None, None, k
+    return _mean(ys[:k]), _mean(ys[-k:]), k
+
+
+def timings(run: Run) -> list[tuple[str, str]]:
+    """(label, value) rows: steps done, training time, per-phase means, eval time, throughput, peak memory."""
+    rows = []
+    _, step_s = run.series("time/step_s")
+    rows.append(("steps logged", f"{run.last_step}" + (f" of {run.total_steps}" if run.total_steps else "")))
+    if step_s:
+        total = sum(step_s)
+        rows.append(("training time (sum of step times)", f"{total / 60:.1f} min"))
+        rows.append(("time per step (mean)", f"{total / len(step_s):.1f} s"))
+    for key, label in [("time/rollout_s", "rollout"), ("time/reward_s", "rewards"),
+                       ("time/reference_s", "ref/old log-probs"), ("time/update_s", "update")]:
+        _, ys = run.series(key)
+        if ys:
+            rows.append((f"{label} phase (mean per step)", f"{_mean(ys):.2f} s"))
+    _, ev = run.eval_series("eval/time_s")
+    if ev:
+        rows.append(("evaluation time (all evaluations)", f"{sum(ev):.1f} s"))
+    for key, label in [("perf/gen_tokens_per_s", "generation throughput (mean)"),
+                       ("perf/step_tokens_per_s", "end-to-end throughput (mean)")]:
+        _, ys = run.series(key)
+        if ys:
+            rows.append((label, f"{_mean(ys):.1f} tokens/s"))
+    for key, label in [("perf/peak_rss_mib", "peak memory, process RSS"),
+                       ("perf/cuda_max_allocated_mib", "peak memory, CUDA allocated")]:
+        _, ys = run.series(key)
+        rows.append((label, f"{max(ys):.0f} MiB" if ys else "n/a (not logged by this run)"))
+    return rows
+
+
+def eval_table(run: Run) -> tuple[list[str], list[list]] | None:
+    """Before/after rows: metric, first eval, last eval, change."""
+    if not run.evals:
+        return None
+    first, last = run.evals[0], run.evals[-1]
+    keys = [k for k in first if k.startswith("eval/") and k != "eval/time_s"]
+    keys += [k for k in last if k.startswith("eval/") and k != "eval/time_s" and k not in keys]
+    headers = ["metric", f"before (step {first['step']})", f"after (step {last['step']})", "change"]
+    rows = []
+    for k in keys:
+        a, b = first.get(k), last.get(k)
+        spec = "{:.1f}" if "len" in k else "{:.3f}"
+        change = spec.format(b - a) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else ""
+        if change and not change.startswith("-"):
+            change = "+" + change
+        rows.append([k.removeprefix("eval/"), _fmt(a, spec), _fmt(b, spec), change])
+    if len(run.evals) == 1:
+        headers, rows = headers[:2], [r[:2] for r in rows]
+    return headers, rows
+
+
+def config_rows(run: Run) -> list[list[str]]:
+    """(label, `key`, value) rows of the settings a reader of the report wants first."""
+    rows = []
+    for key, label in CONFIG_ROWS:
+        v = run.cfg(key)
+        if v is None or v == "":
+            continue
+        rows.append([label, f"`{key}`", str(v)])
+        if key == "rollout.samples_per_prompt" and run.reward_rules():
+            text = " + ".join(f"{w} × {r}" if w is not None else r for r, w in run.reward_rules())
+            rows.append(["total reward", "`reward.rules`, `reward.weights`", text])
+    return rows
+
+
+def aha_hits(run: Run, *, pattern=None) -> tuple[list[aha.AhaHit], list[dict], int]:
+    """(ranked hits, per-step reflection curve, number of samples scanned)."""
+    rows = run.samples()
+    acc_rule = run.cfg("reward.accuracy_rule", "accuracy") or "accuracy"
+    pattern = pattern or aha.compile_phrases()
+    return aha.find_aha(rows, pattern=pattern, accuracy_rule=acc_rule), aha.reflection_curve(rows, pattern=pattern), len(rows)
+
+
+def aha_sample(hit: aha.AhaHit) -> Sample:
+    return Sample(aha.describe(hit), str(hit.row.get("question", "")), str(hit.row.get("completion", "")), hit.spans)
+
+
+def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: int = 3) -> Path:
+    """Write ``OUTPUT/report.md``, ``OUTPUT/report.html`` and ``OUTPUT/plots/*.png``; returns OUTPUT.
+
+    Args:
+        run_dir: the run directory.
+        output: where to write (default ``RUN/report``).
+        top: how many aha-moment samples to include.
+    """
+    run = load_run(run_dir)
+    out = Path(output) if output is not None else run.path / "report"
+    try:
+        (out / "plots").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot write the report to {out}: {e.strerror}") from None
+    plots = out / "plots"
+
+    doc = Doc(f"Run report: {run.name}")
+    doc.p(f"Run directory: {run.path.resolve()}. Status: {run.status()}. "
+          f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `rlvr report`.")
+    if not run.metrics:
+        doc.p("No training step has been logged yet (metrics.jsonl is missing or empty).")
+
+    # -- results ------------------------------------------------------------------------------
+    trend = []
+    for key, label, spec in TREND_ROWS:
+        a, b, k = first_last(run, key)
+        if a is not None:
+            trend.append([label, _fmt(a, spec), _fmt(b, spec)])
+    if trend:
+        k = window(len(run.metrics))
+        n = run.last_step
+        doc.h2("Training curves: start vs end")
+        doc.table(["metric", f"mean of the first {k} steps", f"mean of the last {k} steps (to step {n})"], trend)
+
+    doc.h2("Evaluation before / after")
+    table = eval_table(run)
+    if table:
+        doc.table(*table)
+        if len(run.evals) > 2:
+            doc.p("Evaluated at steps " + ", ".join(str(r["step"]) for r in run.evals) + " (curve below).")
+    else:
+        doc.p("No evaluation in this run (RUN/eval/ is missing); run `rlvr eval --model RUN` to evaluate it.")
+
+    doc.h2("Config")
+    doc.table(["setting", "config key", "value"], config_rows(run))
+    doc.p(f"The full resolved config is {run.path / 'config.yaml'}.")
+
+    doc.h2("Time and memory")
+    doc.table(["", "value"], [list(r) for r in timings(run)])
+
+    # -- plots ----------------------------------------------------------------------------------
+    doc.h2("Plots")
+    overview = save_overview(run, plots / "overview.png", f"{run.name}: training overview")
+    if overview:
+        doc.image(overview, "training overview: reward, accuracy, response length, loss")
+    for panel in panels_for([run]):
+        path = save_panel(panel, [(run.name, run)], plots / f"{panel.name}.png")
+        if path:
+            doc.image(path, panel.title)
+
+    # -- aha moments ----------------------------------------------------------------------------
+    doc.h2("Aha moments")
+    hits, curve, scanned = aha_hits(run)
+    curve_png = save_aha_curve([(run.name, curve)], plots / "aha_curve.png")
+    if not scanned:
+        doc.p("No samples.jsonl in this run (log.samples_every=0), so there is nothing to scan.")
+    else:
+        correct_turns = sum(h.tier == 1 for h in hits)
+        doc.p(
+            f"{len(hits)} of {scanned} logged completions reflect (a phrase such as 'wait', 'let me check', "
+            f"'verify' inside <think>); {correct_turns} of them are correct and changed their answer after "
+            f"reflecting. `rlvr aha RUN --top N` lists them."
+        )
+        if curve_png:
+            doc.image(curve_png, "share of completions with reflection per step, and mean response length")
+        for hit in hits[:top]:
+            doc.sample(aha_sample(hit))
+
+    (out / "report.md").write_text(doc.markdown(out), encoding="utf-8")
+    (out / "report.html").write_text(doc.html(), encoding="utf-8")
+    return out
