@@ -70,12 +70,11 @@ def resolve(spec: str) -> ResolvedModel:
             return ResolvedModel(spec, ckpt, run_dir, _read_run_config(run_dir))
         return ResolvedModel(spec, ckpt)
     if path.is_dir() and (path / "checkpoints").is_dir():
-        from rlvr.training.checkpoint import list_checkpoints
-
         last = path / "checkpoints" / "last"
         ckpt = last.resolve() if last.is_dir() and _is_model_dir(last) else None
-        if ckpt is None:
-            found = list_checkpoints(path)
+        if ckpt is None:  # no 'last' link: the newest step_N (layout of rlvr.training.checkpoint)
+            steps = [p for p in (path / "checkpoints").glob("step_*") if p.name[5:].isdigit() and _is_model_dir(p)]
+            found = sorted(steps, key=lambda p: int(p.name[5:]))
             if not found:
                 raise UserError(f"--model {spec}: the run has no checkpoint yet")
             ckpt = found[-1]

@@ -47,14 +47,55 @@ class StepPrinter:
     def note(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)
 
-    def done(self, run_dir, final, history: list[dict]) -> None:
-        acc = [m["rollout/accuracy"] for m in history if "rollout/accuracy" in m]
-        if len(acc) >= 2:
-            k = min(10, len(acc) // 2)
-            first, last = sum(acc[:k]) / k, sum(acc[-k:]) / k
-            self.note(f"accuracy: mean of the first {k} steps {first:.3f} -> last {k} steps {last:.3f}")
-        self.note(f"done: {run_dir} (final checkpoint {final})")
+    def done(self, run_dir, final, *, report: bool = True) -> None:
+        """The end-of-training summary; with ``report``, also writes RUN/report/ (never raises)."""
+        self.stop()  # the summary goes below a finished bar
+        try:
+            lines = summary_lines(run_dir, final)
+        except Exception as e:  # a summary is a courtesy; the run itself is complete
+            lines = [f"done: {run_dir} (final checkpoint {final}); summary unavailable ({type(e).__name__}: {e})"]
+        for line in lines:
+            self.note(line)
+        if not report:
+            self.note(f"report: not written (log.report=false); `rlvr report {run_dir}` writes it")
+            return
+        try:
+            from rlvr.reporting.report import build_report
+
+            out = build_report(run_dir)
+        except Exception as e:  # the run is saved; a failed report must not turn it into a failure
+            self.note(f"warning: the report failed ({type(e).__name__}: {e}); retry with `rlvr report {run_dir}`")
+        else:
+            self.note(f"report: {out / 'report.html'} (and report.md; plots in {out / 'plots'})")
 
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
+
+
+def summary_lines(run_dir, final) -> list[str]:
+    """Steps and time, reward/accuracy first -> last, eval before -> after, final checkpoint."""
+    from rlvr.reporting.report import first_last
+    from rlvr.reporting.run import load_run
+
+    run = load_run(run_dir)
+    _, step_s = run.series("time/step_s")
+    total = sum(step_s)
+    lines = [f"done: {run.last_step} steps in {total / 60:.1f} min of training ({total / max(len(step_s), 1):.1f} s/step)"]
+    for key, label in [("rollout/reward_mean", "reward"), ("rollout/accuracy", "accuracy"), ("rollout/format_rate", "format rate")]:
+        a, b, k = first_last(run, key)
+        if a is not None:
+            lines.append(f"{label + ':':13s} {a:.3f} -> {b:.3f}  (mean of the first {k} steps -> the last {k})")
+    if run.evals:
+        first, last = run.evals[0], run.evals[-1]
+        for key in [k for k in first if k.startswith("eval/") and k not in ("eval/time_s", "eval/response_len_mean")]:
+            if isinstance(first.get(key), (int, float)) and isinstance(last.get(key), (int, float)) and last is not first:
+                lines.append(f"{key + ':':13s} {first[key]:.3f} (step {first['step']}) -> {last[key]:.3f} (step {last['step']})")
+            elif isinstance(first.get(key), (int, float)):
+                lines.append(f"{key + ':':13s} {first[key]:.3f} (step {first['step']})")
+    _, rss = run.series("perf/peak_rss_mib")
+    if rss:
+        lines.append(f"peak memory:  {max(rss):.0f} MiB RSS")
+    lines.append(f"checkpoint:   {final}")
+    return lines

@@ -23,7 +23,7 @@ from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path, response_logits
 from rlvr.models.forward import shared_prompt_group
-from rlvr.reporting import JsonlWriter, MetricsLogger, read_jsonl, truncate_jsonl
+from rlvr.reporting import JsonlWriter, MetricsLogger, peak_memory, truncate_jsonl
 from rlvr.reporting.console import StepPrinter
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
@@ -154,7 +154,7 @@ def train(cfg: Config, *, console=None) -> Path:
         return run_dir
 
     stream = PromptStream(len(train_rows), cfg.train.prompts_per_step, cfg.seed)
-    metrics_log = MetricsLogger(run_dir, tensorboard=cfg.log.tensorboard)
+    metrics_log = MetricsLogger.from_config(run_dir, cfg.log)  # jsonl + TensorBoard/W&B, each failure-isolated
     samples_log = JsonlWriter(run_dir / "samples.jsonl")
     G, mb = cfg.rollout.samples_per_prompt, cfg.train.micro_batch_seqs
     temperature = cfg.rollout.temperature
@@ -236,6 +236,7 @@ def train(cfg: Config, *, console=None) -> Path:
                 "time/update_s": t_update,
                 "time/step_s": time.perf_counter() - t_step,
                 "perf/gen_tokens_per_s": lengths.sum() / max(t_rollout, 1e-9),
+                **peak_memory(device),
             }
             if evaluator.due(step + 1):  # after the update: evaluates the weights saved as step_{step+1}
                 metrics.update(evaluator.run(engine, tokenizer, step + 1))
@@ -260,7 +261,7 @@ def train(cfg: Config, *, console=None) -> Path:
             if cfg.train.save_every and (step + 1) % cfg.train.save_every == 0 and step + 1 < cfg.train.steps:
                 save(step + 1)
         final = save(cfg.train.steps)
-        printer.done(run_dir, final, read_jsonl(run_dir / "metrics.jsonl"))
+        printer.done(run_dir, final, report=cfg.log.report)  # summary; writes RUN/report/ unless log.report=false
     except KeyboardInterrupt:
         saved = ckpt.list_checkpoints(run_dir)
         where = f"last checkpoint {saved[-1]}" if saved else "no checkpoint saved yet"
