@@ -42,8 +42,8 @@ def main(P: int = 4, G: int = 8, prompt_len: int = 126, T: int = 64, mb: int = 8
             with ctx:
                 logits = response_logits(model, ids[rows], am[rows], T, group_size=min(group, mb))
             logp = algos.token_logprobs(logits, resp[rows])
-            loss_tok, _ = algos.clipped_surrogate(logp, logp.detach(), adv[rows], clip_low=0.2, clip_high=0.2)
-            algos.aggregate(loss_tok, mask[rows], algos.LossAgg.TOKEN_MEAN, num_tokens=mask.sum()).backward()
+            loss_tok, _ = algos.policy_loss(logp, logp.detach(), adv[rows], mask[rows], clip_low=0.2, clip_high=0.2)
+            algos.aggregate(loss_tok, mask[rows], mode=algos.LossAgg.TOKEN_MEAN, num_tokens=mask.sum()).backward()
         dt = time.perf_counter() - t0
         grads[name] = torch.cat([p.grad.flatten() for p in model.parameters()])
         results[name] = {"seconds": round(dt, 2), "tokens_per_s": round(P * G * (prompt_len + T) / dt, 1)}

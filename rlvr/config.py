@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from rlvr.algos import KLEstimator, LossAgg
+from rlvr.algos import AdvMethod, KLEstimator, KLPlacement, LossAgg, RatioLevel
 from rlvr.errors import UserError
 from rlvr.rewards.registry import OnError
 
@@ -201,31 +201,59 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class AlgoConfig:
-    adv_scale_by_std: bool = True
-    """GRPO: divide group-centred rewards by the group std (ddof=1). False = Dr. GRPO style."""
+    adv_method: AdvMethod = AdvMethod.GRPO
+    """Advantage: grpo ((r - group mean) / (group std ddof=1 + adv_eps)), dr_grpo (r - group mean), rloo (leave-one-out mean), reinforce_pp (r - group mean, / batch std)."""
     adv_eps: float = 1e-6
-    """Added to the group std before dividing."""
+    """Added to the std before dividing (grpo, reinforce_pp)."""
     clip_low: float = 0.2
     """PPO clip: ratio is clamped below at 1 - clip_low."""
     clip_high: float = 0.2
     """PPO clip: ratio is clamped above at 1 + clip_high (DAPO 'clip higher' uses 0.28)."""
+    dual_clip: float | None = None
+    """Dual-clip constant c > 1: the loss of a negative-advantage token is capped at -A*c (veRL clip_ratio_c=3); null = off."""
+    ratio_level: RatioLevel = RatioLevel.TOKEN
+    """Importance ratio per token (PPO/GRPO) or per sequence, length-normalised (GSPO)."""
     kl_coef: float = 0.0
-    """Weight of the KL-to-reference term in the loss; 0 loads no reference model at all."""
+    """Weight of the KL-to-reference term; 0 loads no reference model at all."""
     kl_estimator: KLEstimator = KLEstimator.K3
-    """KL estimator: k1, k2 or k3 (low-variance, DeepSeekMath)."""
+    """KL estimator: k1, k2 or k3 (low-variance, DeepSeekMath; clamped as veRL low_var_kl)."""
+    kl_placement: KLPlacement = KLPlacement.LOSS
+    """Where the KL acts: loss (kl_coef * token KL added to the loss, GRPO) or reward (kl_coef * sequence KL subtracted from the reward before advantages)."""
+    ref_sync_every: int = 0
+    """Copy the policy into the reference model every N steps (MindRLHF sync_ref_model; 0 = never)."""
     loss_agg: LossAgg = LossAgg.TOKEN_MEAN
-    """Loss reduction: token_mean (over all tokens of the optimizer step), seq_mean_token_mean, seq_mean_token_sum."""
+    """Loss reduction: token_mean (over all tokens of the optimizer step), seq_mean_token_mean (GRPO paper), seq_mean_token_sum_norm (Dr. GRPO: / (sequences * rollout.max_new_tokens))."""
     num_iterations: int = 1
     """Optimizer steps on each rollout batch (PPO epochs, TRL's mu). >1 keeps old log-probs for the ratio."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (0 = off; entropy is still logged)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts until train.prompts_per_step groups carry signal."""
+    dynamic_sampling_max_batches: int = 4
+    """Extra rollout batches (of train.prompts_per_step prompts each) a step may draw; if still short, zero-variance groups fill the batch."""
+    overlong_buffer: int = 0
+    """DAPO overlong shaping: penalise responses in the last N tokens of rollout.max_new_tokens linearly down to -overlong_penalty (0 = off)."""
+    overlong_penalty: float = 1.0
+    """Largest overlong penalty (at rollout.max_new_tokens tokens)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling: weight each token's loss by min(p_trainer / p_rollout, tis_cap) to correct the rollout engine's (e.g. bf16) sampling; null = off."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.clip_low < 1, "algo.clip_low must be in [0, 1)")
         _check(self.clip_high >= 0, "algo.clip_high must be >= 0")
+        _check(self.dual_clip is None or self.dual_clip > 1, "algo.dual_clip must be > 1 (e.g. 3.0), or null for off")
         _check(self.kl_coef >= 0, "algo.kl_coef must be >= 0")
         _check(self.adv_eps >= 0, "algo.adv_eps must be >= 0")
         _check(self.num_iterations >= 1, "algo.num_iterations must be >= 1")
+        _check(self.ref_sync_every >= 0, "algo.ref_sync_every must be >= 0 (0 = never)")
+        _check(
+            self.ref_sync_every == 0 or self.kl_coef > 0,
+            "algo.ref_sync_every needs a reference model; set algo.kl_coef > 0 (or algo.ref_sync_every=0)",
+        )
+        _check(self.dynamic_sampling_max_batches >= 0, "algo.dynamic_sampling_max_batches must be >= 0")
+        _check(self.overlong_buffer >= 0, "algo.overlong_buffer must be >= 0 (0 = off)")
+        _check(self.overlong_penalty >= 0, "algo.overlong_penalty must be >= 0")
+        _check(self.tis_cap is None or self.tis_cap > 0, "algo.tis_cap must be > 0 (e.g. 2.0), or null for off")
 
 
 @dataclass(frozen=True)
@@ -354,6 +382,11 @@ class Config:
             f"train.prompts_per_step * rollout.samples_per_prompt = {seqs} sequences per step is not divisible "
             f"by train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
         )
+        _check(
+            self.algo.overlong_buffer <= self.rollout.max_new_tokens,
+            f"algo.overlong_buffer={self.algo.overlong_buffer} is longer than rollout.max_new_tokens="
+            f"{self.rollout.max_new_tokens}; the buffer is the last part of that budget",
+        )
 
     @property
     def seqs_per_step(self) -> int:
@@ -480,7 +513,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def read_yaml(path: str | Path) -> dict:
+def read_yaml(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML config file (or built-in preset name) as a nested dict, its ``defaults:`` resolved.
+
+    ``defaults: [quickstart]`` (or ``defaults: base.yaml``, paths relative to the file) loads
+    those first and merges this file on top, so an algorithm preset layers on any model/data.
+    """
     path = Path(path)
     if not path.is_file():
         named = PRESETS_DIR / f"{path.name}.yaml"
@@ -489,6 +527,9 @@ def read_yaml(path: str | Path) -> dict:
         else:
             presets = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
             raise UserError(f"config file {path} not found (built-in presets: {presets})")
+    if path.resolve() in _seen:
+        raise UserError(f"{path}: its defaults include it again (a loop)")
+    _seen = _seen + (path.resolve(),)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError:
@@ -497,7 +538,33 @@ def read_yaml(path: str | Path) -> dict:
         raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of config sections")
-    return data
+    return _with_defaults(data, path, _seen)
+
+
+def _merge(base: dict, top: dict) -> dict:
+    """Deep merge: ``top``'s keys win; mappings merge key by key, lists and scalars are replaced."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _with_defaults(data: dict, path: Path, seen: tuple[Path, ...]) -> dict:
+    """Resolves a file's ``defaults:`` key: the named files/presets, in order, then this file on top."""
+    names = data.pop("defaults", None)
+    if names is None:
+        return data
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise UserError(f"{path}: defaults must be a preset name or file, or a list of them (e.g. defaults: [quickstart])")
+    base: dict = {}
+    for name in names:
+        target = path.parent / name
+        if not target.is_file():
+            target = Path(name)  # a preset name, or a path relative to the working directory
+        base = _merge(base, read_yaml(target, _seen=seen))
+    return _merge(base, data)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:

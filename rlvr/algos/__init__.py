@@ -12,27 +12,40 @@ Shape letters used in every docstring of this package:
   belong to one prompt.
 - T: response tokens per sequence (right-padded; ``mask`` marks real tokens).
 - V: vocabulary size.
+
+Every mode is a ``StrEnum`` mapped to one small function through a dict.
 """
 
-from rlvr.algos.advantages import group_advantages
-from rlvr.algos.logprobs import token_entropy, token_logprobs
+from rlvr.algos.advantages import AdvMethod, group_advantages, informative_groups
+from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.algos.losses import (
     KLEstimator,
+    KLPlacement,
     LossAgg,
+    RatioLevel,
     aggregate,
-    clipped_surrogate,
-    kl_penalty,
+    kl_divergence,
     masked_mean,
+    policy_loss,
+    truncated_importance_weights,
 )
+from rlvr.algos.shaping import kl_shaped_rewards, overlong_penalty
 
 __all__ = [
+    "AdvMethod",
     "KLEstimator",
+    "KLPlacement",
     "LossAgg",
+    "RatioLevel",
     "aggregate",
-    "clipped_surrogate",
+    "entropy_from_logits",
     "group_advantages",
-    "kl_penalty",
+    "informative_groups",
+    "kl_divergence",
+    "kl_shaped_rewards",
     "masked_mean",
-    "token_entropy",
+    "overlong_penalty",
+    "policy_loss",
     "token_logprobs",
+    "truncated_importance_weights",
 ]

@@ -37,14 +37,15 @@ def token_logprobs(logits: Tensor, tokens: Tensor, *, temperature: float = 1.0) 
     return torch.stack(rows)  # [B, T]
 
 
-def token_entropy(logits: Tensor, *, temperature: float = 1.0) -> Tensor:
+def entropy_from_logits(logits: Tensor, *, temperature: float = 1.0) -> Tensor:
     """Entropy of the next-token distribution softmax(logits / temperature).
 
     Math: H_t = −Σ_v p_v log p_v with log p = log_softmax(z), z = logits / temperature
     (Shannon entropy; logged as ``train/entropy``, e.g. DAPO §3.1).
 
     Must equal the naive ``-(p * logp).sum(-1)`` on the full [B, T, V] tensor;
-    computed one sequence at a time in float32 like ``token_logprobs``. Logits
+    computed one sequence at a time in float32 like ``token_logprobs`` (only one [T, V]
+    float32 copy alive besides the caller's logits). Logits
     must be finite (a −inf logit gives 0·−inf = NaN).
 
     Args:

@@ -105,8 +105,7 @@ def compare_runs(run_dirs: list[str | Path], output: str | Path, *, title: str =
         raise UserError(f"cannot write the comparison to {out}: {e.strerror}") from None
 
     doc = Doc(title)
-    k = max((first_last(r, "rollout/reward_mean")[2] for r in runs), default=1)
-    doc.p(f"{len(runs)} runs. 'final' is the mean of each run's last {k} logged steps; wall time is the sum of "
+    doc.p(f"{len(runs)} runs. 'final' is the mean of each run's last 10 logged steps (half the steps of a shorter run); wall time is the sum of "
           "step and evaluation times; tokens/s are means over steps; peak RSS is the trainer process's high-water mark.")
     doc.table(SUMMARY_HEADERS, [summary_row(label, run) for label, run in zip(labels, runs)])
     diffs = config_differences(runs)

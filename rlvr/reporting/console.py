@@ -86,16 +86,17 @@ def summary_lines(run_dir, final) -> list[str]:
     for key, label in [("rollout/reward_mean", "reward"), ("rollout/accuracy", "accuracy"), ("rollout/format_rate", "format rate")]:
         a, b, k = first_last(run, key)
         if a is not None:
-            lines.append(f"{label + ':':13s} {a:.3f} -> {b:.3f}  (mean of the first {k} steps -> the last {k})")
+            lines.append(f"{label + ':':17s} {a:.3f} -> {b:.3f}  (mean of the first {k} steps -> the last {k})")
     if run.evals:
         first, last = run.evals[0], run.evals[-1]
-        for key in [k for k in first if k.startswith("eval/") and k not in ("eval/time_s", "eval/response_len_mean")]:
+        shown = ("eval/accuracy", "eval/format_rate", "eval/pass@", "eval/maj@")
+        for key in [k for k in first if k.startswith(shown) and k != "eval/accuracy_lenient"]:
             if isinstance(first.get(key), (int, float)) and isinstance(last.get(key), (int, float)) and last is not first:
-                lines.append(f"{key + ':':13s} {first[key]:.3f} (step {first['step']}) -> {last[key]:.3f} (step {last['step']})")
+                lines.append(f"{key + ':':17s} {first[key]:.3f} (step {first['step']}) -> {last[key]:.3f} (step {last['step']})")
             elif isinstance(first.get(key), (int, float)):
-                lines.append(f"{key + ':':13s} {first[key]:.3f} (step {first['step']})")
+                lines.append(f"{key + ':':17s} {first[key]:.3f} (step {first['step']})")
     _, rss = run.series("perf/peak_rss_mib")
     if rss:
-        lines.append(f"peak memory:  {max(rss):.0f} MiB RSS")
-    lines.append(f"checkpoint:   {final}")
+        lines.append(f"{'peak memory:':17s} {max(rss):.0f} MiB RSS")
+    lines.append(f"{'checkpoint:':17s} {final}")
     return lines

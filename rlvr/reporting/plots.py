@@ -91,7 +91,7 @@ def panels_for(runs: list[Run]) -> list[Panel]:
             (("perf/peak_rss_mib", "process RSS"), ("perf/cuda_max_allocated_mib", "CUDA max allocated")),
         ),
         Panel(
-            "eval", "Evaluation on held-out problems", "fraction", tuple((k, k.removeprefix("eval/")) for k in fractions),
+            "eval", "Evaluation on held-out problems", "fraction of problems", tuple((k, k.removeprefix("eval/")) for k in fractions),
             source="eval", ylim01=True,
         ),
     ]

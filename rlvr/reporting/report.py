@@ -118,7 +118,7 @@ def eval_table(run: Run) -> tuple[list[str], list[list]] | None:
     rows = []
     for k in keys:
         a, b = first.get(k), last.get(k)
-        spec = "{:.1f}" if "len" in k else "{:.3f}"
+        spec = "{:.1f}" if k.endswith("_len_mean") else "{:.3f}"
         change = spec.format(b - a) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else ""
         if change and not change.startswith("-"):
             change = "+" + change

@@ -162,7 +162,10 @@ class WandbSink:
 def wandb_available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("wandb") is not None
+    try:
+        return importlib.util.find_spec("wandb") is not None
+    except ValueError:  # a module object without a spec in sys.modules
+        return sys.modules.get("wandb") is not None
 
 
 def _warn(text: str) -> None:
@@ -252,9 +255,11 @@ class MetricsLogger:
 
     @property
     def tb(self):
-        """An ``add_scalar(key, value, step)`` handle to the side sinks, or None when there are none."""
-        if not any(not s.jsonl for s in self.sinks):
-            return None
+        """An ``add_scalar(key, value, step)`` handle that writes to the side sinks (TensorBoard, W&B).
+
+        Never None, and failure-isolated like :meth:`log`: a sink that breaks mid-loop is dropped,
+        not left for the caller to trip over.
+        """
         return _AsideScalars(self)
 
     def close(self) -> None:

@@ -30,6 +30,9 @@ class RolloutBatch:
     """[B] bool: the response hit max_new_tokens without an EOS."""
     group_size: int
     """G, completions per prompt."""
+    logprobs: Tensor | None = None
+    """[B, T] float32 log-probs of the sampled tokens under the engine's own sampling model, at the
+    sampling temperature (0 on padding); None unless the engine was asked for them (TIS)."""
 
     @property
     def response_ids(self) -> Tensor:
@@ -62,3 +65,49 @@ def response_mask_from_eos(response_ids: Tensor, eos_ids: list[int]) -> tuple[Te
     first = torch.where(has_eos, is_eos.long().argmax(-1), torch.full_like(has_eos, T - 1, dtype=torch.long))
     mask = (torch.arange(T, device=response_ids.device)[None, :] <= first[:, None]).long()
     return mask, ~has_eos
+
+
+def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
+    """The rows of the given groups (prompt indices), in the given order."""
+    G = batch.group_size
+    rows = torch.tensor([g * G + j for g in groups for j in range(G)], dtype=torch.long)
+    pick = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
+    return RolloutBatch(
+        input_ids=pick(batch.input_ids),
+        attention_mask=pick(batch.attention_mask),
+        response_mask=pick(batch.response_mask),
+        prompt_len=batch.prompt_len,
+        texts=[batch.texts[i] for i in rows.tolist()],
+        truncated=pick(batch.truncated),
+        group_size=G,
+        logprobs=pick(batch.logprobs),
+    )
+
+
+def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
+    """One batch from several (same G): prompts re-left-padded, responses re-right-padded."""
+    if len(batches) == 1:
+        return batches[0]
+    Lp = max(b.prompt_len for b in batches)
+    T = max(b.response_mask.shape[1] for b in batches)
+    F = torch.nn.functional
+
+    def pad(b: RolloutBatch, t: Tensor, value, *, prompt: bool) -> Tensor:
+        if prompt:  # [B, prompt_len + T_b] -> [B, Lp + T]
+            p, r = t[:, : b.prompt_len], t[:, b.prompt_len :]
+            return torch.cat([F.pad(p, (Lp - b.prompt_len, 0), value=value), F.pad(r, (0, T - r.shape[1]), value=value)], 1)
+        return F.pad(t, (0, T - t.shape[1]), value=value)  # [B, T_b] -> [B, T]
+
+    logprobs = None
+    if all(b.logprobs is not None for b in batches):
+        logprobs = torch.cat([pad(b, b.logprobs, 0.0, prompt=False) for b in batches])
+    return RolloutBatch(
+        input_ids=torch.cat([pad(b, b.input_ids, pad_id, prompt=True) for b in batches]),
+        attention_mask=torch.cat([pad(b, b.attention_mask, 0, prompt=True) for b in batches]),
+        response_mask=torch.cat([pad(b, b.response_mask, 0, prompt=False) for b in batches]),
+        prompt_len=Lp,
+        texts=[t for b in batches for t in b.texts],
+        truncated=torch.cat([b.truncated for b in batches]),
+        group_size=batches[0].group_size,
+        logprobs=logprobs,
+    )

@@ -28,6 +28,7 @@ from rlvr.reporting.console import StepPrinter
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.training import checkpoint as ckpt
+from rlvr.training.sampling import collect
 
 
 def lr_lambda(*, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float):
@@ -122,6 +123,7 @@ def train(cfg: Config, *, console=None) -> Path:
         top_k=cfg.rollout.top_k,
         dtype=cfg.rollout.dtype,
         batch_seqs=cfg.rollout.batch_seqs,
+        logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
     )
     use_autocast = cfg.model.autocast_bf16
 
@@ -147,6 +149,8 @@ def train(cfg: Config, *, console=None) -> Path:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         ckpt.set_rng_state(state["rng"])
+        if "ref" in state:  # a reference refreshed from the policy (algo.ref_sync_every)
+            ref.load_state_dict(state["ref"])
         truncate_jsonl(run_dir / "metrics.jsonl", start_step)
         truncate_jsonl(run_dir / "samples.jsonl", start_step)
     if start_step >= cfg.train.steps:
@@ -167,6 +171,8 @@ def train(cfg: Config, *, console=None) -> Path:
             "scheduler": scheduler.state_dict(),
             "rng": ckpt.rng_state(),
         }
+        if cfg.algo.ref_sync_every:  # the reference is no longer the starting model: keep it
+            trainer_state["ref"] = ref.state_dict()
         return ckpt.save_checkpoint(run_dir, step, policy, tokenizer, trainer_state, keep=cfg.train.keep_checkpoints)
 
     printer.start(start_step)
@@ -180,55 +186,62 @@ def train(cfg: Config, *, console=None) -> Path:
     try:
         for step in range(start_step, cfg.train.steps):
             t_step = time.perf_counter()
-            # 1. prompts and rollout
-            rows = [train_rows[i] for i in stream.batch(step)]
-            prompts = [r["prompt"] for r in rows]
-            t0 = time.perf_counter()
+            # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
+            #      may draw extra prompts; the rollout/* metrics cover everything sampled)
             engine.sync_weights()
-            batch = engine.generate(prompts, G)
+            got, sampled, sample_info = collect(engine, scorer, train_rows, stream, step, cfg, prefix=prefix)
+            t_rollout, t_reward = sample_info.pop("rollout_s"), sample_info.pop("reward_s")
+            batch, rows, rewards = got.batch, got.rows, got.rewards
             batch.input_ids, batch.attention_mask = batch.input_ids.to(device), batch.attention_mask.to(device)
             batch.response_mask = batch.response_mask.to(device)
-            t_rollout = time.perf_counter() - t0
+            if batch.logprobs is not None:
+                batch.logprobs = batch.logprobs.to(device)
 
-            # 2. rewards on what the assistant said (the prefix is part of its turn) and advantages
-            t0 = time.perf_counter()
-            said = [prefix + text for text in batch.texts]
-            answers = [r["answer"] for r in rows for _ in range(G)]
-            fields = {k: [r.get(k) for r in rows for _ in range(G)] for k in rows[0] if k != "answer"}
-            result = scorer.score(said, answers, fields, truncated=batch.truncated.tolist())
-            acc = result.per_rule.get(cfg.reward.accuracy_rule) or scorer.rule_scores(cfg.reward.accuracy_rule, said, answers, fields)[0]
-            fmt = result.per_rule.get("format") or scorer.rule_scores("format", said, answers, fields)[0]
-            rewards = torch.tensor(result.total, dtype=torch.float32)
-            adv = algos.group_advantages(rewards, G, scale_by_std=cfg.algo.adv_scale_by_std, eps=cfg.algo.adv_eps)
-            adv = adv.to(device)
-            t_reward = time.perf_counter() - t0
-
-            # 3. log-probs that stay fixed during the updates
+            # 3. log-probs that stay fixed during the updates; KL in the reward; advantages
             t0 = time.perf_counter()
             lp_kwargs = dict(micro_batch_seqs=mb, group_size=share, temperature=temperature, autocast=autocast)
             ref_logp = batch_logprobs(ref, batch, **lp_kwargs) if ref is not None else None
-            old_logp = batch_logprobs(policy, batch, **lp_kwargs) if cfg.algo.num_iterations > 1 else None
+            kl_in_reward = ref is not None and cfg.algo.kl_placement == algos.KLPlacement.REWARD
+            need_old = cfg.algo.num_iterations > 1 or kl_in_reward
+            old_logp = batch_logprobs(policy, batch, **lp_kwargs) if need_old else None
+            kl_metrics = {}
+            if kl_in_reward:
+                mask = batch.response_mask
+                kl_tok = algos.kl_divergence(old_logp, ref_logp, estimator=cfg.algo.kl_estimator)
+                kl_metrics["train/kl"] = algos.masked_mean(kl_tok, mask)
+                rewards = algos.kl_shaped_rewards(
+                    rewards.to(device), old_logp, ref_logp, mask, coef=cfg.algo.kl_coef, estimator=cfg.algo.kl_estimator
+                )
+            adv = algos.group_advantages(rewards, G, method=cfg.algo.adv_method, eps=cfg.algo.adv_eps).to(device)
             t_ref = time.perf_counter() - t0
 
             # 4. updates: each iteration is one optimizer step over the whole batch
             t0 = time.perf_counter()
-            update = _update(policy, optimizer, scheduler, batch, adv, old_logp, ref_logp, cfg, autocast)
+            loss_ref = None if kl_in_reward else ref_logp  # KL in the loss, or already in the reward
+            update = _update(policy, optimizer, scheduler, batch, adv, old_logp, loss_ref, cfg, autocast)
+            if cfg.algo.ref_sync_every and (step + 1) % cfg.algo.ref_sync_every == 0:
+                ref.load_state_dict(policy.state_dict())  # MindRLHF sync_ref_model: the KL anchor moves
             t_update = time.perf_counter() - t0
 
-            # 5. metrics, samples, checkpoint
-            lengths = batch.response_lengths.float()
-            group_std = rewards.view(-1, G).std(-1)
+            # 5. metrics (rollout/*: everything sampled this step), samples (the trained batch), checkpoint
+            result, total = sampled.result, torch.tensor(sampled.result.total)
+            lengths = sampled.batch.response_lengths.float()
             metrics = {
-                "rollout/reward_mean": rewards.mean(),
-                "rollout/reward_std": rewards.std(),
-                "rollout/accuracy": sum(acc) / len(acc),
-                "rollout/format_rate": sum(fmt) / len(fmt),
-                "rollout/zero_std_groups": (group_std == 0).float().mean(),
+                "rollout/reward_mean": total.mean(),
+                "rollout/reward_std": total.std(),
+                "rollout/accuracy": sum(sampled.acc) / len(sampled.acc),
+                "rollout/format_rate": sum(sampled.fmt) / len(sampled.fmt),
+                "rollout/zero_std_groups": 1 - algos.informative_groups(sampled.rewards, G).float().mean(),
                 "rollout/response_len_mean": lengths.mean(),
                 "rollout/response_len_max": lengths.max(),
-                "rollout/truncated_frac": batch.truncated.float().mean(),
+                "rollout/truncated_frac": sampled.batch.truncated.float().mean(),
+                **sample_info,
                 **{f"reward/{name}_mean": sum(v) / len(v) for name, v in result.per_rule.items()},
                 **{f"reward/{name}_errors": n for name, n in result.errors.items()},
+                **({"rollout/overlong_penalty_mean": (sampled.rewards - total).mean()} if cfg.algo.overlong_buffer else {}),
+                "train/adv_mean": adv.mean(),
+                "train/adv_std": adv.std(),
+                **kl_metrics,
                 **update,
                 "time/rollout_s": t_rollout,
                 "time/reward_s": t_reward,
@@ -248,12 +261,12 @@ def train(cfg: Config, *, console=None) -> Path:
                         {
                             "step": step + 1,
                             "question": rows[i // G]["question"],
-                            "answer": answers[i],
-                            "completion": said[i],
-                            "reward": result.total[i],
-                            "rewards": {name: v[i] for name, v in result.per_rule.items()},
+                            "answer": got.answers[i],
+                            "completion": got.said[i],
+                            "reward": got.result.total[i],
+                            "rewards": {name: v[i] for name, v in got.result.per_rule.items()},
                             "advantage": adv[i],
-                            "length": int(lengths[i]),
+                            "length": int(batch.response_lengths[i]),
                             "truncated": bool(batch.truncated[i]),
                         }
                     )
@@ -277,19 +290,38 @@ def train(cfg: Config, *, console=None) -> Path:
 def accumulate_gradients(policy, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast) -> dict:
     """Backward the loss of the whole rollout batch, ``train.micro_batch_seqs`` rows at a time.
 
-    Every micro-batch's loss uses the token and sequence counts of the whole batch as its
-    denominator, so the accumulated gradient equals the full-batch gradient for any split.
+    Every micro-batch's loss uses the token and sequence counts of the whole batch (and the
+    constant ``rollout.max_new_tokens`` for Dr. GRPO) as its denominator, so the accumulated
+    gradient equals the full-batch gradient for any split. ``ref_logp`` adds the KL term to the
+    loss (pass None when the KL sits in the reward); ``batch.logprobs`` with ``algo.tis_cap``
+    weighs each token by the truncated trainer/engine probability ratio.
 
     Returns:
-        Detached scalar tensors: the batch's loss, pg_loss, kl, clip_frac, entropy, ratio_mean.
+        Detached scalar tensors: sums over the batch (loss, pg_loss, kl, entropy, clip fractions,
+        ratio_mean, tis_weight_mean, ...) and extremes (``*_min`` / ``*_max``).
     """
+    algo = cfg.algo
     mask = batch.response_mask.float()  # [B, T]
     B, T = mask.shape
     num_tokens, mb = mask.sum(), cfg.train.micro_batch_seqs
-    agg = dict(mode=cfg.algo.loss_agg, num_tokens=num_tokens, num_seqs=B, max_tokens=T)
+    agg = dict(mode=algo.loss_agg, num_tokens=num_tokens, num_seqs=B, max_len=cfg.rollout.max_new_tokens)
     temperature = cfg.rollout.temperature
     share = shared_prompt_group(mb, batch.group_size) if cfg.train.shared_prompt_forward else 1
-    sums = {k: torch.zeros((), device=mask.device) for k in ("loss", "pg_loss", "kl", "clip_frac", "entropy", "ratio_mean")}
+    tis = algo.tis_cap is not None and batch.logprobs is not None
+    zero = torch.zeros((), device=mask.device)
+    sums: dict[str, torch.Tensor] = {}
+    extremes: dict[str, torch.Tensor] = {}
+
+    def add(name: str, tok: torch.Tensor, m: torch.Tensor) -> None:  # token mean over the whole batch
+        sums[name] = sums.get(name, zero) + (tok.detach().float() * m).sum() / num_tokens
+
+    def extreme(name: str, tok: torch.Tensor, m: torch.Tensor) -> None:
+        on = m.bool()
+        lo = torch.where(on, tok, torch.full_like(tok, float("inf"))).min()
+        hi = torch.where(on, tok, torch.full_like(tok, float("-inf"))).max()
+        extremes[f"{name}_min"] = torch.minimum(extremes.get(f"{name}_min", lo), lo)
+        extremes[f"{name}_max"] = torch.maximum(extremes.get(f"{name}_max", hi), hi)
+
     for start in range(0, B, mb):
         rows = slice(start, start + mb)
         m = mask[rows]
@@ -297,35 +329,46 @@ def accumulate_gradients(policy, batch: RolloutBatch, adv, old_logp, ref_logp, c
             logits = response_logits(policy, **batch.select(rows), num_response_tokens=T, group_size=share)
         logp = algos.token_logprobs(logits, batch.response_ids[rows], temperature=temperature)
         old = old_logp[rows] if old_logp is not None else logp.detach()
-        pg_tok, clipped = algos.clipped_surrogate(
-            logp, old, adv[rows], clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high
+        pg_tok, stats = algos.policy_loss(
+            logp, old, adv[rows], m, clip_low=algo.clip_low, clip_high=algo.clip_high,
+            dual_clip=algo.dual_clip, level=algo.ratio_level,
         )
+        if tis:
+            weight = algos.truncated_importance_weights(old, batch.logprobs[rows], cap=algo.tis_cap)
+            pg_tok = pg_tok * weight
+            add("tis_weight_mean", weight, m)
+            add("tis_capped_frac", weight >= algo.tis_cap, m)
+            extreme("tis_weight", weight, m)
         loss_tok = pg_tok
         if ref_logp is not None:
-            kl_tok = algos.kl_penalty(logp, ref_logp[rows], cfg.algo.kl_estimator)
-            loss_tok = loss_tok + cfg.algo.kl_coef * kl_tok
-            sums["kl"] += (kl_tok.detach() * m).sum() / num_tokens
-        if cfg.algo.entropy_coef:
-            entropy = algos.token_entropy(logits, temperature=temperature)
-            loss_tok = loss_tok - cfg.algo.entropy_coef * entropy
+            kl_tok = algos.kl_divergence(logp, ref_logp[rows], estimator=algo.kl_estimator)
+            loss_tok = loss_tok + algo.kl_coef * kl_tok
+            add("kl", kl_tok, m)
+        if algo.entropy_coef:
+            entropy = algos.entropy_from_logits(logits, temperature=temperature)
+            loss_tok = loss_tok - algo.entropy_coef * entropy
         else:
             with torch.no_grad():
-                entropy = algos.token_entropy(logits.detach(), temperature=temperature)
+                entropy = algos.entropy_from_logits(logits.detach(), temperature=temperature)
         loss = algos.aggregate(loss_tok, m, **agg)
         loss.backward()
         with torch.no_grad():
-            sums["loss"] += loss.detach()
-            sums["pg_loss"] += algos.aggregate(pg_tok.detach(), m, **agg)
-            sums["clip_frac"] += (clipped.float() * m).sum() / num_tokens
-            sums["entropy"] += (entropy.detach() * m).sum() / num_tokens
-            sums["ratio_mean"] += (torch.exp(logp.detach() - old) * m).sum() / num_tokens
-    if ref_logp is None:
-        del sums["kl"]
-    return sums
+            sums["loss"] = sums.get("loss", zero) + loss.detach()
+            sums["pg_loss"] = sums.get("pg_loss", zero) + algos.aggregate(pg_tok.detach(), m, **agg)
+            add("entropy", entropy, m)
+            add("clip_frac", stats["clipped_low"] | stats["clipped_high"], m)
+            add("clip_frac_low", stats["clipped_low"], m)
+            add("clip_frac_high", stats["clipped_high"], m)
+            if algo.dual_clip is not None:
+                add("dual_clip_frac", stats["dual_clipped"], m)
+            add("ratio_mean", stats["ratio"], m)
+            extreme("ratio", stats["ratio"], m)
+    return {**sums, **extremes}
 
 
 def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast) -> dict:
-    """``algo.num_iterations`` optimizer steps over the rollout batch; returns averaged metrics."""
+    """``algo.num_iterations`` optimizer steps over the rollout batch; returns metrics over them
+    (means, and the min/max of the ``*_min`` / ``*_max`` ones)."""
     lr = scheduler.get_last_lr()[0]  # the lr this step trains with
     max_norm = cfg.train.max_grad_norm if cfg.train.max_grad_norm > 0 else float("inf")
     totals: dict[str, torch.Tensor] = {}
@@ -334,7 +377,8 @@ def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, re
     for _ in range(cfg.algo.num_iterations):
         sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast)
         for k, v in sums.items():
-            totals[k] = totals.get(k, 0) + v
+            combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
+            totals[k] = combine(totals[k], v) if k in totals else v
         grad_norms.append(torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm))
         if not torch.isfinite(grad_norms[-1]):  # checked before the step, so the weights stay intact
             raise FloatingPointError(f"non-finite gradient norm {grad_norms[-1]}; lower train.lr or check the rewards")
@@ -342,7 +386,7 @@ def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, re
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     n = cfg.algo.num_iterations
-    out = {f"train/{k}": v / n for k, v in totals.items()}
+    out = {f"train/{k}": v if k.endswith(("_min", "_max")) else v / n for k, v in totals.items()}
     out["train/grad_norm"] = torch.stack(grad_norms).mean()
     out["train/lr"] = lr
     return out

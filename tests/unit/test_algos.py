@@ -8,21 +8,27 @@ import pytest
 import torch
 
 from rlvr.algos import (
+    AdvMethod,
     KLEstimator,
     LossAgg,
+    RatioLevel,
     aggregate,
-    clipped_surrogate,
+    entropy_from_logits,
     group_advantages,
-    kl_penalty,
+    informative_groups,
+    kl_divergence,
+    kl_shaped_rewards,
     masked_mean,
-    token_entropy,
+    overlong_penalty,
+    policy_loss,
     token_logprobs,
+    truncated_importance_weights,
 )
 
 # ---------------------------------------------------------------- advantages
 
 
-def test_group_advantages_golden_single_group():
+def test_grpo_golden_single_group():
     # mean = 1/4 = 0.25; deviations [.75, -.25, -.25, -.25]
     # ddof=1: var = (.5625 + 3*.0625) / 3 = .75/3 = .25 -> std = .5
     # adv = dev / (.5 + 1e-6) ≈ [1.5, -.5, -.5, -.5]; eps shifts each by ~|adv|*2e-6 <= 3e-6
@@ -32,33 +38,60 @@ def test_group_advantages_golden_single_group():
     torch.testing.assert_close(adv[0], torch.tensor(0.75 / (0.5 + 1e-6)))
 
 
-def test_group_advantages_two_groups():
+def test_grpo_two_groups():
     # group 1 [1,0,0,0] -> [1.5,-.5,-.5,-.5] (see above)
     # group 2 [2,4,6,8]: mean 5, dev [-3,-1,1,3], var (9+1+1+9)/3 = 20/3, std = 2.5820
     #   -> [-1.1619, -0.3873, 0.3873, 1.1619]
-    adv = group_advantages(torch.tensor([1.0, 0, 0, 0, 2, 4, 6, 8]), 4)
+    adv = group_advantages(torch.tensor([1.0, 0, 0, 0, 2, 4, 6, 8]), 4, method=AdvMethod.GRPO)
     s = math.sqrt(20 / 3)
     expected = torch.tensor([1.5, -0.5, -0.5, -0.5, -3 / s, -1 / s, 1 / s, 3 / s])
     torch.testing.assert_close(adv, expected, atol=5e-6, rtol=0)
 
 
-def test_group_advantages_all_equal_exact_zeros():
-    # 0.1 is not exactly representable; mean(0.1 x 3) != 0.1 in floats, yet adv must be exactly 0
-    for rewards in ([0.1, 0.1, 0.1], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]):
-        for scale in (True, False):
-            adv = group_advantages(torch.tensor(rewards), 3, scale_by_std=scale)
-            assert torch.equal(adv, torch.zeros(3))
+def test_grpo_eps_convention():
+    # eps=1: [1,0,0,0] -> .75 / (.5 + 1) = .5, -.25 / 1.5 = -1/6
+    adv = group_advantages(torch.tensor([1.0, 0, 0, 0]), 4, eps=1.0)
+    torch.testing.assert_close(adv, torch.tensor([0.5, -1 / 6, -1 / 6, -1 / 6]))
 
 
-def test_group_advantages_group_of_one_is_zero_not_nan():
-    adv = group_advantages(torch.tensor([1.0, 0.0, 0.7]), 1)
-    assert torch.equal(adv, torch.zeros(3))
-
-
-def test_group_advantages_no_std_scaling():
-    # r - mean: mean(1,0,0,0) = .25 -> [.75,-.25,-.25,-.25]; mean(3,5) = 4 -> [-1, 1]
-    adv = group_advantages(torch.tensor([1.0, 0, 0, 0, 3, 5, 4, 4]), 4, scale_by_std=False)
+def test_dr_grpo_golden():
+    # r - mean: mean(1,0,0,0) = .25 -> [.75,-.25,-.25,-.25]; mean(3,5,4,4) = 4 -> [-1, 1, 0, 0]
+    adv = group_advantages(torch.tensor([1.0, 0, 0, 0, 3, 5, 4, 4]), 4, method=AdvMethod.DR_GRPO)
     torch.testing.assert_close(adv, torch.tensor([0.75, -0.25, -0.25, -0.25, -1.0, 1.0, 0.0, 0.0]))
+
+
+def test_rloo_golden():
+    # leave-one-out: r_0 - mean(0,0,0) = 1; r_1 - mean(1,0,0) = -1/3 (= 4/3 * [.75, -.25])
+    # group [3,5]: 3 - 5 = -2, 5 - 3 = 2
+    adv = group_advantages(torch.tensor([1.0, 0, 0, 0]), 4, method=AdvMethod.RLOO)
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3]))
+    adv = group_advantages(torch.tensor([3.0, 5.0]), 2, method="rloo")
+    torch.testing.assert_close(adv, torch.tensor([-2.0, 2.0]))
+
+
+def test_reinforce_pp_golden():
+    # groups [1,0,0,0] and [1,1,1,1]: centred [.75,-.25,-.25,-.25, 0,0,0,0]
+    # batch std ddof=1 over 8: sqrt((.5625 + 3*.0625) / 7) = sqrt(.75/7) = 0.327327
+    # -> [.75/.327327, -.25/.327327] = [2.291288, -0.763763]; the all-equal group stays exactly 0
+    adv = group_advantages(torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1]), 4, method=AdvMethod.REINFORCE_PP)
+    std = math.sqrt(0.75 / 7)
+    expected = torch.tensor([0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std, 0, 0, 0, 0])
+    torch.testing.assert_close(adv, expected, atol=1e-5, rtol=0)
+    assert torch.equal(adv[4:], torch.zeros(4))
+
+
+@pytest.mark.parametrize("method", list(AdvMethod))
+def test_all_equal_group_is_exactly_zero(method):
+    # 0.1 is not exactly representable; mean(0.1 x 3) != 0.1 in floats, yet adv must be exactly 0
+    for rewards in ([0.1, 0.1, 0.1], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [-0.5, -0.5, -0.5]):
+        adv = group_advantages(torch.tensor(rewards), 3, method=method)
+        assert torch.equal(adv, torch.zeros(3))
+
+
+@pytest.mark.parametrize("method", list(AdvMethod))
+def test_group_of_one_is_zero_not_nan(method):
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.7]), 1, method=method)
+    assert torch.equal(adv, torch.zeros(3))
 
 
 def test_group_advantages_accepts_bool_rewards():
@@ -72,20 +105,43 @@ def test_group_advantages_rejects_bad_group_size(n, g):
         group_advantages(torch.zeros(n), g)
 
 
+def _advantages_loop(rewards: torch.Tensor, G: int, method: AdvMethod, eps: float = 1e-6) -> torch.Tensor:
+    """Reference: one sample at a time, in float64, straight from the formulas."""
+    r = rewards.double().tolist()
+    out = []
+    for start in range(0, len(r), G):
+        group = r[start : start + G]
+        mean = sum(group) / G
+        std = math.sqrt(sum((x - mean) ** 2 for x in group) / (G - 1)) if G > 1 else 0.0
+        for i, x in enumerate(group):
+            if method == AdvMethod.GRPO:
+                out.append((x - mean) / (std + eps))
+            elif method in (AdvMethod.DR_GRPO, AdvMethod.REINFORCE_PP):
+                out.append(x - mean)
+            else:
+                others = group[:i] + group[i + 1 :]
+                out.append(x - sum(others) / len(others) if others else 0.0)
+    if method == AdvMethod.REINFORCE_PP:
+        n = len(out)
+        std = math.sqrt(sum(a * a for a in out) / max(n - 1, 1))
+        out = [a / (std + eps) for a in out]
+    return torch.tensor(out, dtype=torch.float64).float()
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("group_size", [1, 2, 5])
-@pytest.mark.parametrize("scale", [True, False])
-def test_group_advantages_matches_reference_loop(seed, group_size, scale):
+@pytest.mark.parametrize("method", list(AdvMethod))
+def test_group_advantages_match_reference_loop(seed, group_size, method):
     gen = torch.Generator().manual_seed(seed)
-    rewards = torch.randint(0, 3, (4 * group_size,), generator=gen).float() * 0.5
-    expected = []
-    for start in range(0, rewards.numel(), group_size):
-        group = rewards[start : start + group_size].double()
-        dev = group - group.mean()
-        std = group.std(correction=1) if group_size > 1 else torch.zeros((), dtype=torch.float64)
-        expected.append(dev / (std + 1e-6) if scale else dev)
-    expected = torch.cat(expected).float()
-    torch.testing.assert_close(group_advantages(rewards, group_size, scale_by_std=scale), expected)
+    rewards = torch.randint(0, 3, (4 * group_size,), generator=gen).float() * 0.5 + torch.rand(1, generator=gen)
+    expected = _advantages_loop(rewards, group_size, method)
+    torch.testing.assert_close(group_advantages(rewards, group_size, method=method), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_informative_groups():
+    # [1,0,0,0] varies; [1,1,1,1] is flat; [.5,.5,.5,.6] varies
+    r = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1, 0.5, 0.5, 0.5, 0.6])
+    assert informative_groups(r, 4).tolist() == [True, False, True]
 
 
 # ---------------------------------------------------------------- KL
@@ -94,7 +150,7 @@ def test_group_advantages_matches_reference_loop(seed, group_size, scale):
 @pytest.mark.parametrize("estimator", list(KLEstimator))
 def test_kl_zero_when_policies_equal(estimator):
     logp = -torch.rand(3, 5) * 5
-    assert torch.equal(kl_penalty(logp, logp.clone(), estimator), torch.zeros(3, 5))
+    assert torch.equal(kl_divergence(logp, logp.clone(), estimator=estimator), torch.zeros(3, 5))
 
 
 def test_kl_hand_values():
@@ -102,16 +158,16 @@ def test_kl_hand_values():
     # k1 = -d = -0.693147; k2 = d^2/2 = 0.240227; k3 = e^d - d - 1 = 2 - 0.693147 - 1 = 0.306853
     logp, ref = torch.zeros(1, 1), torch.full((1, 1), math.log(2))
     ln2 = math.log(2)
-    torch.testing.assert_close(kl_penalty(logp, ref, KLEstimator.K1), torch.tensor([[-ln2]]))
-    torch.testing.assert_close(kl_penalty(logp, ref, KLEstimator.K2), torch.tensor([[0.5 * ln2**2]]))
-    torch.testing.assert_close(kl_penalty(logp, ref, KLEstimator.K3), torch.tensor([[1 - ln2]]))
+    torch.testing.assert_close(kl_divergence(logp, ref, estimator=KLEstimator.K1), torch.tensor([[-ln2]]))
+    torch.testing.assert_close(kl_divergence(logp, ref, estimator=KLEstimator.K2), torch.tensor([[0.5 * ln2**2]]))
+    torch.testing.assert_close(kl_divergence(logp, ref, estimator="k3"), torch.tensor([[1 - ln2]]))
 
 
-def test_k3_nonnegative_on_random_inputs():
+def test_k2_k3_nonnegative_on_random_inputs():
     gen = torch.Generator().manual_seed(0)
     logp, ref = (torch.randn(64, 32, generator=gen) * 4 for _ in range(2))
-    assert (kl_penalty(logp, ref, KLEstimator.K3) >= 0).all()
-    assert (kl_penalty(logp, ref, KLEstimator.K2) >= 0).all()
+    assert (kl_divergence(logp, ref, estimator=KLEstimator.K3) >= 0).all()
+    assert (kl_divergence(logp, ref, estimator=KLEstimator.K2) >= 0).all()
 
 
 def test_k3_clamps():
@@ -122,76 +178,213 @@ def test_k3_clamps():
     # 100 -> d clamped to 20: e^20 - 21 (finite, no inf) -> capped at 10
     d = torch.tensor([[-5.0, 3.0, -30.0, 100.0]])
     logp = torch.zeros_like(d, requires_grad=True)
-    k3 = kl_penalty(logp, d, KLEstimator.K3)
+    k3 = kl_divergence(logp, d, estimator=KLEstimator.K3)
     torch.testing.assert_close(k3, torch.tensor([[math.exp(-5) + 4, 10.0, 10.0, 10.0]]))
     k3.sum().backward()
     # d(k3)/d(logp) = -(e^d - 1) = 1 - e^-5 where unclamped; clamped tokens get no gradient
     torch.testing.assert_close(logp.grad, torch.tensor([[1 - math.exp(-5), 0.0, 0.0, 0.0]]))
 
 
-# ---------------------------------------------------------------- clipped surrogate
+def test_k1_k2_are_not_clamped():
+    # d = 30: k1 = -30, k2 = 450
+    logp, ref = torch.zeros(1, 1), torch.full((1, 1), 30.0)
+    assert kl_divergence(logp, ref, estimator=KLEstimator.K1).item() == -30.0
+    assert kl_divergence(logp, ref, estimator=KLEstimator.K2).item() == 450.0
 
 
-def _surrogate_at(ratio: float, adv: float, clip_low=0.2, clip_high=0.2):
+# ---------------------------------------------------------------- policy loss (token level)
+
+
+def _loss_at(ratio: float, adv: float, clip_low=0.2, clip_high=0.2, dual_clip=None):
     logp = torch.tensor([[math.log(ratio)]], requires_grad=True)
-    loss, clipped = clipped_surrogate(
-        logp, torch.zeros(1, 1), torch.tensor([adv]), clip_low=clip_low, clip_high=clip_high
+    loss, stats = policy_loss(
+        logp, torch.zeros(1, 1), torch.tensor([adv]), torch.ones(1, 1),
+        clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
     )
     loss.sum().backward()
-    return loss.item(), logp.grad.item(), clipped.item()
+    return loss.item(), logp.grad.item(), stats
 
 
-def test_surrogate_clipped_above_positive_adv():
+def test_clipped_above_positive_adv():
     # ratio 1.5, A=+1: max(-1.5, -clip(1.5, .8, 1.2)) = max(-1.5, -1.2) = -1.2, constant in logp
-    loss, grad, clipped = _surrogate_at(1.5, 1.0)
-    assert loss == pytest.approx(-1.2) and grad == 0.0 and clipped
+    loss, grad, stats = _loss_at(1.5, 1.0)
+    assert loss == pytest.approx(-1.2) and grad == 0.0
+    assert stats["clipped_high"].item() and not stats["clipped_low"].item()
+    assert stats["ratio"].item() == pytest.approx(1.5)
 
 
-def test_surrogate_clipped_below_negative_adv():
+def test_clipped_below_negative_adv():
     # ratio 0.5, A=-1: max(0.5, clip(.5, .8, 1.2)) = max(0.5, 0.8) = 0.8, constant in logp
-    loss, grad, clipped = _surrogate_at(0.5, -1.0)
-    assert loss == pytest.approx(0.8) and grad == 0.0 and clipped
+    loss, grad, stats = _loss_at(0.5, -1.0)
+    assert loss == pytest.approx(0.8) and grad == 0.0
+    assert stats["clipped_low"].item() and not stats["clipped_high"].item()
 
 
-def test_surrogate_inside_trust_region():
+def test_inside_trust_region():
     # ratio 1.1, A=+1: both branches -1.1; d(-ratio)/d(logp) = -ratio = -1.1
-    loss, grad, clipped = _surrogate_at(1.1, 1.0)
-    assert loss == pytest.approx(-1.1) and grad == pytest.approx(-1.1) and not clipped
+    loss, grad, stats = _loss_at(1.1, 1.0)
+    assert loss == pytest.approx(-1.1) and grad == pytest.approx(-1.1)
+    assert not stats["clipped_low"].item() and not stats["clipped_high"].item()
 
 
-def test_surrogate_pessimistic_side_is_not_clipped():
+def test_pessimistic_side_is_not_clipped():
     # ratio 0.5, A=+1: max(-0.5, -0.8) = -0.5, the unclipped branch keeps its gradient -0.5
-    loss, grad, clipped = _surrogate_at(0.5, 1.0)
-    assert loss == pytest.approx(-0.5) and grad == pytest.approx(-0.5) and not clipped
+    loss, grad, stats = _loss_at(0.5, 1.0)
+    assert loss == pytest.approx(-0.5) and grad == pytest.approx(-0.5)
+    assert not stats["clipped_low"].item() and not stats["clipped_high"].item()
 
 
-def test_surrogate_asymmetric_clip_higher():
+def test_asymmetric_clip_higher():
     # clip_high .28: ratio 1.5, A=+1 -> max(-1.5, -1.28) = -1.28, grad 0
-    loss, grad, clipped = _surrogate_at(1.5, 1.0, clip_high=0.28)
-    assert loss == pytest.approx(-1.28) and grad == 0.0 and clipped
+    loss, grad, _ = _loss_at(1.5, 1.0, clip_high=0.28)
+    assert loss == pytest.approx(-1.28) and grad == 0.0
     # ratio 1.25 would be clipped at 1.2 with symmetric .2, but not at 1.28: loss -1.25, grad -1.25
-    loss, grad, clipped = _surrogate_at(1.25, 1.0, clip_high=0.28)
-    assert loss == pytest.approx(-1.25) and grad == pytest.approx(-1.25) and not clipped
+    loss, grad, _ = _loss_at(1.25, 1.0, clip_high=0.28)
+    assert loss == pytest.approx(-1.25) and grad == pytest.approx(-1.25)
     # the low side still uses clip_low .2: ratio .5, A=-1 -> 0.8
-    loss, grad, clipped = _surrogate_at(0.5, -1.0, clip_high=0.28)
-    assert loss == pytest.approx(0.8) and grad == 0.0 and clipped
+    loss, grad, _ = _loss_at(0.5, -1.0, clip_high=0.28)
+    assert loss == pytest.approx(0.8) and grad == 0.0
 
 
-def test_surrogate_clipped_flags_and_token_level_adv():
+def test_dual_clip():
+    # c = 3, A = -1, ratio 4: PPO loss max(4, 1.2) = 4 > -A*c = 3 -> 3, constant (grad 0)
+    loss, grad, stats = _loss_at(4.0, -1.0, dual_clip=3.0)
+    assert loss == pytest.approx(3.0) and grad == 0.0 and stats["dual_clipped"].item()
+    # ratio 2: max(2, 1.2) = 2 < 3 -> unchanged, grad = d(ratio)/d(logp) = 2
+    loss, grad, stats = _loss_at(2.0, -1.0, dual_clip=3.0)
+    assert loss == pytest.approx(2.0) and grad == pytest.approx(2.0) and not stats["dual_clipped"].item()
+    # A = +1, ratio 4: dual-clip never applies to positive advantages -> -1.2 as plain PPO
+    loss, grad, stats = _loss_at(4.0, 1.0, dual_clip=3.0)
+    assert loss == pytest.approx(-1.2) and not stats["dual_clipped"].item()
+    # without dual-clip the ratio-4 negative token costs 4
+    assert _loss_at(4.0, -1.0)[0] == pytest.approx(4.0)
+
+
+def test_token_level_adv_broadcast_and_flags():
     # ratios [1.5, 1.1, 0.5]; adv [B] broadcasts like the equivalent [B,T]
     logp = torch.log(torch.tensor([[1.5, 1.1, 0.5]]))
-    old = torch.zeros(1, 3)
-    loss_b, clipped_b = clipped_surrogate(logp, old, torch.tensor([1.0]), clip_low=0.2, clip_high=0.2)
-    loss_bt, clipped_bt = clipped_surrogate(logp, old, torch.ones(1, 3), clip_low=0.2, clip_high=0.2)
+    old, mask = torch.zeros(1, 3), torch.ones(1, 3)
+    kw = dict(clip_low=0.2, clip_high=0.2)
+    loss_b, stats_b = policy_loss(logp, old, torch.tensor([1.0]), mask, **kw)
+    loss_bt, stats_bt = policy_loss(logp, old, torch.ones(1, 3), mask, **kw)
     torch.testing.assert_close(loss_b, torch.tensor([[-1.2, -1.1, -0.5]]))
-    assert torch.equal(loss_b, loss_bt) and torch.equal(clipped_b, clipped_bt)
-    assert clipped_b.dtype == torch.bool and clipped_b.tolist() == [[True, False, False]]
-    # per-token adv signs: [+1, +1, -1] -> third token (ratio .5, A=-1) is now clipped: 0.8
-    loss, clipped = clipped_surrogate(
-        logp, old, torch.tensor([[1.0, 1.0, -1.0]]), clip_low=0.2, clip_high=0.2
-    )
+    assert torch.equal(loss_b, loss_bt) and torch.equal(stats_b["clipped_high"], stats_bt["clipped_high"])
+    assert stats_b["clipped_high"].dtype == torch.bool
+    assert stats_b["clipped_high"].tolist() == [[True, False, False]]
+    # per-token adv signs [+1, +1, -1] -> third token (ratio .5, A=-1) is clipped low: 0.8
+    loss, stats = policy_loss(logp, old, torch.tensor([[1.0, 1.0, -1.0]]), mask, **kw)
     torch.testing.assert_close(loss, torch.tensor([[-1.2, -1.1, 0.8]]))
-    assert clipped.tolist() == [[True, False, True]]
+    assert stats["clipped_low"].tolist() == [[False, False, True]]
+
+
+# ---------------------------------------------------------------- policy loss (sequence level, GSPO)
+
+
+def test_gspo_golden():
+    # token log-ratios [ln 2, 0] on 2 real tokens (+1 padded): log s = ln2 / 2 -> s = sqrt 2 = 1.414214
+    # A=+1, clip .2/.2: -min(1.414, 1.2) = -1.2 on every token, all clipped high
+    logp = torch.tensor([[math.log(2), 0.0, 5.0]], requires_grad=True)
+    old, mask = torch.zeros(1, 3), torch.tensor([[1.0, 1.0, 0.0]])
+    loss, stats = policy_loss(logp, old, torch.tensor([1.0]), mask, clip_low=0.2, clip_high=0.2, level="sequence")
+    torch.testing.assert_close(loss[:, :2], torch.tensor([[-1.2, -1.2]]))
+    assert stats["clipped_high"][0, :2].all()
+    torch.testing.assert_close(stats["ratio"][:, :2], torch.full((1, 2), math.sqrt(2)))
+    # wide clip: loss -s = -1.414214 per token; seq_mean_token_mean = -s, grad per token = -s/L = -0.707107
+    loss, _ = policy_loss(logp, old, torch.tensor([1.0]), mask, clip_low=0.2, clip_high=1.0, level=RatioLevel.SEQUENCE)
+    out = aggregate(loss, mask, mode=LossAgg.SEQ_MEAN_TOKEN_MEAN)
+    out.backward()
+    assert out.item() == pytest.approx(-math.sqrt(2))
+    torch.testing.assert_close(logp.grad, torch.tensor([[-math.sqrt(2) / 2, -math.sqrt(2) / 2, 0.0]]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gspo_gradient_equals_sequence_objective(seed):
+    # loop reference: J = (1/B) Σ_i -min(s_i A_i, clip(s_i) A_i), s_i = exp(Σ_t m(logp - old) / L_i)
+    gen = torch.Generator().manual_seed(seed)
+    B, T = 4, 5
+    logp = (torch.randn(B, T, generator=gen) * 0.1).requires_grad_()
+    old = torch.randn(B, T, generator=gen) * 0.1
+    adv = torch.randn(B, generator=gen)
+    mask = (torch.arange(T) < torch.tensor([5, 2, 3, 1])[:, None]).float()
+    loss, _ = policy_loss(logp, old, adv, mask, clip_low=0.05, clip_high=0.05, level="sequence")
+    (g_vec,) = torch.autograd.grad(aggregate(loss, mask, mode=LossAgg.SEQ_MEAN_TOKEN_MEAN), logp)
+    total = 0
+    for i in range(B):
+        L = int(mask[i].sum())
+        s = torch.exp((logp[i, :L] - old[i, :L]).sum() / L)
+        total = total + torch.max(-adv[i] * s, -adv[i] * s.clamp(0.95, 1.05))
+    (g_loop,) = torch.autograd.grad(total / B, logp)
+    torch.testing.assert_close(g_vec, g_loop)
+
+
+def _policy_loss_loop(logp, old, adv, clip_low, clip_high, dual_clip):
+    """Reference: one token at a time with Python floats."""
+    out = torch.zeros_like(logp)
+    for i in range(logp.shape[0]):
+        for t in range(logp.shape[1]):
+            r = math.exp(logp[i, t] - old[i, t])
+            a = float(adv[i])
+            v = max(-a * r, -a * min(max(r, 1 - clip_low), 1 + clip_high))
+            if dual_clip is not None and a < 0:
+                v = min(v, -a * dual_clip)
+            out[i, t] = v
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("dual_clip", [None, 1.5])
+def test_policy_loss_matches_reference_loop(seed, dual_clip):
+    gen = torch.Generator().manual_seed(seed)
+    logp, old = torch.randn(4, 6, generator=gen) * 0.5, torch.randn(4, 6, generator=gen) * 0.5
+    adv = torch.randn(4, generator=gen)
+    loss, _ = policy_loss(logp, old, adv, torch.ones(4, 6), clip_low=0.2, clip_high=0.28, dual_clip=dual_clip)
+    torch.testing.assert_close(loss, _policy_loss_loop(logp, old, adv, 0.2, 0.28, dual_clip))
+
+
+@pytest.mark.parametrize("level", list(RatioLevel))
+def test_policy_loss_ignores_masked_positions(level):
+    gen = torch.Generator().manual_seed(4)
+    logp = (torch.randn(3, 5, generator=gen) * 0.3).requires_grad_()
+    old = torch.randn(3, 5, generator=gen) * 0.3
+    adv, mask = torch.randn(3, generator=gen), torch.tensor([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]])
+    kw = dict(clip_low=0.2, clip_high=0.2, level=level)
+    base = aggregate(policy_loss(logp, old, adv, mask, **kw)[0], mask, mode=LossAgg.TOKEN_MEAN)
+    (g_base,) = torch.autograd.grad(base, logp)
+    logp2 = torch.where(mask.bool(), logp.detach(), torch.tensor(7.0)).requires_grad_()
+    old2 = torch.where(mask.bool(), old, torch.tensor(-9.0))
+    changed = aggregate(policy_loss(logp2, old2, adv, mask, **kw)[0], mask, mode=LossAgg.TOKEN_MEAN)
+    (g_changed,) = torch.autograd.grad(changed, logp2)
+    torch.testing.assert_close(changed, base)
+    torch.testing.assert_close(g_changed * mask, g_base * mask)
+
+
+# ---------------------------------------------------------------- TIS and reward shaping
+
+
+def test_truncated_importance_weights_golden():
+    # old - rollout = ln 3 -> 3, capped at 2; ln .5 -> .5 (no lower bound); 0 -> 1; 100 -> capped, no inf
+    old = torch.tensor([[math.log(3), math.log(0.5), 0.0, 100.0]], requires_grad=True)
+    w = truncated_importance_weights(old, torch.zeros(1, 4), cap=2.0)
+    torch.testing.assert_close(w, torch.tensor([[2.0, 0.5, 1.0, 2.0]]))
+    assert not w.requires_grad
+
+
+def test_overlong_penalty_golden():
+    # L = 10, b = 4: penalty starts after 6 tokens. len 6 -> 0; 8 -> (6-8)/4 = -.5; 10 -> -1; 12 -> capped -1
+    lengths = torch.tensor([3, 6, 8, 10, 12])
+    torch.testing.assert_close(overlong_penalty(lengths, max_len=10, buffer=4), torch.tensor([0, 0, -0.5, -1, -1.0]))
+    # factor 2 doubles it: 8 -> -1
+    assert overlong_penalty(torch.tensor([8]), max_len=10, buffer=4, factor=2.0).item() == -1.0
+
+
+def test_kl_shaped_rewards_golden():
+    # seq 0: token d = ref - logp = [ln 2, 0], k3 = [1 - ln 2, 0] = [.306853, 0] -> r' = 1 - .1*.306853 = .969315
+    # seq 1: the padded token's d = ln 2 is masked -> KL 0 -> r' = 0
+    logp = torch.zeros(2, 2)
+    ref = torch.tensor([[math.log(2), 0.0], [0.0, math.log(2)]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    out = kl_shaped_rewards(torch.tensor([1.0, 0.0]), logp, ref, mask, coef=0.1, estimator=KLEstimator.K3)
+    torch.testing.assert_close(out, torch.tensor([1 - 0.1 * (1 - math.log(2)), 0.0]))
 
 
 # ---------------------------------------------------------------- aggregate
@@ -202,42 +395,66 @@ MASK = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
 
 def test_aggregate_token_mean_hand():
     # masked sum = 1+2+3 + 5 = 11; local tokens = 3 + 1 = 4 -> 11/4 = 2.75
-    assert aggregate(LOSS, MASK, LossAgg.TOKEN_MEAN).item() == pytest.approx(2.75)
+    assert aggregate(LOSS, MASK, mode=LossAgg.TOKEN_MEAN).item() == pytest.approx(2.75)
     # global count 22 tokens (e.g. other micro-batches) -> 11/22 = 0.5
-    assert aggregate(LOSS, MASK, LossAgg.TOKEN_MEAN, num_tokens=22).item() == pytest.approx(0.5)
-    assert aggregate(LOSS, MASK, LossAgg.TOKEN_MEAN, num_tokens=torch.tensor(22.0)).item() == pytest.approx(0.5)
+    assert aggregate(LOSS, MASK, mode=LossAgg.TOKEN_MEAN, num_tokens=22).item() == pytest.approx(0.5)
+    assert aggregate(LOSS, MASK, mode="token_mean", num_tokens=torch.tensor(22.0)).item() == pytest.approx(0.5)
 
 
 def test_aggregate_seq_mean_token_mean_hand():
     # row 0: (1+2+3)/3 = 2; row 1: 5/1 = 5 -> (2+5)/2 = 3.5; with num_seqs=7: 7/7 = 1
-    assert aggregate(LOSS, MASK, LossAgg.SEQ_MEAN_TOKEN_MEAN).item() == pytest.approx(3.5)
-    assert aggregate(LOSS, MASK, LossAgg.SEQ_MEAN_TOKEN_MEAN, num_seqs=7).item() == pytest.approx(1.0)
+    assert aggregate(LOSS, MASK, mode=LossAgg.SEQ_MEAN_TOKEN_MEAN).item() == pytest.approx(3.5)
+    assert aggregate(LOSS, MASK, mode=LossAgg.SEQ_MEAN_TOKEN_MEAN, num_seqs=7).item() == pytest.approx(1.0)
 
 
-def test_aggregate_seq_mean_token_sum_hand():
-    # (6 + 5) / (num_seqs 2 * T 4) = 11/8 = 1.375; max_tokens=11 -> 11/22 = 0.5
-    assert aggregate(LOSS, MASK, LossAgg.SEQ_MEAN_TOKEN_SUM).item() == pytest.approx(1.375)
-    assert aggregate(LOSS, MASK, LossAgg.SEQ_MEAN_TOKEN_SUM, max_tokens=11).item() == pytest.approx(0.5)
-    # num_seqs=11, max_tokens=1 -> 11/11 = 1
-    assert aggregate(
-        LOSS, MASK, LossAgg.SEQ_MEAN_TOKEN_SUM, num_seqs=11, max_tokens=1
-    ).item() == pytest.approx(1.0)
+def test_aggregate_seq_mean_token_sum_norm_hand():
+    # (6 + 5) / (num_seqs 2 * T 4) = 11/8 = 1.375; max_len=11 -> 11/22 = 0.5
+    mode = LossAgg.SEQ_MEAN_TOKEN_SUM_NORM
+    assert aggregate(LOSS, MASK, mode=mode).item() == pytest.approx(1.375)
+    assert aggregate(LOSS, MASK, mode=mode, max_len=11).item() == pytest.approx(0.5)
+    # num_seqs=11, max_len=1 -> 11/11 = 1
+    assert aggregate(LOSS, MASK, mode=mode, num_seqs=11, max_len=1).item() == pytest.approx(1.0)
+
+
+def _aggregate_loop(loss, mask, mode, num_tokens, num_seqs, max_len):
+    total, per_seq = 0.0, []
+    for i in range(loss.shape[0]):
+        s = sum(float(loss[i, t]) for t in range(loss.shape[1]) if mask[i, t])
+        n = sum(int(mask[i, t]) for t in range(loss.shape[1]))
+        total += s
+        per_seq.append(s / max(n, 1))
+    if mode == LossAgg.TOKEN_MEAN:
+        return total / num_tokens
+    if mode == LossAgg.SEQ_MEAN_TOKEN_MEAN:
+        return sum(per_seq) / num_seqs
+    return total / (num_seqs * max_len)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("mode", list(LossAgg))
+def test_aggregate_matches_reference_loop(seed, mode):
+    gen = torch.Generator().manual_seed(seed)
+    loss = torch.randn(6, 7, generator=gen)
+    mask = (torch.rand(6, 7, generator=gen) > 0.3).long()
+    denoms = dict(num_tokens=40, num_seqs=9, max_len=16)
+    expected = _aggregate_loop(loss, mask, mode, **denoms)
+    assert aggregate(loss, mask, mode=mode, **denoms).item() == pytest.approx(expected, rel=1e-5)
 
 
 @pytest.mark.parametrize("mode", list(LossAgg))
 def test_aggregate_ignores_masked_positions(mode):
     changed = LOSS.clone()
     changed[MASK == 0] = torch.tensor([100.0, -7.0, 1e6, 0.5])
-    assert torch.equal(aggregate(LOSS, MASK, mode), aggregate(changed, MASK, mode))
-    assert torch.equal(aggregate(LOSS, MASK.bool(), mode), aggregate(LOSS, MASK, mode))
+    assert torch.equal(aggregate(LOSS, MASK, mode=mode), aggregate(changed, MASK, mode=mode))
+    assert torch.equal(aggregate(LOSS, MASK.bool(), mode=mode), aggregate(LOSS, MASK, mode=mode))
 
 
 @pytest.mark.parametrize("mode", list(LossAgg))
 def test_aggregate_empty_mask_is_zero_not_nan(mode):
-    out = aggregate(LOSS, torch.zeros_like(MASK), mode)
+    out = aggregate(LOSS, torch.zeros_like(MASK), mode=mode)
     assert out.item() == 0.0
     # an all-padding row in a seq mode contributes 0 (its length is clamped to 1)
-    assert aggregate(LOSS, torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0]]), mode).isfinite()
+    assert aggregate(LOSS, torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0]]), mode=mode).isfinite()
 
 
 def test_masked_mean():
@@ -265,30 +482,31 @@ def _policy_batch(seed: int = 0):
     return model, feats, tokens, mask, old_logp, adv
 
 
-def _step_loss(model, feats, tokens, mask, old_logp, adv, mode, **denoms):
+def _step_loss(model, feats, tokens, mask, old_logp, adv, mode, level=RatioLevel.TOKEN, **denoms):
     logp = token_logprobs(model(feats), tokens)
-    loss_tok, _ = clipped_surrogate(logp, old_logp, adv, clip_low=0.2, clip_high=0.28)
-    return aggregate(loss_tok, mask, mode, **denoms)
+    loss, _ = policy_loss(logp, old_logp, adv, mask, clip_low=0.2, clip_high=0.28, dual_clip=1.5, level=level)
+    return aggregate(loss, mask, mode=mode, **denoms)
 
 
+@pytest.mark.parametrize("level", list(RatioLevel))
 @pytest.mark.parametrize("mode", list(LossAgg))
-@pytest.mark.parametrize("micro_batch_seqs", [1, 2, 8])
-def test_micro_batch_split_gives_same_gradient(mode, micro_batch_seqs):
+@pytest.mark.parametrize("micro_batch_seqs", [1, 2, 4, 8])
+def test_micro_batch_split_gives_same_gradient(mode, micro_batch_seqs, level):
     model, feats, tokens, mask, old_logp, adv = _policy_batch()
     batch = feats.shape[0]
 
-    full = _step_loss(model, feats, tokens, mask, old_logp, adv, mode)
+    full = _step_loss(model, feats, tokens, mask, old_logp, adv, mode, level, max_len=6)
     full.backward()
     full_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
 
     # global denominators: counted once over the whole step, passed to every micro-batch
-    denoms = {"num_tokens": mask.sum(), "num_seqs": batch}
+    denoms = {"num_tokens": mask.sum(), "num_seqs": batch, "max_len": 6}
     total = torch.zeros(())
     for start in range(0, batch, micro_batch_seqs):
         rows = slice(start, start + micro_batch_seqs)
         loss = _step_loss(
-            model, feats[rows], tokens[rows], mask[rows], old_logp[rows], adv[rows], mode, **denoms
+            model, feats[rows], tokens[rows], mask[rows], old_logp[rows], adv[rows], mode, level, **denoms
         )
         loss.backward()
         total += loss.detach()
@@ -314,11 +532,11 @@ def test_local_token_mean_over_grad_accum_is_not_invariant():
 def test_shard_sum_equals_whole(mode):
     # two data-parallel "ranks" with halves of the batch and global denominators
     gen = torch.Generator().manual_seed(3)
-    loss_tok = torch.randn(8, 5, generator=gen)
+    loss = torch.randn(8, 5, generator=gen)
     mask = (torch.rand(8, 5, generator=gen) > 0.4).float()
-    whole = aggregate(loss_tok, mask, mode)
-    denoms = {"num_tokens": mask.sum(), "num_seqs": 8, "max_tokens": 5}
-    halves = sum(aggregate(loss_tok[s], mask[s], mode, **denoms) for s in (slice(0, 4), slice(4, 8)))
+    whole = aggregate(loss, mask, mode=mode)
+    denoms = {"num_tokens": mask.sum(), "num_seqs": 8, "max_len": 5}
+    halves = sum(aggregate(loss[s], mask[s], mode=mode, **denoms) for s in (slice(0, 4), slice(4, 8)))
     torch.testing.assert_close(halves, whole)
 
 
@@ -349,18 +567,21 @@ def test_token_logprobs_bf16_logits_return_float32():
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_token_entropy_matches_naive(temperature):
-    logits = torch.randn(3, 5, 17, generator=torch.Generator().manual_seed(1)) * 3
+def test_entropy_from_logits_matches_naive(temperature):
+    logits = (torch.randn(3, 5, 17, generator=torch.Generator().manual_seed(1)) * 3).requires_grad_()
     logp = torch.log_softmax(logits / temperature, -1)
     naive = -(logp.exp() * logp).sum(-1)
-    out = token_entropy(logits, temperature=temperature)
+    out = entropy_from_logits(logits, temperature=temperature)
     assert out.dtype == torch.float32 and out.shape == (3, 5)
     torch.testing.assert_close(out, naive)
+    (g_out,) = torch.autograd.grad(out.sum(), logits)
+    (g_naive,) = torch.autograd.grad(naive.sum(), logits)
+    torch.testing.assert_close(g_out, g_naive)
 
 
-def test_token_entropy_uniform_is_log_vocab():
+def test_entropy_uniform_is_log_vocab():
     # uniform over V=17 -> H = ln 17 = 2.8332
-    torch.testing.assert_close(token_entropy(torch.zeros(2, 3, 17)), torch.full((2, 3), math.log(17)))
+    torch.testing.assert_close(entropy_from_logits(torch.zeros(2, 3, 17)), torch.full((2, 3), math.log(17)))
 
 
 # ---------------------------------------------------------------- import hygiene

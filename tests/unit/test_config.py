@@ -63,7 +63,7 @@ def test_overrides_numbers_lists_dicts_enums_null():
             "reward.rules=[accuracy]",
             "reward.weights=[1]",
             "algo.kl_estimator=k2",
-            "algo.loss_agg=SEQ_MEAN_TOKEN_SUM",
+            "algo.loss_agg=SEQ_MEAN_TOKEN_SUM_NORM",
             "resume=null",
             "data.path=null",
             "algo.clip_high=1",  # an int for a float field
@@ -77,7 +77,7 @@ def test_overrides_numbers_lists_dicts_enums_null():
     assert cfg.reward.rules == ["accuracy"] and cfg.reward.weights == [1.0]
     assert type(cfg.reward.weights[0]) is float
     assert cfg.algo.kl_estimator is KLEstimator.K2
-    assert cfg.algo.loss_agg is LossAgg.SEQ_MEAN_TOKEN_SUM
+    assert cfg.algo.loss_agg is LossAgg.SEQ_MEAN_TOKEN_SUM_NORM
     assert cfg.resume is None and cfg.data.path is None
     assert cfg.algo.clip_high == 1.0 and type(cfg.algo.clip_high) is float
     assert cfg.model.autocast_bf16 is True

@@ -1,0 +1,134 @@
+"""One step's rollout data: prompts -> samples -> rewards, with DAPO dynamic sampling.
+
+The trainer calls :func:`collect` once per step. With ``algo.dynamic_sampling`` off it is one
+rollout of the step's prompts; with it on, groups whose rewards are all equal (no learning
+signal) are dropped and more prompts are drawn until ``train.prompts_per_step`` groups carry
+signal or ``algo.dynamic_sampling_max_batches`` extra batches were drawn. Extra prompts are a
+pure function of ``(seed, step, attempt)``, like the step's own prompts, so resume stays exact.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rlvr import algos
+from rlvr.config import Config
+from rlvr.rewards.registry import RewardResult
+from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
+
+
+@dataclass
+class Scored:
+    """Sampled groups with their rewards; row ``i`` of every list belongs to prompt ``rows[i // G]``."""
+
+    rows: list[dict]
+    """P' prompt rows (one per group)."""
+    batch: RolloutBatch
+    """P'·G sampled sequences."""
+    said: list[str]
+    """What the assistant said: the template's assistant prefix + the completion (what rewards read)."""
+    answers: list[str]
+    """Gold answer per sequence."""
+    result: RewardResult
+    """Per-rule scores, weighted totals, error counts."""
+    acc: list[float]
+    """``reward.accuracy_rule`` score per sequence."""
+    fmt: list[float]
+    """``format`` rule score per sequence."""
+    rewards: torch.Tensor
+    """[P'·G] float32 reward used for advantages: total + DAPO overlong penalty (if on)."""
+
+    def select(self, groups: list[int]) -> Scored:
+        G = self.batch.group_size
+        seqs = [g * G + j for g in groups for j in range(G)]
+        pick = lambda xs: [xs[i] for i in seqs]  # noqa: E731
+        result = RewardResult(
+            total=pick(self.result.total),
+            per_rule={k: pick(v) for k, v in self.result.per_rule.items()},
+            errors=self.result.errors,
+        )
+        return Scored([self.rows[g] for g in groups], select_groups(self.batch, groups), pick(self.said),
+                      pick(self.answers), result, pick(self.acc), pick(self.fmt), self.rewards[seqs])
+
+    @staticmethod
+    def concat(parts: list[Scored], pad_id: int) -> Scored:
+        if len(parts) == 1:
+            return parts[0]
+        cat = lambda name: [x for p in parts for x in getattr(p, name)]  # noqa: E731
+        errors: dict[str, int] = {}
+        for p in parts:
+            for k, n in p.result.errors.items():
+                errors[k] = errors.get(k, 0) + n
+        result = RewardResult(
+            total=[x for p in parts for x in p.result.total],
+            per_rule={k: [x for p in parts for x in p.result.per_rule[k]] for k in parts[0].result.per_rule},
+            errors=errors,
+        )
+        return Scored(cat("rows"), concat_batches([p.batch for p in parts], pad_id), cat("said"), cat("answers"),
+                      result, cat("acc"), cat("fmt"), torch.cat([p.rewards for p in parts]))
+
+
+def extra_prompt_indices(num_rows: int, n: int, *, seed: int, step: int, attempt: int) -> list[int]:
+    """Row indices of extra prompts for dynamic sampling: a pure function of (seed, step, attempt)."""
+    rng = random.Random(f"rlvr-dynamic-sampling:{seed}:{step}:{attempt}")
+    return [rng.randrange(num_rows) for _ in range(n)]
+
+
+def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str, timing: dict) -> Scored:
+    G = cfg.rollout.samples_per_prompt
+    t0 = time.perf_counter()
+    batch = engine.generate([r["prompt"] for r in rows], G)
+    t1 = time.perf_counter()
+    said = [prefix + text for text in batch.texts]  # the prefix is part of the assistant's turn
+    answers = [r["answer"] for r in rows for _ in range(G)]
+    fields = {k: [r.get(k) for r in rows for _ in range(G)] for k in rows[0] if k != "answer"}
+    result = scorer.score(said, answers, fields, truncated=batch.truncated.tolist())
+    acc_rule = cfg.reward.accuracy_rule
+    acc = result.per_rule.get(acc_rule) or scorer.rule_scores(acc_rule, said, answers, fields)[0]
+    fmt = result.per_rule.get("format") or scorer.rule_scores("format", said, answers, fields)[0]
+    rewards = torch.tensor(result.total, dtype=torch.float32)
+    if cfg.algo.overlong_buffer:
+        rewards = rewards + algos.overlong_penalty(
+            batch.response_lengths, max_len=cfg.rollout.max_new_tokens,
+            buffer=cfg.algo.overlong_buffer, factor=cfg.algo.overlong_penalty,
+        )
+    timing["rollout"] += t1 - t0
+    timing["reward"] += time.perf_counter() - t1
+    return Scored(rows, batch, said, answers, result, acc, fmt, rewards)
+
+
+def collect(engine, scorer, train_rows: list[dict], stream, step: int, cfg: Config, *, prefix: str):
+    """Samples and scores the step's groups.
+
+    Returns:
+        (trained, sampled, info): ``trained`` holds ``train.prompts_per_step`` groups to train on;
+        ``sampled`` every group sampled this step (the same object without dynamic sampling);
+        ``info`` the metrics ``rollout/dropped_groups`` and ``rollout/extra_batches`` (dynamic
+        sampling only) and the phase times ``rollout_s`` / ``reward_s``.
+    """
+    G, P, algo = cfg.rollout.samples_per_prompt, cfg.train.prompts_per_step, cfg.algo
+    timing = {"rollout": 0.0, "reward": 0.0}
+    parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in stream.batch(step)], cfg, prefix, timing)]
+    info: dict = {}
+    if algo.dynamic_sampling:
+        informative = lambda: sum(int(algos.informative_groups(p.rewards, G).sum()) for p in parts)  # noqa: E731
+        while informative() < P and len(parts) <= algo.dynamic_sampling_max_batches:
+            idx = extra_prompt_indices(len(train_rows), P, seed=cfg.seed, step=step, attempt=len(parts))
+            parts.append(_sample_and_score(engine, scorer, [train_rows[i] for i in idx], cfg, prefix, timing))
+    sampled = Scored.concat(parts, engine.tokenizer.pad_token_id)
+    trained = sampled
+    if algo.dynamic_sampling:
+        keep = algos.informative_groups(sampled.rewards, G).tolist()
+        signal = [g for g, k in enumerate(keep) if k]
+        flat = [g for g, k in enumerate(keep) if not k]
+        # short of signal after the cap: zero-variance groups fill up (they add no policy gradient)
+        groups = (signal + flat)[:P]
+        trained = sampled.select(sorted(groups))
+        info["rollout/dropped_groups"] = sum(1 for g in flat if g not in groups)
+        info["rollout/extra_batches"] = len(parts) - 1
+    info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
+    return trained, sampled, info
