@@ -55,6 +55,7 @@ def tiny_config(model_dir, run_dir, *extra: str):
             "train.save_every=0",
             "log.tensorboard=false",
             "log.progress=false",
+            "log.report=false",
             *extra,
         ],
     )
