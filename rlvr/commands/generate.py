@@ -21,18 +21,10 @@ def read_prompts(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"--input {path}: file not found")
+    from rlvr.data.files import read_jsonl_values
+
     rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise UserError(f"--input {path} is not UTF-8 text; give a JSONL file") from None
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+    for lineno, obj in read_jsonl_values(path):
         if not isinstance(obj, dict) or not any(isinstance(obj.get(k), str) and obj[k].strip() for k in PROMPT_KEYS):
             raise UserError(f"{path}:{lineno}: each row needs a non-empty \"question\" or \"prompt\" string")
         rows.append(obj)

@@ -46,18 +46,10 @@ def read_rows(path: Path, label_keys: tuple[str, ...] = ("label", "answer")) -> 
     'label'), plus '_line', the line number."""
     if not path.is_file():
         raise UserError(f"input file {path} not found; give a JSONL file with one {{\"completion\": ..., \"label\": ...}} per line")
+    from rlvr.data.files import read_jsonl_values
+
     rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not a UTF-8 text file; give a JSONL file") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno}); each line must be one JSON object") from None
+    for n, row in read_jsonl_values(path):
         if not isinstance(row, dict):
             raise UserError(f"{path}:{n}: expected a JSON object with 'completion' and 'label', got {type(row).__name__}")
         label_key = next((k for k in label_keys if k in row), None)

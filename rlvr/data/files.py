@@ -95,15 +95,27 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
-def _read_jsonl(path: Path) -> Source:
-    records, lines = [], []
+def read_jsonl_values(path: Path) -> list[tuple[int, object]]:
+    """(line number, parsed JSON value) for every non-blank line of a UTF-8 JSONL file.
+
+    The one JSONL reader of rlvr (data files, `rlvr generate --input`, `rlvr reward score
+    --input`); callers check the shape of each value. Raises UserError naming the file and
+    line for non-UTF-8 bytes or a line that is not JSON.
+    """
+    values = []
     for lineno, line in enumerate(_read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            values.append((lineno, json.loads(line)))
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+    return values
+
+
+def _read_jsonl(path: Path) -> Source:
+    records, lines = [], []
+    for lineno, obj in read_jsonl_values(path):
         if not isinstance(obj, (dict, list)):
             raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         records.append(obj)
