@@ -11,8 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
-from rlvr.models.tiny import save_tiny_model, tiny_model, tiny_tokenizer
-from rlvr.rewards import registry
+from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.training import train
 from rlvr.training.loop import accumulate_gradients
@@ -40,18 +39,6 @@ TINY = [
     "eval.at_start=false",
     "eval.at_end=false",
 ]
-
-
-def sevens(completions: list[str], labels: list[str], **fields) -> list[float]:
-    """Fraction of each completion's words that are '7'."""
-    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
-
-
-@pytest.fixture
-def tiny_dir(tmp_path, monkeypatch):
-    monkeypatch.setitem(registry.REWARDS, "sevens", sevens)
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
-    return save_tiny_model(tmp_path / "tiny")
 
 
 def run(preset, model_dir, run_dir, *extra):
