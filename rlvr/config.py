@@ -27,6 +27,17 @@ from rlvr.rewards.registry import OnError
 PRESETS_DIR = Path(__file__).parent / "configs"
 
 
+class Switch(str, enum.Enum):
+    """A setting that is on, off, or chosen from the hardware (``auto``)."""
+
+    AUTO = "auto"
+    ON = "true"
+    OFF = "false"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise UserError(msg)
@@ -40,8 +51,8 @@ class ModelConfig:
     """Dtype of the trained (master) weights: float32 or bfloat16. Keep float32: ~1e-6 updates vanish in bf16."""
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto (cuda when visible)."""
-    autocast_bf16: bool = False
-    """Run training forward/backward under bf16 autocast (master weights stay in model.dtype)."""
+    autocast_bf16: Switch = Switch.AUTO
+    """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on only where bf16 is native: a bf16 CUDA device, or a CPU with AVX512-BF16/AMX), true or false."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory."""
 
@@ -152,8 +163,10 @@ class RolloutConfig:
     """Nucleus sampling mass (1.0 = off)."""
     top_k: int = 0
     """Top-k sampling (0 = off)."""
-    dtype: str = "bfloat16"
-    """Dtype of the generation copy of the model: bfloat16 (faster on CPU/GPU) or float32 (shares the policy weights)."""
+    dtype: str = "auto"
+    """Dtype of the generation copy of the model: auto (bfloat16 only where bf16 is native: a bf16 CUDA device, or a CPU with AVX512-BF16/AMX; else float32), bfloat16, or float32 (shares the policy weights)."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings: a response ends right after the first one it produces (e.g. ['</answer>']), in training, evaluation, chat and generate alike."""
     batch_seqs: int = 64
     """At most this many sequences are generated together."""
 
@@ -163,7 +176,8 @@ class RolloutConfig:
         _check(self.temperature > 0, "rollout.temperature must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p must be in (0, 1]")
         _check(self.top_k >= 0, "rollout.top_k must be >= 0")
-        _check(self.dtype in ("float32", "bfloat16"), f"rollout.dtype={self.dtype}: use float32 or bfloat16")
+        _check(self.dtype in ("auto", "float32", "bfloat16"), f"rollout.dtype={self.dtype}: use auto, float32 or bfloat16")
+        _check(all(self.stop), "rollout.stop holds an empty string; give non-empty stop strings, e.g. rollout.stop=['</answer>']")
         _check(self.batch_seqs >= 1, "rollout.batch_seqs must be >= 1")
 
 

@@ -38,7 +38,7 @@ def render_chat(tokenizer, template, messages: list[dict]) -> str:
 class Chat:
     """A conversation with one model: history, system prompt, temperature."""
 
-    def __init__(self, model, tokenizer, style, *, max_new_tokens: int, temperature: float) -> None:
+    def __init__(self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = ()) -> None:
         from rlvr.rollout.hf import eos_token_ids
 
         self.model, self.tokenizer = model, tokenizer
@@ -46,6 +46,7 @@ class Chat:
         self.system = self.template.system or ""
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.eos_ids = eos_token_ids(model, tokenizer)
+        self.stop = list(stop)
         self.history: list[dict] = []
 
     def messages(self, question: str) -> list[dict]:
@@ -56,14 +57,18 @@ class Chat:
     def reply(self, question: str, on_text=None) -> str:
         """Generate the assistant's answer (``assistant_prefix`` included), streaming pieces to ``on_text``."""
         import torch
-        from transformers import TextIteratorStreamer
+        from transformers import StoppingCriteriaList, TextIteratorStreamer
+
+        from rlvr.rollout.hf import StopStrings
 
         messages = self.messages(question)
         prompt = render_chat(self.tokenizer, self.template, messages)
         device = next(self.model.parameters()).device
         enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(device)
         sample = self.temperature > 0
+        stop = StopStrings(self.tokenizer, self.stop, enc.input_ids.shape[1], 1, device) if self.stop else None
         kwargs = dict(
+            stopping_criteria=StoppingCriteriaList([stop]) if stop else None,
             **enc, max_new_tokens=self.max_new_tokens, do_sample=sample, eos_token_id=self.eos_ids,
             pad_token_id=self.tokenizer.pad_token_id,
             **({"temperature": self.temperature, "top_p": 1.0, "top_k": 0} if sample else {"temperature": None, "top_p": None, "top_k": None}),
@@ -90,7 +95,9 @@ class Chat:
     def _generate(self, torch, kwargs, streamer) -> None:
         self._error = None
         try:
-            with torch.no_grad():
+            from rlvr.rollout.hf import own_generation_settings
+
+            with torch.no_grad(), own_generation_settings(self.model):
                 self.model.generate(**kwargs, streamer=streamer)
         except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
             self._error = e
@@ -150,7 +157,7 @@ def cmd_chat(args) -> int:
     from rich.console import Console
 
     from rlvr.commands.common import quiet_libraries
-    from rlvr.commands.eval import prompt_settings
+    from rlvr.commands.eval import generation_dtype, prompt_settings
     from rlvr.evaluation import models as eval_models
 
     if args.temperature < 0:
@@ -158,18 +165,20 @@ def cmd_chat(args) -> int:
     if args.once is not None and not args.once.strip():
         raise UserError("--once needs a non-empty question")
     resolved = eval_models.resolve(args.model)
-    style, max_new = prompt_settings(args, [resolved], template="r1")
+    style, max_new, stop = prompt_settings(args, [resolved], template="r1")
     quiet_libraries()
     import torch
 
     torch.manual_seed(args.seed)
-    model, tokenizer = eval_models.load(resolved, dtype=args.dtype, device=args.device)
-    chat = Chat(model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature)
+    dtype, dtype_line = generation_dtype(args)
+    model, tokenizer = eval_models.load(resolved, dtype=dtype, device=args.device)
+    chat = Chat(model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature, stop=stop)
     if args.once is not None:
         print(chat.reply(args.once), flush=True)
         return 0
     console = Console(highlight=False)
     console.print(f"[bold]rlvr chat[/bold] with {resolved.label}  [dim]{HELP}[/dim]")
+    console.print(dtype_line, style="dim", markup=False)  # --once stays quiet: its stdout is the answer
     while True:
         try:
             line = console.input("[bold green]you[/bold green] > ").strip()

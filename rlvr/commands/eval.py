@@ -28,11 +28,26 @@ def add_model_args(p, *, many: bool = False) -> None:
     p.add_argument("--prefix", default=None, help="text that opens the assistant turn, e.g. '<think>' (default: the run's, else the template's)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response length limit (default: the run's, else 256)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="dtype to generate in")
+    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
+                   help="dtype to generate in (auto: bfloat16 only where the device runs it natively, else float32)")
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop string: a response ends after it (repeat for several; default: the run's rollout.stop, else none)")
+
+
+def generation_dtype(args) -> tuple[str, str]:
+    """(dtype to load and generate in, the line that says why): ``--dtype``, ``auto`` chosen from
+    the hardware. Callers print the line once the model has loaded, so a bad input stays one line."""
+    from rlvr.models import resolve_device
+    from rlvr.models.precision import bf16_support, choose_dtype
+
+    device = resolve_device(args.device)
+    dtype, warning = choose_dtype(args.dtype, device)
+    line = f"generation dtype: {dtype} ({bf16_support(device).why})"
+    return dtype, line + (f"\nwarning: --dtype {warning}" if warning else "")
 
 
 def prompt_settings(args, resolved: list, *, template: str) -> tuple:
-    """(PromptStyle, max_new_tokens): flags first, then the first run's config, then defaults.
+    """(PromptStyle, max_new_tokens, stop strings): flags first, then the first run's config, then defaults.
 
     One setting for all models, so a before/after comparison asks both the same way.
     """
@@ -48,7 +63,10 @@ def prompt_settings(args, resolved: list, *, template: str) -> tuple:
     max_new = args.max_new_tokens if args.max_new_tokens is not None else run.get("max_new_tokens", 256)
     if max_new < 1:
         raise UserError(f"--max-new-tokens {max_new}: must be >= 1")
-    return style, max_new
+    stop = args.stop if args.stop is not None else run.get("stop", [])
+    if not all(stop):
+        raise UserError("--stop needs a non-empty string, e.g. --stop '</answer>'")
+    return style, max_new, list(stop)
 
 
 def _slug(text: str) -> str:
@@ -112,16 +130,20 @@ def cmd_eval(args) -> int:
         raise UserError(f"--batch {args.batch}: must be >= 1")
     resolved = [eval_models.resolve(m) for m in args.model]  # every model checked before any work
     rows = load_eval_rows(args.data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
-    style, max_new = prompt_settings(args, resolved, template="r1")
+    style, max_new, stop = prompt_settings(args, resolved, template="r1")
     out = Path(args.output or Path("evals") / f"{_slug(Path(args.data).stem)}-{time.strftime('%Y%m%d-%H%M%S')}")
     quiet_libraries()
     from rlvr.rollout import HFRolloutEngine
 
     console, err = Console(), Console(stderr=True)
     labels, summaries = [], []
+    dtype, dtype_line = generation_dtype(args)
     for r in resolved:
-        model, tokenizer = eval_models.load(r, dtype=args.dtype, device=args.device)
-        engine = HFRolloutEngine(model, tokenizer, max_new_tokens=max_new, dtype=args.dtype, batch_seqs=args.batch * args.samples)
+        model, tokenizer = eval_models.load(r, dtype=dtype, device=args.device)
+        if not labels:
+            err.print(dtype_line, highlight=False, markup=False)
+        engine = HFRolloutEngine(model, tokenizer, max_new_tokens=max_new, dtype=dtype, batch_seqs=args.batch * args.samples,
+                                 stop=stop)
         progress, on_batch = _progress(err, r.label)
         with progress:
             result = evaluate(engine, tokenizer, rows, style=style, samples=args.samples, temperature=args.temperature,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def read_prompts(path: str | Path) -> list[dict]:
 
 def cmd_generate(args) -> int:
     from rlvr.commands.common import quiet_libraries
-    from rlvr.commands.eval import prompt_settings
+    from rlvr.commands.eval import generation_dtype, prompt_settings
     from rlvr.evaluation import models as eval_models
 
     if args.samples < 1:
@@ -53,7 +54,7 @@ def cmd_generate(args) -> int:
         raise UserError(f"--output {out} is a folder; give a .jsonl file path")
     rows = read_prompts(args.input)
     resolved = eval_models.resolve(args.model)
-    style, max_new = prompt_settings(args, [resolved], template="plain")
+    style, max_new, stop = prompt_settings(args, [resolved], template="plain")
     quiet_libraries()
     import torch
 
@@ -61,9 +62,11 @@ def cmd_generate(args) -> int:
     from rlvr.rollout import HFRolloutEngine
 
     torch.manual_seed(args.seed)
-    model, tokenizer = eval_models.load(resolved, dtype=args.dtype, device=args.device)
+    dtype, dtype_line = generation_dtype(args)
+    model, tokenizer = eval_models.load(resolved, dtype=dtype, device=args.device)
+    print(dtype_line, file=sys.stderr, flush=True)
     engine = HFRolloutEngine(model, tokenizer, max_new_tokens=max_new, temperature=args.temperature or 1.0,
-                             top_p=args.top_p, top_k=args.top_k, dtype=args.dtype, batch_seqs=args.batch * args.samples)
+                             top_p=args.top_p, top_k=args.top_k, dtype=dtype, batch_seqs=args.batch * args.samples, stop=stop)
     template = style.resolve()
     prefix = "" if args.raw else template.assistant_prefix  # what the assistant said includes the prefix
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,14 @@ def cmd_train(args) -> int:
 
     from rlvr.config import to_yaml
 
+    from rlvr.models import resolve_device
+    from rlvr.models.precision import resolve_precision
+
     cfg = load_cli_config(args)
     console = Console(stderr=True)
+    cfg, precision_lines = resolve_precision(cfg, resolve_device(cfg.model.device))
+    for line in precision_lines:  # first: it decides the run's speed (and is saved in config.yaml)
+        print(line, flush=True)
     # plain print to stdout: stderr carries progress and the one-line error, and config values
     # may hold '[...]' that rich would parse as markup
     print("resolved config\n" + to_yaml(cfg), flush=True)

@@ -36,12 +36,11 @@ class ResolvedModel:
         return Path(self.spec).name or self.spec
 
     def prompt_defaults(self) -> dict:
-        """template, system_prompt, assistant_prefix and max_new_tokens of the run (if any)."""
+        """template, system_prompt, assistant_prefix, max_new_tokens and stop strings of the run (if any)."""
         data = self.run_config.get("data") or {}
         out = {k: data[k] for k in ("template", "system_prompt", "assistant_prefix") if k in data}
         rollout = self.run_config.get("rollout") or {}
-        if "max_new_tokens" in rollout:
-            out["max_new_tokens"] = rollout["max_new_tokens"]
+        out.update({k: rollout[k] for k in ("max_new_tokens", "stop") if k in rollout})
         return out
 
 

@@ -10,6 +10,7 @@ A model spec is one of
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -154,3 +155,15 @@ def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
     return model.to(resolve_device(device))
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """``model.eval()`` inside the block (no dropout; KV cache even with gradient checkpointing
+    on), its previous mode after. Sampling and log-probs run in it; only the update trains."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

@@ -29,7 +29,9 @@ def tiny_tokenizer():
     return tok
 
 
-def tiny_model(vocab_size: int = len(TINY_WORDS), *, seed: int = 0, layers: int = 2, hidden: int = 32):
+def tiny_model(
+    vocab_size: int = len(TINY_WORDS), *, seed: int = 0, layers: int = 2, hidden: int = 32, attention_dropout: float = 0.0
+):
     """A seeded Llama-architecture causal LM with ``layers`` layers and width ``hidden``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -45,6 +47,7 @@ def tiny_model(vocab_size: int = len(TINY_WORDS), *, seed: int = 0, layers: int 
         eos_token_id=1,
         bos_token_id=None,
         tie_word_embeddings=True,
+        attention_dropout=attention_dropout,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)

@@ -49,22 +49,30 @@ class RolloutBatch:
         return {"input_ids": self.input_ids[rows], "attention_mask": self.attention_mask[rows]}
 
 
-def response_mask_from_eos(response_ids: Tensor, eos_ids: list[int]) -> tuple[Tensor, Tensor]:
-    """Mask of tokens up to and including the first EOS; rows with no EOS are all ones (truncated).
+def response_mask_from_eos(
+    response_ids: Tensor, eos_ids: list[int], *, stop_at: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Mask of tokens up to and including the first EOS (or stop-string end); rows with neither
+    are all ones (truncated).
 
     Args:
-        response_ids: [B, T] generated tokens (rows padded after their EOS).
+        response_ids: [B, T] generated tokens (rows padded after their end).
         eos_ids: token ids that end a response.
+        stop_at: [B] response index of the token that completed a stop string, -1 for none.
 
     Returns:
         (mask [B, T] long, truncated [B] bool)
     """
     is_eos = torch.isin(response_ids, torch.tensor(eos_ids, device=response_ids.device))
-    has_eos = is_eos.any(-1)
-    T = response_ids.shape[1]
-    first = torch.where(has_eos, is_eos.long().argmax(-1), torch.full_like(has_eos, T - 1, dtype=torch.long))
-    mask = (torch.arange(T, device=response_ids.device)[None, :] <= first[:, None]).long()
-    return mask, ~has_eos
+    B, T = response_ids.shape
+    no_end = torch.full((B,), T, dtype=torch.long, device=response_ids.device)
+    end = torch.where(is_eos.any(-1), is_eos.long().argmax(-1), no_end)
+    if stop_at is not None:
+        end = torch.minimum(end, torch.where(stop_at >= 0, stop_at.to(end.device), no_end))
+    ended = end < T
+    last = torch.where(ended, end, no_end - 1)
+    mask = (torch.arange(T, device=response_ids.device)[None, :] <= last[:, None]).long()
+    return mask, ~ended
 
 
 def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, response_mask_from_eos
 
 
@@ -49,6 +51,49 @@ class _SampledLogprobs:
         return torch.stack(self.picked, dim=1)
 
 
+class StopStrings(StoppingCriteria):
+    """Stops a row once its decoded response contains a stop string; records where.
+
+    Each step decodes only the last few tokens of every row (enough to hold the longest stop
+    string), so the check costs microseconds and sees text as the rewards see it, whatever the
+    tokenizer (transformers' ``StopStringCriteria`` needs a vocabulary it can clean, which some
+    tokenizers do not allow). ``at`` holds, per row, the response index of the token that completed
+    the first stop string, -1 where none did; ``generate`` pads a stopped row after it.
+    """
+
+    def __init__(self, tokenizer, stop: list[str], prompt_len: int, rows: int, device) -> None:
+        self.tokenizer, self.stop, self.prompt_len = tokenizer, list(stop), prompt_len
+        self.window = max(len(s) for s in self.stop) + 4  # tokens; every real token is >= 1 character
+        self.at = torch.full((rows,), -1, dtype=torch.long, device=device)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        length = input_ids.shape[1]
+        tails = self.tokenizer.batch_decode(input_ids[:, max(self.prompt_len, length - self.window) :], skip_special_tokens=True)
+        hit = torch.tensor([any(s in t for s in self.stop) for t in tails], device=self.at.device)
+        latest = length - self.prompt_len - 1  # response index of the newest token
+        self.at = torch.where((self.at < 0) & hit, torch.full_like(self.at, latest), self.at)
+        return hit
+
+
+@contextlib.contextmanager
+def own_generation_settings(model):
+    """Generate with rlvr's settings alone.
+
+    transformers fills every unset field of the ``GenerationConfig`` passed to ``generate`` from
+    ``model.generation_config`` (the checkpoint's ``generation_config.json``): a shipped
+    ``repetition_penalty``, ``top_p``, ``top_k``, ``min_p``, ``no_repeat_ngram_size``, suppressed
+    tokens, even ``temperature`` and ``do_sample``. The trainer's log-probs assume plain
+    softmax(z / T), so while rlvr generates, the model's own defaults are swapped for the library's
+    neutral ones; the checkpoint's file is left as it was.
+    """
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
 class HFRolloutEngine:
     """Samples G completions per prompt with ``model.generate``.
 
@@ -58,6 +103,11 @@ class HFRolloutEngine:
     With ``logprobs=True`` sampled batches carry the engine's own log-probs of the sampled
     tokens (``RolloutBatch.logprobs``: full softmax at the temperature, before top-k/top-p, as
     vLLM reports them), for truncated importance sampling.
+
+    Sampling is exactly softmax(logits / temperature), then top-k / top-p if set: nothing from the
+    checkpoint's ``generation_config.json`` applies (:func:`own_generation_settings`). With
+    ``stop`` strings, a response ends after the token that completes the first one (vLLM's
+    ``stop``, included in the text), as the EOS token ends it otherwise.
     """
 
     def __init__(
@@ -69,11 +119,13 @@ class HFRolloutEngine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
-        dtype: str = "bfloat16",
+        dtype: str = "float32",
         batch_seqs: int = 64,
         logprobs: bool = False,
+        stop: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.logprobs = logprobs
+        self.stop = list(stop)
         self.policy = policy
         self.tokenizer = tokenizer
         self.batch_seqs = batch_seqs
@@ -85,7 +137,7 @@ class HFRolloutEngine:
             do_sample=True,
             temperature=temperature,
             top_p=top_p,
-            top_k=top_k,
+            top_k=top_k,  # 0 = off; left unset, transformers would apply its default of 50
             max_new_tokens=max_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=tokenizer.pad_token_id,
@@ -132,24 +184,29 @@ class HFRolloutEngine:
         texts = [p for p in prompts for _ in range(samples_per_prompt)]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         prompt_len = enc.input_ids.shape[1]
-        chunks, lp_chunks = [], []
+        chunks, lp_chunks, stop_at = [], [], []
         record = self.logprobs and not greedy
         for start in range(0, len(texts), self.batch_seqs):
             rows = slice(start, start + self.batch_seqs)
             recorder = _SampledLogprobs(gen_config.temperature) if record else None
-            out = self.model.generate(
-                input_ids=enc.input_ids[rows],
-                attention_mask=enc.attention_mask[rows],
-                generation_config=gen_config,
-                logits_processor=[recorder] if record else None,
-            )
+            n = enc.input_ids[rows].shape[0]
+            stopper = StopStrings(tok, self.stop, prompt_len, n, device) if self.stop else None
+            with eval_mode(self.model), own_generation_settings(self.model):
+                out = self.model.generate(
+                    input_ids=enc.input_ids[rows],
+                    attention_mask=enc.attention_mask[rows],
+                    generation_config=gen_config,
+                    logits_processor=[recorder] if record else None,
+                    stopping_criteria=StoppingCriteriaList([stopper]) if stopper else None,
+                )
             chunks.append(out[:, prompt_len:])
+            stop_at.append(stopper.at if stopper else torch.full((n,), -1, dtype=torch.long, device=device))
             if record:
                 lp_chunks.append(recorder.finish(chunks[-1]))
         T = max(c.shape[1] for c in chunks)
         pad = tok.pad_token_id
         response = torch.cat([torch.nn.functional.pad(c, (0, T - c.shape[1]), value=pad) for c in chunks])
-        response_mask, truncated = response_mask_from_eos(response, self.eos_ids)
+        response_mask, truncated = response_mask_from_eos(response, self.eos_ids, stop_at=torch.cat(stop_at))
         response = torch.where(response_mask.bool(), response, torch.full_like(response, pad))
         logprobs = None
         if record:

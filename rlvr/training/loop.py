@@ -15,14 +15,15 @@ from pathlib import Path
 import torch
 
 from rlvr import algos
-from rlvr.config import Config, to_yaml
+from rlvr.config import Config, Switch, to_yaml
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.data.loading import load_split
 from rlvr.errors import UserError
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
-from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path, response_logits
+from rlvr.models import eval_mode, load_model, load_tokenizer, resolve_device, resolve_model_path, response_logits
 from rlvr.models.forward import shared_prompt_group
+from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.reporting import JsonlWriter, MetricsLogger, peak_memory, truncate_jsonl
 from rlvr.reporting.console import StepPrinter
 from rlvr.rewards import Scorer, get as get_reward
@@ -52,7 +53,7 @@ def batch_logprobs(model, batch: RolloutBatch, *, micro_batch_seqs: int, group_s
     out = []
     for start in range(0, batch.input_ids.shape[0], micro_batch_seqs):
         rows = slice(start, start + micro_batch_seqs)
-        with autocast():
+        with eval_mode(model), autocast():  # the sampled distribution: no dropout
             logits = response_logits(model, **batch.select(rows), num_response_tokens=T, group_size=group_size)
         out.append(algos.token_logprobs(logits, batch.response_ids[rows], temperature=temperature))
     return torch.cat(out)
@@ -82,6 +83,9 @@ def train(cfg: Config, *, console=None) -> Path:
     """Run GRPO as configured; returns the run directory."""
     # -- inputs are checked before anything is written ------------------------------------
     device = resolve_device(cfg.model.device)
+    precision_notes = []
+    if needs_resolving(cfg):  # `rlvr train` resolves (and prints) it before the config dump
+        cfg, precision_notes = resolve_precision(cfg, device)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows  # file and row errors
     evaluator = TrainingEval(
         cfg.eval, cfg.data, test_rows, Path(cfg.resume or cfg.run_dir),
@@ -93,6 +97,8 @@ def train(cfg: Config, *, console=None) -> Path:
     resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
     run_dir = prepare_run_dir(cfg)
     printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=console)
+    for note in precision_notes:
+        printer.note(note)
     _set_seed(cfg.seed)
 
     # -- model, reference, rollout engine --------------------------------------------------
@@ -124,8 +130,9 @@ def train(cfg: Config, *, console=None) -> Path:
         dtype=cfg.rollout.dtype,
         batch_seqs=cfg.rollout.batch_seqs,
         logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
+        stop=cfg.rollout.stop,
     )
-    use_autocast = cfg.model.autocast_bf16
+    use_autocast = cfg.model.autocast_bf16 == Switch.ON
 
     def autocast():
         if not use_autocast:
@@ -373,9 +380,12 @@ def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, re
     max_norm = cfg.train.max_grad_norm if cfg.train.max_grad_norm > 0 else float("inf")
     totals: dict[str, torch.Tensor] = {}
     grad_norms = []
-    policy.train()
     for _ in range(cfg.algo.num_iterations):
-        sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast)
+        policy.train()  # dropout as the model defines it; eval mode again before anything samples
+        try:
+            sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast)
+        finally:
+            policy.eval()
         for k, v in sums.items():
             combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
             totals[k] = combine(totals[k], v) if k in totals else v

@@ -9,6 +9,7 @@ from rlvr.algos import KLEstimator, LossAgg
 from rlvr.config import (
     PRESETS_DIR,
     Config,
+    Switch,
     all_keys,
     field_docs,
     load_config,
@@ -80,7 +81,7 @@ def test_overrides_numbers_lists_dicts_enums_null():
     assert cfg.algo.loss_agg is LossAgg.SEQ_MEAN_TOKEN_SUM_NORM
     assert cfg.resume is None and cfg.data.path is None
     assert cfg.algo.clip_high == 1.0 and type(cfg.algo.clip_high) is float
-    assert cfg.model.autocast_bf16 is True
+    assert cfg.model.autocast_bf16 is Switch.ON
     assert cfg.seed == 3
     # untouched keys keep the preset's values
     assert cfg.data.assistant_prefix == "<think>"
@@ -149,8 +150,8 @@ def test_key_below_a_leaf_is_unknown():
         ("train.steps=abc", "train.steps='abc': expected an integer"),
         ("train.steps=1.5", "train.steps=1.5: expected an integer"),
         ("train.steps=true", "train.steps=True: expected an integer"),
-        ("model.autocast_bf16=3", "model.autocast_bf16=3: expected true or false"),
-        ("model.autocast_bf16=yess", "model.autocast_bf16='yess': expected true or false"),
+        ("model.autocast_bf16=3", "model.autocast_bf16=3: must be one of auto, true, false"),
+        ("model.autocast_bf16=yess", "model.autocast_bf16=yess: must be one of auto, true, false"),
         ("train.lr=fast", "train.lr='fast': expected a number"),
         ("train.lr=[1]", "train.lr=[1]: expected a number"),
         ("model.path=null", "model.path=None: expected a string"),

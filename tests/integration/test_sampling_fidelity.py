@@ -1,0 +1,174 @@
+"""What is sampled is what is trained: precision from the hardware, eval mode outside the update,
+rlvr's own generation settings, and stop strings (issue 10, items 1, 3 and 4)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlvr.cli import main
+from rlvr.config import Switch, load_config
+from rlvr.models import precision
+from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
+from rlvr.rollout import HFRolloutEngine
+from rlvr.rollout.base import response_mask_from_eos
+from rlvr.training.loop import _update, batch_logprobs
+
+PROMPTS = ["what is 3 + 4 ?", "what is 2 + 2 ?"]
+
+
+@pytest.fixture
+def cpu_without_bf16(monkeypatch):
+    """A CPU that dispatches AVX2 although the silicon has AMX (as under ATEN_CPU_CAPABILITY=avx2)."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    precision.cpu_bf16.cache_clear()
+    yield
+    precision.cpu_bf16.cache_clear()
+
+
+@pytest.fixture
+def cpu_with_bf16(monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    precision.cpu_bf16.cache_clear()
+    yield
+    precision.cpu_bf16.cache_clear()
+
+
+# -- 1. precision chosen from the hardware -------------------------------------------------------
+
+
+def test_auto_is_float32_where_bf16_is_emulated(cpu_without_bf16):
+    cfg = load_config(None, [])
+    assert cfg.rollout.dtype == "auto" and cfg.model.autocast_bf16 is Switch.AUTO  # the defaults
+    resolved, lines = precision.resolve_precision(cfg, torch.device("cpu"))
+    assert resolved.rollout.dtype == "float32" and resolved.model.autocast_bf16 is Switch.OFF
+    assert lines == [
+        "rollout dtype: float32, training autocast bf16: off (auto: this CPU has no native bf16 as PyTorch dispatches: AVX2)"
+    ]
+
+
+def test_auto_is_bf16_where_it_is_native(cpu_with_bf16):
+    resolved, lines = precision.resolve_precision(load_config(None, []), torch.device("cpu"))
+    assert resolved.rollout.dtype == "bfloat16" and resolved.model.autocast_bf16 is Switch.ON
+    assert "native bf16: AVX512 with AVX512_BF16" in lines[0]
+
+
+def test_explicit_bf16_on_an_avx2_cpu_is_allowed_with_a_warning(cpu_without_bf16):
+    cfg = load_config(None, ["rollout.dtype=bfloat16", "model.autocast_bf16=true"])
+    resolved, lines = precision.resolve_precision(cfg, torch.device("cpu"))
+    assert resolved.rollout.dtype == "bfloat16" and resolved.model.autocast_bf16 is Switch.ON
+    assert len(lines) == 3 and all(line.startswith("warning: ") for line in lines[1:])
+    assert "slower" in lines[1] and "slower" in lines[2]
+
+
+def test_aten_avx2_dispatch_reads_as_no_native_bf16():
+    """The real probe in a fresh process: PyTorch's own dispatch switch turns bf16 off."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    code = "from rlvr.models.precision import cpu_bf16; s = cpu_bf16(); print(s.native, s.why)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.startswith("False ") and "AVX2" in out, out
+
+
+def test_train_prints_the_choice_first_and_saves_it(tiny_dir, tmp_path, capsys, cpu_without_bf16):
+    run = tmp_path / "run"
+    rc = main([
+        "train", f"model.path={tiny_dir}", "model.device=cpu", f"run_dir={run}", "data.template=plain",
+        "data.system_prompt=", "data.assistant_prefix=", "rollout.max_new_tokens=4", "rollout.samples_per_prompt=2",
+        "reward.rules=[sevens]", "reward.weights=[1.0]", "reward.accuracy_rule=sevens", "train.steps=1",
+        "train.prompts_per_step=2", "train.micro_batch_seqs=4", "log.tensorboard=false", "log.progress=false",
+        "log.report=false", "eval.at_start=false", "eval.at_end=false",
+    ])
+    assert rc == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("rollout dtype: float32, training autocast bf16: off")
+    saved = load_config(run / "config.yaml", [])
+    assert saved.rollout.dtype == "float32" and saved.model.autocast_bf16 is Switch.OFF
+
+
+# -- 3. eval mode for sampling and log-probs, train mode only inside the update --------------------
+
+
+def _engine(model, **kw):
+    return HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=6, dtype="float32", **kw)
+
+
+def test_update_leaves_the_policy_in_eval_mode():
+    torch.manual_seed(0)
+    policy = tiny_model(attention_dropout=0.5).eval()
+    engine = _engine(policy)
+    batch = engine.generate(PROMPTS, 4)
+    cfg = load_config(None, ["rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.micro_batch_seqs=4"])
+    opt = torch.optim.SGD(policy.parameters(), lr=0.0)  # lr 0: the weights stay, only the mode may change
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)
+    _update(policy, opt, sched, batch, adv, None, None, cfg, contextlib.nullcontext)
+    assert not policy.training
+    lp = dict(micro_batch_seqs=4, group_size=4, temperature=1.0, autocast=contextlib.nullcontext)
+    a, b = batch_logprobs(policy, batch, **lp), batch_logprobs(policy, batch, **lp)
+    assert torch.equal(a, b)  # dropout 0.5 would make these differ
+    greedy = [engine.generate(PROMPTS, 1, greedy=True).input_ids for _ in range(2)]
+    assert torch.equal(greedy[0], greedy[1])
+
+
+def test_logprobs_ignore_a_policy_left_in_train_mode():
+    torch.manual_seed(0)
+    policy = tiny_model(attention_dropout=0.5)
+    batch = _engine(policy).generate(PROMPTS, 2)
+    lp = dict(micro_batch_seqs=4, group_size=2, temperature=1.0, autocast=contextlib.nullcontext)
+    policy.train()
+    a = batch_logprobs(policy, batch, **lp)
+    assert policy.training  # the caller's mode is restored
+    policy.eval()
+    assert torch.equal(a, batch_logprobs(policy, batch, **lp))
+
+
+# -- 4. sampling is plain softmax(z / T): nothing from generation_config.json -----------------------
+
+
+def test_checkpoint_generation_defaults_do_not_change_sampling():
+    plain, opinionated = tiny_model(seed=3), tiny_model(seed=3)
+    gc = opinionated.generation_config
+    gc.repetition_penalty, gc.temperature, gc.top_p, gc.do_sample, gc.top_k = 1.5, 0.3, 0.5, False, 5
+    gc.no_repeat_ngram_size, gc.suppress_tokens = 2, [TINY_WORDS.index("7")]
+    outs = []
+    for model in (plain, opinionated):
+        torch.manual_seed(11)
+        outs.append(_engine(model, temperature=1.0).generate(PROMPTS, 8).input_ids)
+    assert torch.equal(outs[0], outs[1])
+    assert opinionated.generation_config.repetition_penalty == 1.5  # the checkpoint's file is left alone
+
+
+# -- rollout.stop: a response ends with its first stop string, in training and evaluation alike ----
+
+
+def test_stop_string_ends_the_response_and_its_mask():
+    """A stop string matches text, as vLLM's does: '8' stops a row at '80' as well as at '8'."""
+    torch.manual_seed(0)
+    tok = tiny_tokenizer()
+    batch = _engine(tiny_model(seed=1), stop=["8"], temperature=1.0).generate(PROMPTS, 16)
+    stopped = 0
+    for ids, mask, text, cut in zip(batch.response_ids, batch.response_mask, batch.texts, batch.truncated):
+        words = tok.convert_ids_to_tokens(ids[mask.bool()].tolist())
+        assert text == " ".join(w for w in words if w not in ("<eos>", "<pad>", "<unk>"))
+        if "8" in text:
+            stopped += 1
+            assert "8" in words[-1] and "8" not in "".join(words[:-1]) and not cut, text  # nothing after it
+    assert stopped >= 8, batch.texts
+
+
+def test_mask_ends_at_the_earlier_of_eos_and_stop():
+    ids = torch.tensor([[5, 6, 1, 0], [5, 6, 7, 8], [5, 1, 0, 0], [5, 6, 7, 8]])
+    stop_at = torch.tensor([-1, 1, 2, -1])
+    mask, truncated = response_mask_from_eos(ids, [1], stop_at=stop_at)
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+    assert truncated.tolist() == [False, False, False, True]
+
+
+def test_quickstart_stops_at_the_closing_answer_tag():
+    assert load_config(None, []).rollout.stop == ["</answer>"]
