@@ -94,10 +94,11 @@ def test_tis_with_bf16_rollout_and_reference_refresh(tiny_dir, tmp_path):
 
 
 def test_kl_in_reward_keeps_kl_out_of_the_loss(tiny_dir, tmp_path):
-    m = run("rloo", tiny_dir, tmp_path / "rloo", "train.steps=1")
-    # the loss is only the policy-gradient part; the KL (0 at step 1) was logged from the reward side
-    assert m[0]["train/loss"] == pytest.approx(m[0]["train/pg_loss"])
-    assert m[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)
+    # step 1's entropy bonus moves the policy off the frozen reference: step 2 has a real KL
+    m = run("rloo", tiny_dir, tmp_path / "rloo", "train.steps=2", "algo.entropy_coef=0.1", "train.lr=0.1")
+    assert abs(m[1]["train/kl"]) > 1e-3  # logged from the reward side; in the loss it would add 0.05 * KL
+    # the loss is the policy-gradient part minus the entropy bonus (both token means), no KL
+    assert m[1]["train/loss"] == pytest.approx(m[1]["train/pg_loss"] - 0.1 * m[1]["train/entropy"], abs=1e-6)
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
