@@ -56,7 +56,7 @@ def response_logits(
             use_cache=False,
         )
         return out.logits[:, :-1]  # [B, T, V] after the causal shift
-    with _checkpointing_off(checkpointed):
+    with checkpointing_off(model):
         return _shared_prompt_logits(model, input_ids, attention_mask, positions, T, group_size)
 
 
@@ -90,8 +90,14 @@ def _checkpointed_modules(model) -> list:
 
 
 @contextlib.contextmanager
-def _checkpointing_off(modules: list):
-    """Switch gradient checkpointing off on ``modules`` for the duration of the block."""
+def checkpointing_off(model):
+    """Switch Hugging Face gradient checkpointing off for a block, for no-grad passes that need the cache.
+
+    A checkpointed layer in training mode drops the key/value cache: a shared-prompt pass
+    loses the prompt, and ``generate`` silently decodes each new token without its context.
+    Under ``no_grad`` checkpointing saves nothing, so switching it off costs no memory.
+    """
+    modules = _checkpointed_modules(model)
     for m in modules:
         m.gradient_checkpointing = False
     try:

@@ -7,6 +7,7 @@ import copy
 import torch
 from transformers import GenerationConfig
 
+from rlvr.models.forward import checkpointing_off
 from rlvr.rollout.base import RolloutBatch, response_mask_from_eos
 
 
@@ -137,12 +138,13 @@ class HFRolloutEngine:
         for start in range(0, len(texts), self.batch_seqs):
             rows = slice(start, start + self.batch_seqs)
             recorder = _SampledLogprobs(gen_config.temperature) if record else None
-            out = self.model.generate(
-                input_ids=enc.input_ids[rows],
-                attention_mask=enc.attention_mask[rows],
-                generation_config=gen_config,
-                logits_processor=[recorder] if record else None,
-            )
+            with checkpointing_off(self.model):  # a policy left in training mode would drop the cache
+                out = self.model.generate(
+                    input_ids=enc.input_ids[rows],
+                    attention_mask=enc.attention_mask[rows],
+                    generation_config=gen_config,
+                    logits_processor=[recorder] if record else None,
+                )
             chunks.append(out[:, prompt_len:])
             if record:
                 lp_chunks.append(recorder.finish(chunks[-1]))

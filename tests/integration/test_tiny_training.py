@@ -189,6 +189,22 @@ def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
     assert expected["grad"].abs().sum() > 0
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_generate_with_gradient_checkpointing_in_training_mode_keeps_the_cache():
+    """The engine shares the policy (same dtype), which the update leaves in training mode."""
+    model = tiny_model(seed=3)
+    engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=6, dtype="float32", logprobs=True)
+    torch.manual_seed(0)
+    expected = engine.generate(["what is 3 + 4 ?", "the answer"], 2)
+    model.gradient_checkpointing_enable()
+    model.train()
+    torch.manual_seed(0)
+    got = engine.generate(["what is 3 + 4 ?", "the answer"], 2)
+    assert torch.equal(got.input_ids, expected.input_ids)
+    torch.testing.assert_close(got.logprobs, expected.logprobs)
+    assert model.is_activation_checkpointing
+
+
 def test_kl_is_zero_and_ratio_one_when_policy_equals_reference(tiny_dir, tmp_path):
     run_dir = tmp_path / "kl"
     train(tiny_config(tiny_dir, run_dir, "train.steps=1", "algo.kl_coef=0.1"))
