@@ -226,11 +226,11 @@ class AlgoConfig:
     dual_clip: float | None = None
     """Dual-clip constant c > 1: the loss of a negative-advantage token is capped at -A*c (veRL clip_ratio_c=3); null = off."""
     ratio_level: RatioLevel = RatioLevel.TOKEN
-    """Importance ratio per token (PPO/GRPO) or per sequence, length-normalised (GSPO)."""
+    """Importance ratio per token (PPO/GRPO) or per sequence, length-normalised (GSPO; needs loss_agg=seq_mean_token_mean)."""
     kl_coef: float = 0.0
     """Weight of the KL-to-reference term; 0 loads no reference model at all."""
     kl_estimator: KLEstimator = KLEstimator.K3
-    """KL estimator: k1, k2 or k3 (low-variance, DeepSeekMath; clamped as veRL low_var_kl)."""
+    """KL estimator: k1, k2 or k3 (low-variance, DeepSeekMath; clamped as veRL low_var_kl). k1 only with kl_placement=reward: in the loss its gradient has zero mean."""
     kl_placement: KLPlacement = KLPlacement.LOSS
     """Where the KL acts: loss (kl_coef * token KL added to the loss, GRPO) or reward (kl_coef * sequence KL subtracted from the reward before advantages)."""
     ref_sync_every: int = 0
@@ -268,6 +268,15 @@ class AlgoConfig:
         _check(self.overlong_buffer >= 0, "algo.overlong_buffer must be >= 0 (0 = off)")
         _check(self.overlong_penalty >= 0, "algo.overlong_penalty must be >= 0")
         _check(self.tis_cap is None or self.tis_cap > 0, "algo.tis_cap must be > 0 (e.g. 2.0), or null for off")
+        _check(
+            self.ratio_level != RatioLevel.SEQUENCE or self.loss_agg == LossAgg.SEQ_MEAN_TOKEN_MEAN,
+            f"algo.ratio_level=sequence (GSPO) with algo.loss_agg={self.loss_agg} is not GSPO: set algo.loss_agg=seq_mean_token_mean",
+        )
+        _check(
+            self.kl_coef == 0 or self.kl_placement != KLPlacement.LOSS or self.kl_estimator != KLEstimator.K1,
+            "algo.kl_estimator=k1 with algo.kl_placement=loss adds a KL whose gradient has zero mean: "
+            "use algo.kl_estimator=k3 (or k2), or algo.kl_placement=reward",
+        )
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,12 @@ class RatioLevel(StrEnum):
 # ---------------------------------------------------------------- policy loss
 
 _MAX_LOG_SEQ_RATIO = 10.0  # veRL's GSPO clamp: exp(10) ≈ 2.2e4, far outside any clip range
+_MAX_LOG_TOKEN_RATIO = 20.0  # veRL's PPO clamp: exp(±20) stays finite in float32/bf16 (exp(89) is inf)
 
 
 def _token_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
-    return logp - old_logp
+    # an inf ratio would make an inf loss and, at a padded position, inf·0 = NaN in aggregate
+    return (logp - old_logp).clamp(-_MAX_LOG_TOKEN_RATIO, _MAX_LOG_TOKEN_RATIO)
 
 
 def _sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
@@ -82,8 +84,9 @@ def policy_loss(
     dual-clip c > 1, loss = min(loss, −A·c) where A < 0 (Ye et al. 2020, "Mastering Complex
     Control in MOBA Games", eq. 5; veRL ``clip_ratio_c``).
 
-    Conventions: no clamp on the token log-ratio before exp; the sequence log-ratio is clamped
-    to <= 10 (veRL). Gradients flow only through ``logp`` (pass ``old_logp`` and ``adv``
+    Conventions: the token log-ratio is clamped to [−20, 20] before exp (veRL), so the ratio
+    stays finite and a token outside that range gets no gradient; the sequence log-ratio is
+    clamped to <= 10 (veRL). Gradients flow only through ``logp`` (pass ``old_logp`` and ``adv``
     detached). Where both branches are equal the unclipped one (and its gradient) is used.
     ``mask`` only matters for ``sequence`` (the per-sequence mean); the returned loss is NOT
     masked: reduce it with :func:`aggregate` (GSPO pairs with ``seq_mean_token_mean``).

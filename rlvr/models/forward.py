@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
 
@@ -25,6 +27,12 @@ def response_logits(
     G times for the responses; autograd flows through the repeat, so logits *and gradients*
     equal the plain per-row pass (tests assert it) while the prompt costs 1/G as much.
 
+    Gradient checkpointing (Hugging Face's, on a model in training mode) drops the key/value
+    cache inside every checkpointed layer, so the shared pass cannot run under it. With
+    gradients on, such a model gets the plain per-row pass instead (exact; the prompt then
+    costs G times, as without sharing). Under ``no_grad`` nothing is saved for backward, so
+    checkpointing is switched off for the call and the prompt is shared.
+
     Args:
         input_ids: [B, L] left-padded prompt + response.
         attention_mask: [B, L].
@@ -36,6 +44,9 @@ def response_logits(
     """
     T = num_response_tokens
     positions = _positions(attention_mask)
+    checkpointed = _checkpointed_modules(model) if group_size > 1 else []
+    if checkpointed and torch.is_grad_enabled():
+        group_size = 1  # the checkpointed layers would drop the prompt's cache (see docstring)
     if group_size == 1:
         out = model(
             input_ids=input_ids,
@@ -45,7 +56,13 @@ def response_logits(
             use_cache=False,
         )
         return out.logits[:, :-1]  # [B, T, V] after the causal shift
-    G, Lp = group_size, input_ids.shape[1] - T
+    with checkpointing_off(model):
+        return _shared_prompt_logits(model, input_ids, attention_mask, positions, T, group_size)
+
+
+def _shared_prompt_logits(model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int) -> Tensor:
+    """The ``group_size > 1`` branch of :func:`response_logits`: the prompt once per group."""
+    Lp = input_ids.shape[1] - T
     prompt = model(
         input_ids=input_ids[::G, :Lp],
         attention_mask=attention_mask[::G, :Lp],
@@ -65,6 +82,29 @@ def response_logits(
     )
     first = prompt.logits.repeat_interleave(G, dim=0)  # [B, 1, V] predicts response token 0
     return torch.cat([first, out.logits[:, :-1]], dim=1)  # [B, T, V]
+
+
+def _checkpointed_modules(model) -> list:
+    """Modules that checkpoint now: Hugging Face's flag (set by ``*_checkpointing_enable``) on, training mode."""
+    return [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True and m.training]
+
+
+@contextlib.contextmanager
+def checkpointing_off(model):
+    """Switch Hugging Face gradient checkpointing off for a block, for no-grad passes that need the cache.
+
+    A checkpointed layer in training mode drops the key/value cache: a shared-prompt pass
+    loses the prompt, and ``generate`` silently decodes each new token without its context.
+    Under ``no_grad`` checkpointing saves nothing, so switching it off costs no memory.
+    """
+    modules = _checkpointed_modules(model)
+    for m in modules:
+        m.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.gradient_checkpointing = True
 
 
 def shared_prompt_group(micro_batch_seqs: int, samples_per_prompt: int) -> int:

@@ -117,6 +117,8 @@ def train(cfg: Config, *, console=None) -> Path:
         policy = load_model(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
     if cfg.model.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
+        if cfg.train.shared_prompt_forward:
+            printer.note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); old/ref log-probs still share it")
     ref = None
     if cfg.algo.kl_coef > 0:  # kl_coef == 0: no reference model is loaded at all
         ref = load_model(model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)

@@ -14,7 +14,7 @@ from rlvr.models.forward import response_logits
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.training import train
-from rlvr.training.loop import accumulate_gradients
+from rlvr.training.loop import accumulate_gradients, batch_logprobs
 from rlvr import algos
 
 pytestmark = pytest.mark.slow
@@ -155,6 +155,54 @@ def test_shared_prompt_forward_equals_plain_forward():
     torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-5)
     for a, b in zip(model.parameters(), g_plain):
         torch.testing.assert_close(a.grad, b, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # gradient_checkpointing_enable's rename in transformers 5
+def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
+    """Checkpointed layers drop the prompt's KV cache; the gradient must still be the plain pass's."""
+    model = tiny_model(seed=4)
+    batch = _rollout_batch(model, P=2, G=4, seed=2)
+    gen = torch.Generator().manual_seed(0)
+    adv = torch.randn(8, generator=gen)
+    ref_logp = torch.randn(batch.response_mask.shape, generator=gen) - 3.0  # a reference != policy
+    model.train()
+    expected = {}
+    for shared in (False, True):
+        cfg = load_config(None, [
+            "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.micro_batch_seqs=8",
+            "algo.kl_coef=0.1", f"train.shared_prompt_forward={str(shared).lower()}",
+        ])
+        for checkpointing in (False, True):
+            if checkpointing:
+                model.gradient_checkpointing_enable()
+            else:
+                model.gradient_checkpointing_disable()
+            model.zero_grad(set_to_none=True)
+            accumulate_gradients(model, batch, adv, None, ref_logp, cfg, contextlib.nullcontext)
+            grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+            # old/ref log-probs: no_grad, on a policy left in training mode
+            logp = batch_logprobs(model, batch, micro_batch_seqs=8, group_size=4 if shared else 1,
+                                  temperature=1.0, autocast=contextlib.nullcontext)
+            torch.testing.assert_close(grad, expected.setdefault("grad", grad), rtol=1e-4, atol=1e-7)
+            torch.testing.assert_close(logp, expected.setdefault("logp", logp), rtol=1e-5, atol=1e-5)
+    assert model.is_activation_checkpointing  # the shared no_grad pass put the flags back
+    assert expected["grad"].abs().sum() > 0
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_generate_with_gradient_checkpointing_in_training_mode_keeps_the_cache():
+    """The engine shares the policy (same dtype), which the update leaves in training mode."""
+    model = tiny_model(seed=3)
+    engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=6, dtype="float32", logprobs=True)
+    torch.manual_seed(0)
+    expected = engine.generate(["what is 3 + 4 ?", "the answer"], 2)
+    model.gradient_checkpointing_enable()
+    model.train()
+    torch.manual_seed(0)
+    got = engine.generate(["what is 3 + 4 ?", "the answer"], 2)
+    assert torch.equal(got.input_ids, expected.input_ids)
+    torch.testing.assert_close(got.logprobs, expected.logprobs)
+    assert model.is_activation_checkpointing
 
 
 def test_kl_is_zero_and_ratio_one_when_policy_equals_reference(tiny_dir, tmp_path):

@@ -277,6 +277,25 @@ def test_token_level_adv_broadcast_and_flags():
     assert stats["clipped_low"].tolist() == [[False, False, True]]
 
 
+def test_token_log_ratio_is_clamped_to_20_before_exp():
+    # old_logp −100 (a token the sampler almost never draws), logp 0: log-ratio 100 -> 20,
+    # ratio exp(20) = 485165195.4 instead of exp(100) = inf in float32. A=−1: loss
+    # max(−A·ρ, −A·clip(ρ)) = max(4.85e8, 1.2) = 4.85e8, constant in logp (grad 0).
+    # The second token is padding with the same numbers: 0·4.85e8 = 0, where 0·inf was NaN.
+    logp = torch.zeros(1, 2, requires_grad=True)
+    old, mask = torch.full((1, 2), -100.0), torch.tensor([[1.0, 0.0]])
+    loss, stats = policy_loss(logp, old, torch.tensor([-1.0]), mask, clip_low=0.2, clip_high=0.2)
+    assert stats["ratio"][0, 0].item() == pytest.approx(math.exp(20), rel=1e-6)
+    assert loss[0, 0].item() == pytest.approx(math.exp(20), rel=1e-6)
+    out = aggregate(loss, mask, mode=LossAgg.TOKEN_MEAN)
+    out.backward()
+    assert out.item() == pytest.approx(math.exp(20), rel=1e-6)
+    assert logp.grad.tolist() == [[0.0, 0.0]]
+    # log-ratio −100 -> −20: ratio exp(−20) = 2.06e−9, A=+1: max(−2.06e−9, −0.8) = −2.06e−9
+    loss, stats = policy_loss(old, logp.detach(), torch.tensor([1.0]), mask, clip_low=0.2, clip_high=0.2)
+    assert stats["ratio"][0, 0].item() == pytest.approx(math.exp(-20), rel=1e-6)
+
+
 # ---------------------------------------------------------------- policy loss (sequence level, GSPO)
 
 
@@ -322,7 +341,7 @@ def _policy_loss_loop(logp, old, adv, clip_low, clip_high, dual_clip):
     out = torch.zeros_like(logp)
     for i in range(logp.shape[0]):
         for t in range(logp.shape[1]):
-            r = math.exp(logp[i, t] - old[i, t])
+            r = math.exp(min(max(float(logp[i, t] - old[i, t]), -20.0), 20.0))
             a = float(adv[i])
             v = max(-a * r, -a * min(max(r, 1 - clip_low), 1 + clip_high))
             if dual_clip is not None and a < 0:

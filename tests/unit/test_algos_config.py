@@ -90,3 +90,23 @@ def test_model_and_data_override_a_preset(tmp_path):
 def test_bad_algo_values_fail_with_one_line(override, message):
     with pytest.raises(UserError, match=message):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo.ratio_level=sequence", "algo.loss_agg=token_mean"], "algo.ratio_level=sequence .* is not GSPO: set algo.loss_agg=seq_mean_token_mean"),
+        (["algo.ratio_level=sequence", "algo.loss_agg=seq_mean_token_sum_norm"], "is not GSPO"),
+        (["algo.kl_coef=0.1", "algo.kl_estimator=k1"], "algo.kl_estimator=k1 with algo.kl_placement=loss .* use algo.kl_estimator=k3"),
+    ],
+)
+def test_combinations_that_are_not_what_they_say_fail_with_one_line(overrides, message):
+    with pytest.raises(UserError, match=message) as err:
+        load_config(None, overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_k1_is_fine_in_the_reward_or_without_kl():
+    assert load_config(None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", "algo.kl_placement=reward"]).algo.kl_coef == 0.1
+    assert load_config(None, ["algo.kl_estimator=k1"]).algo.kl_coef == 0  # no KL term at all
+    assert load_config("gspo").algo.ratio_level == RatioLevel.SEQUENCE
