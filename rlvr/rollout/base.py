@@ -44,9 +44,15 @@ class RolloutBatch:
         """[B] number of trained tokens per response."""
         return self.response_mask.sum(-1)
 
-    def select(self, rows: slice) -> dict[str, Tensor]:
-        """Tensors of a contiguous row range (a micro-batch)."""
-        return {"input_ids": self.input_ids[rows], "attention_mask": self.attention_mask[rows]}
+    def longest(self, rows: slice) -> int:
+        """Length of the longest response among ``rows`` (at least 1): the columns a micro-batch needs."""
+        return max(1, int(self.response_mask[rows].sum(-1).max()))
+
+    def select(self, rows: slice, num_response_tokens: int | None = None) -> dict[str, Tensor]:
+        """Tensors of a contiguous row range (a micro-batch), cut after ``num_response_tokens``
+        response positions (all T by default). Cutting at :meth:`longest` drops only padding."""
+        end = None if num_response_tokens is None else self.prompt_len + num_response_tokens
+        return {"input_ids": self.input_ids[rows, :end], "attention_mask": self.attention_mask[rows, :end]}
 
 
 def response_mask_from_eos(

@@ -48,15 +48,18 @@ def lr_lambda(*, warmup_steps: int, total_steps: int, schedule: str, min_lr_rati
 
 @torch.no_grad()
 def batch_logprobs(model, batch: RolloutBatch, *, micro_batch_seqs: int, group_size: int, temperature: float, autocast) -> torch.Tensor:
-    """[B, T] log-probs of the sampled tokens under ``model``, micro-batched, no grad."""
-    T = batch.response_mask.shape[1]
-    out = []
+    """[B, T] log-probs of the sampled tokens under ``model``, micro-batched, no grad (0 on padding).
+
+    Each micro-batch runs only up to its own longest response: the columns after it are padding
+    in every row, so cutting them changes no log-prob and saves their compute."""
+    out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
     for start in range(0, batch.input_ids.shape[0], micro_batch_seqs):
         rows = slice(start, start + micro_batch_seqs)
+        Tm = batch.longest(rows)
         with eval_mode(model), autocast():  # the sampled distribution: no dropout
-            logits = response_logits(model, **batch.select(rows), num_response_tokens=T, group_size=group_size)
-        out.append(algos.token_logprobs(logits, batch.response_ids[rows], temperature=temperature))
-    return torch.cat(out)
+            logits = response_logits(model, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=group_size)
+        out[rows, :Tm] = algos.token_logprobs(logits, batch.response_ids[rows, :Tm], temperature=temperature)
+    return out * batch.response_mask
 
 
 def _set_seed(seed: int) -> None:
@@ -311,7 +314,7 @@ def accumulate_gradients(policy, batch: RolloutBatch, adv, old_logp, ref_logp, c
     """
     algo = cfg.algo
     mask = batch.response_mask.float()  # [B, T]
-    B, T = mask.shape
+    B = mask.shape[0]
     num_tokens, mb = mask.sum(), cfg.train.micro_batch_seqs
     agg = dict(mode=algo.loss_agg, num_tokens=num_tokens, num_seqs=B, max_len=cfg.rollout.max_new_tokens)
     temperature = cfg.rollout.temperature
@@ -333,24 +336,26 @@ def accumulate_gradients(policy, batch: RolloutBatch, adv, old_logp, ref_logp, c
 
     for start in range(0, B, mb):
         rows = slice(start, start + mb)
-        m = mask[rows]
+        Tm = batch.longest(rows)  # the columns after it are padding in every row: cut them (exact)
+        cols = slice(0, Tm)
+        m = mask[rows, cols]
         with autocast():
-            logits = response_logits(policy, **batch.select(rows), num_response_tokens=T, group_size=share)
-        logp = algos.token_logprobs(logits, batch.response_ids[rows], temperature=temperature)
-        old = old_logp[rows] if old_logp is not None else logp.detach()
+            logits = response_logits(policy, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=share)
+        logp = algos.token_logprobs(logits, batch.response_ids[rows, cols], temperature=temperature)
+        old = old_logp[rows, cols] if old_logp is not None else logp.detach()
         pg_tok, stats = algos.policy_loss(
             logp, old, adv[rows], m, clip_low=algo.clip_low, clip_high=algo.clip_high,
             dual_clip=algo.dual_clip, level=algo.ratio_level,
         )
         if tis:
-            weight = algos.truncated_importance_weights(old, batch.logprobs[rows], cap=algo.tis_cap)
+            weight = algos.truncated_importance_weights(old, batch.logprobs[rows, cols], cap=algo.tis_cap)
             pg_tok = pg_tok * weight
             add("tis_weight_mean", weight, m)
             add("tis_capped_frac", weight >= algo.tis_cap, m)
             extreme("tis_weight", weight, m)
         loss_tok = pg_tok
         if ref_logp is not None:
-            kl_tok = algos.kl_divergence(logp, ref_logp[rows], estimator=algo.kl_estimator)
+            kl_tok = algos.kl_divergence(logp, ref_logp[rows, cols], estimator=algo.kl_estimator)
             loss_tok = loss_tok + algo.kl_coef * kl_tok
             add("kl", kl_tok, m)
         if algo.entropy_coef:
