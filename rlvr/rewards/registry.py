@@ -17,6 +17,7 @@ from pathlib import Path
 from rlvr.errors import UserError
 from rlvr.rewards import rules as R
 from rlvr.rewards import verify
+from rlvr.rewards.countdown import countdown_reward
 from rlvr.rewards.rules import Rule
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ REWARDS: dict[str, Rule] = {
     "tag_count": R.each(R.tag_count),
     "reasoning_steps": R.each(R.reasoning_steps),
     "boxed": R.each(R.has_boxed),
+    "countdown": countdown_reward,
     # MindSpeed-RL names and score values (rule_verifier.py)
     "base_acc": R.base_acc,
     "acc": R.acc,
