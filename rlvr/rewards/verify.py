@@ -47,11 +47,13 @@ def configure(*, timeout_s: float | None = None, workers: int | None = None) -> 
 
 
 def pool() -> WorkerPool:
-    """The shared worker pool, started on first use."""
+    """The shared worker pool, started (and every worker warmed up) on first use."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = WorkerPool(max(1, SETTINGS.workers), preload=("rlvr.rewards._warm",))
+            _pool = WorkerPool(
+                max(1, SETTINGS.workers), preload=("rlvr.rewards._warm",), setup=(("rlvr.rewards._warm:warm_up", ()),)
+            )
         return _pool
 
 
