@@ -97,6 +97,11 @@ def get(name: str) -> Rule:
     """A rule by name: a built-in (``rlvr reward list``), ``package.module:function`` or
     ``path/to/file.py:function``. A plugin is any ``(completions, labels, **fields) -> list[float]``.
 
+    A built-in rule returns one float per item; the accuracy-type ones return NaN for an item whose
+    math-verify comparison timed out or crashed (never for a number gold, decided without it), and
+    :class:`Scorer` turns that NaN into ``on_error_score`` and counts it. Score through a Scorer
+    (or :func:`score`) to never see NaN.
+
     Raises:
         UserError: unknown name (with close matches and the known names), or a plugin that
             cannot be imported or has no such function.
