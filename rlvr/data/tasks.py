@@ -1,13 +1,15 @@
-"""Built-in offline tasks: seeded generators of problems with exact answers, and the safe
-countdown checker (an AST walk over the model's expression, never ``eval``)."""
+"""Built-in offline tasks: seeded generators of problems with exact answers. The countdown checker
+(an AST walk over the model's expression, never ``eval``) lives with the rewards, in
+:mod:`rlvr.rewards.countdown`, and is re-exported here."""
 
 from __future__ import annotations
 
-import ast
-import operator
 import random
-import re
 from fractions import Fraction
+
+from rlvr.rewards.countdown import countdown_reward, countdown_score, safe_arithmetic
+
+__all__ = ["arithmetic", "countdown", "countdown_question", "countdown_reward", "countdown_score", "safe_arithmetic"]
 
 
 def _problem(rng: random.Random, difficulty: int) -> tuple[str, int]:
@@ -59,9 +61,6 @@ def arithmetic(n: int, *, seed: int, difficulty: int = 1, exclude: set[str] = fr
 COUNTDOWN_SHAPES = {1: (3, 10), 2: (3, 25), 3: (4, 50), 4: (5, 100)}
 """difficulty -> (how many numbers, largest number)."""
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
-
 
 def _countdown_problem(rng: random.Random, difficulty: int) -> tuple[list[int], int, str]:
     count, largest = COUNTDOWN_SHAPES[difficulty]
@@ -109,70 +108,6 @@ def countdown(n: int, *, seed: int, difficulty: int = 1) -> list[dict]:
         fields = {"numbers": numbers, "target": target, "solution": solution}
         rows.append({"question": countdown_question(numbers, target), "answer": str(target), "fields": fields})
     return rows
-
-
-def safe_arithmetic(expr: str) -> tuple[Fraction, list[int]] | None:
-    """Exact value of an arithmetic expression and the integers it uses, or None if it is not one.
-
-    Accepts integers, ``+ - * /`` (also ``×``, ``÷``), parentheses and unary minus, by walking the
-    parsed AST; anything else (names, calls, powers, floats, attributes) gives None. Division is
-    exact (fractions); division by zero gives None. Never calls ``eval``.
-    """
-    expr = expr.replace("×", "*").replace("÷", "/").replace("\\times", "*").replace("\\div", "/").strip()
-    if not expr or len(expr) > 200:  # bounds the work on adversarial text
-        return None
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except (SyntaxError, ValueError):
-        return None
-    used: list[int] = []
-
-    def walk(node) -> Fraction:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            used.append(node.value)
-            return Fraction(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            left, right = walk(node.left), walk(node.right)
-            if isinstance(node.op, ast.Div) and right == 0:
-                raise ZeroDivisionError
-            return _OPS[type(node.op)](left, right)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -walk(node.operand)
-        raise ValueError(f"not allowed: {type(node).__name__}")
-
-    try:
-        return walk(tree.body), used
-    except (ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
-def _countdown_expression(completion: str) -> str | None:
-    """The expression a completion commits to: the last ``<answer>`` content, else the last ``\\boxed{}``."""
-    tags = re.findall(r"<answer>(.*?)</answer>", completion, re.DOTALL)
-    text = tags[-1] if tags else last_boxed(completion)
-    if text is None:
-        return None
-    boxed = last_boxed(text)
-    text = boxed if boxed is not None else text
-    return text.split("=")[0].strip()  # "3 + 4 = 7" -> "3 + 4"
-
-
-def countdown_score(completion: str, target: int | str, numbers: list[int]) -> float:
-    """1.0 if the completion's answer is an expression that uses each of ``numbers`` exactly once
-    and equals ``target`` exactly, else 0.0. The answer is the last ``<answer>…</answer>``
-    (else the last ``\\boxed{}``); text after an ``=`` is ignored."""
-    expr = _countdown_expression(completion)
-    parsed = safe_arithmetic(expr) if expr else None
-    if parsed is None:
-        return 0.0
-    value, used = parsed
-    return float(sorted(used) == sorted(int(n) for n in numbers) and value == Fraction(int(target)))
-
-
-def countdown_reward(completions: list[str], labels: list[str], *, numbers: list[list[int]], **_) -> list[float]:
-    """Batch form of :func:`countdown_score` for the ``(completions, labels, **fields)`` rule
-    convention: ``labels[i]`` is the target, ``numbers[i]`` the row's ``fields["numbers"]``."""
-    return [countdown_score(c, t, n) for c, t, n in zip(completions, labels, numbers)]
 
 
 def last_boxed(text: str) -> str | None:

@@ -25,13 +25,16 @@ class TrainingEval:
         test_rows: the run's test rows (used when ``eval.data`` is empty).
         rollout_max_new_tokens: default response limit (``eval.max_new_tokens=0``).
         total_steps: the run's last step (``eval.at_end``).
+        scorer: the trainer's :class:`rlvr.rewards.Scorer`, so evaluation scores with the same rules,
+            worker pool and time limit as training (None = a default Scorer).
     """
 
     def __init__(
         self, eval_cfg, data_cfg, test_rows: list[dict], run_dir: Path, *, rollout_max_new_tokens: int,
-        total_steps: int,
+        total_steps: int, scorer=None,
     ) -> None:
         self.cfg = eval_cfg
+        self.scorer = scorer
         self.run_dir = Path(run_dir)
         self.total_steps = total_steps
         self.style = PromptStyle(data_cfg.template, data_cfg.system_prompt, data_cfg.assistant_prefix)
@@ -73,6 +76,7 @@ class TrainingEval:
                 temperature=self.cfg.temperature,
                 max_new_tokens=self.max_new_tokens,
                 batch_prompts=self.cfg.batch_prompts,
+                scorer=self.scorer,
             )
         write_result(result, self.run_dir / "eval" / f"step_{step:06d}", step=step)
         metrics = {f"eval/{k}": float(result.summary[k]) for k in metric_keys(result.summary)}

@@ -15,7 +15,7 @@ from pathlib import Path
 from rlvr.errors import UserError
 from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
 
-BUILTIN_TASKS = ("arithmetic",)
+BUILTIN_TASKS = ("arithmetic", "countdown")
 
 
 @dataclass(frozen=True)
@@ -42,21 +42,39 @@ class EvalResult:
     """One row per problem: prompt, completion, extracted answer, gold, correct, ..."""
 
 
-def _check(completion: str, gold: str) -> tuple[str | None, bool, bool]:
-    """(extracted answer, correct, R1 format) of one completion, as the reward rules judge them."""
-    from rlvr.rewards import answers_match, extract_answer, format_r1
-
-    pred = extract_answer(completion)
-    correct = pred is not None and answers_match(pred, gold)
-    return pred, correct, bool(format_r1(completion, gold))
+EVAL_RULES = ("accuracy", "accuracy_lenient", "format")
+"""The reward rules behind ``accuracy``, ``accuracy_lenient`` and ``format_rate``: training's own."""
 
 
-def _lenient(completion: str, gold: str) -> bool:
-    """Correct when the last number counts as the answer (no box or tag needed), as ``accuracy_lenient``."""
-    from rlvr.rewards import answers_match, extract_answer
+def _judge(scorer, completions: list[str], golds: list[str], fields: dict) -> list[dict]:
+    """Per completion: extracted answer, correct, correct_lenient, format and error, scored by
+    ``scorer`` through :data:`EVAL_RULES` (the worker pool and its hard time limit, as in training).
 
-    pred = extract_answer(completion, fallback_last_number=True)
-    return pred is not None and answers_match(pred, gold)
+    An item whose rule failed (verifier time-out or crash) is not correct and says why in ``error``.
+    """
+    from rlvr.rewards import extract_answer
+
+    (acc, acc_err), (len_, len_err), (fmt, fmt_err) = (
+        scorer.rule_items(name, completions, golds, fields) for name in EVAL_RULES
+    )
+    out = []
+    for i, c in enumerate(completions):
+        correct = acc_err[i] is None and acc[i] == 1.0
+        errors = [f"{name}: {e}" for name, e in zip(EVAL_RULES, (acc_err[i], len_err[i], fmt_err[i])) if e]
+        out.append({
+            "extracted": extract_answer(c),
+            "correct": correct,
+            "correct_lenient": correct or (len_err[i] is None and len_[i] == 1.0),
+            "format": fmt_err[i] is None and fmt[i] == 1.0,
+            "error": "; ".join(errors) or None,
+        })  # fmt: skip
+    return out
+
+
+def _fields(rows: list[dict], repeat: int = 1) -> dict:
+    """The rows' other values (question, fields, ...) as rule keywords, each row ``repeat`` times (as training passes them)."""
+    keys = dict.fromkeys(k for r in rows for k in r if k != "answer")
+    return {k: [r.get(k) for r in rows for _ in range(repeat)] for k in keys}
 
 
 def _vote_key(answer: str) -> str:
@@ -110,6 +128,7 @@ def evaluate(
     max_new_tokens: int = 256,
     batch_prompts: int = 64,
     on_batch: Callable[[int, int, float], None] | None = None,
+    scorer=None,
 ) -> EvalResult:
     """Greedy accuracy on ``rows``; with ``samples`` = K > 1 also pass@k (k = 1, 2, 4, ... <= K) and maj@K
     from K sampled completions per problem at ``temperature``.
@@ -119,18 +138,27 @@ def evaluate(
         rows: problems ``{"question", "answer"}``.
         batch_prompts: problems generated together (the sampled pass holds K times as many sequences).
         on_batch: called as ``on_batch(done, total, running_accuracy)`` after each batch.
+        scorer: the :class:`rlvr.rewards.Scorer` whose settings (worker pool, ``timeout_s``,
+            ``on_error``) score the answers; training passes its own. None = a default Scorer.
+            It is warmed before the first batch.
 
     Returns:
-        EvalResult; ``summary`` keys: n, accuracy (boxed / <answer> answer, as the ``accuracy`` reward),
-        accuracy_lenient (last number counts too), format_rate (full R1 format), response_len_mean, truncated_frac,
-        and with K > 1: pass@k, maj@K, sample_accuracy (mean over all K samples), sample_format_rate.
+        EvalResult; ``summary`` keys: n, accuracy (boxed / <answer> answer, the ``accuracy`` reward),
+        accuracy_lenient (the ``accuracy_lenient`` reward), format_rate (the ``format`` reward), response_len_mean,
+        truncated_frac, scoring_errors (items a rule failed on: scored as not correct), and with K > 1: pass@k,
+        maj@K, sample_accuracy (mean over all K samples), sample_format_rate.
     """
     from rlvr.data import render_prompt
+    from rlvr.rewards import Scorer
 
     if samples < 1:
         raise UserError(f"--samples {samples}: must be >= 1")
     t0 = time.perf_counter()
+    if scorer is None:
+        scorer = Scorer(list(EVAL_RULES))
+    scorer.warm()  # pool start-up and imports happen here, not inside the first batch's time limits
     preds: list[dict] = []
+    n_errors = 0
     ks = ks_up_to(samples) if samples > 1 else []
     per_k: dict[int, float] = {k: 0.0 for k in ks}
     maj_correct = 0
@@ -146,27 +174,34 @@ def evaluate(
         sampled = None
         if samples > 1:
             sampled = engine.generate(prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens)
+        golds = [r["answer"] for r in chunk]
+        said = [prefix + t for t in greedy.texts]
+        judged = _judge(scorer, said, golds, {**_fields(chunk), "prompt": prompts})
+        sample_judged = []
+        if sampled is not None:
+            s_said = [prefix + t for t in sampled.texts]
+            s_fields = {**_fields(chunk, samples), "prompt": [p for p in prompts for _ in range(samples)]}
+            sample_judged = list(zip(s_said, _judge(scorer, s_said, [g for g in golds for _ in range(samples)], s_fields)))
         for i, (row, prompt) in enumerate(zip(chunk, prompts)):
-            said = prefix + greedy.texts[i]
-            pred, correct, fmt = _check(said, row["answer"])
-            lenient = correct or _lenient(said, row["answer"])
+            j = judged[i]
             out = {
                 "question": row["question"],
                 "prompt": prompt,
-                "completion": said,
-                "extracted": pred,
+                "completion": said[i],
+                "extracted": j["extracted"],
                 "gold": row["answer"],
-                "correct": correct,
-                "correct_lenient": lenient,
-                "format": fmt,
+                "correct": j["correct"],
+                "correct_lenient": j["correct_lenient"],
+                "format": j["format"],
                 "length": int(lengths[i]),
                 "truncated": bool(greedy.truncated[i]),
             }
+            if j["error"]:
+                out["error"] = j["error"]
+                n_errors += 1
             if sampled is not None:
-                checks = []
-                for j in range(i * samples, (i + 1) * samples):
-                    s_said = prefix + sampled.texts[j]
-                    checks.append((s_said, *_check(s_said, row["answer"])))
+                checks = [(c, s["extracted"], s["correct"], s["format"]) for c, s in sample_judged[i * samples : (i + 1) * samples]]
+                n_errors += sum(bool(s["error"]) for _, s in sample_judged[i * samples : (i + 1) * samples])
                 c = sum(ok for _, _, ok, _ in checks)
                 for k in ks:
                     per_k[k] += pass_at_k(samples, c, k)
@@ -193,6 +228,7 @@ def evaluate(
         "format_rate": sum(p["format"] for p in preds) / n,
         "response_len_mean": sum(p["length"] for p in preds) / n,
         "truncated_frac": sum(p["truncated"] for p in preds) / n,
+        "scoring_errors": n_errors,
     }
     if samples > 1:
         summary.update({f"pass@{k}": v / n for k, v in per_k.items()})

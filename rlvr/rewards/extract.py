@@ -17,6 +17,9 @@ _GSM8K = re.compile(r"####\s*([^\n]+)")
 _ANSWER_IS = re.compile(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*(?:\.\s|\.?$|\n)", re.IGNORECASE)
 _MINERVA = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
 _UNIT_WORDS = re.compile(r"(?<=[\d}])\s+(?!pi\b)[A-Za-z]{2,}(?:\s+[A-Za-z]{2,}){0,2}\.?$")
+_OPS = r"(?:[-+*/^\u00d7\u00f7\u2212\u22c5]|\\times|\\cdot|\\div)"
+_OPERATOR_BEFORE = re.compile(_OPS + r"\s*$")
+_OPERATOR_AFTER = re.compile(r"\s*" + _OPS)
 MINUS = "\u2212"  # unicode minus sign, common in model output copied from rendered math
 
 
@@ -50,14 +53,18 @@ def answer_tag(text: str) -> str | None:
     return None if start < 0 else text[start + len("<answer>") : end].strip()
 
 
-def last_number(text: str) -> str | None:
+def last_number(text: str, *, standalone: bool = False) -> str | None:
     """Last number in ``text``: ``-3``, ``1,234`` (as ``1234``), ``2.5``, ``3/4``; None if none.
 
     A ``-`` counts as a sign only when not glued to a preceding word or digit, so "pages 3-4"
-    gives "4", not "-4".
+    gives "4", not "-4". With ``standalone``, numbers that are operands of arithmetic (next to
+    ``+ - * / × ÷ ^``, ``\\times``, ``\\cdot``, ``\\div``) are skipped: "14 - 7 = 7" gives the
+    final 7, but the question "What is 14 - 7?" copied gives None, not 7.
     """
-    found = _NUMBER.findall(text)
-    return found[-1].replace(",", "").replace(MINUS, "-") if found else None
+    found = list(_NUMBER.finditer(text))
+    if standalone:
+        found = [m for m in found if not (_OPERATOR_BEFORE.search(text, 0, m.start()) or _OPERATOR_AFTER.match(text, m.end()))]
+    return found[-1].group().replace(",", "").replace(MINUS, "-") if found else None
 
 
 def extract_answer(text: str, *, fallback_last_number: bool = False) -> str | None:
@@ -65,12 +72,13 @@ def extract_answer(text: str, *, fallback_last_number: bool = False) -> str | No
 
     Order: the last ``\\boxed{}`` inside ``<answer>`` if there is one, else the last
     ``\\boxed{}`` anywhere, else the ``<answer>`` content, else (only with
-    ``fallback_last_number``) the last number in the text. Empty answers count as none.
+    ``fallback_last_number``) the last number in the text that is not an operand of arithmetic
+    (see :func:`last_number`). Empty answers count as none.
     """
     tag = answer_tag(text)
     candidates = [last_boxed(tag) if tag is not None else None, last_boxed(text), tag]
     if fallback_last_number:
-        candidates.append(last_number(text))
+        candidates.append(last_number(text, standalone=True))
     return next((c for c in candidates if c), None)
 
 

@@ -9,6 +9,11 @@ Workers are forked from a ``forkserver`` that has already imported (and warmed u
 in ``preload``: the first start costs one interpreter start-up (~1 s with math-verify), a
 replacement after a kill a few milliseconds, and no worker ever inherits the trainer's threads
 or CUDA state. Workers are daemons and are stopped at interpreter exit.
+
+The time limit is the item's own: every worker, including a replacement, first runs the pool's
+``setup`` calls (a warm-up verification, plugin imports; see :meth:`WorkerPool.prepare`) under
+a separate, generous limit, and only then takes items. An item's clock starts when it is handed
+to an idle, warm worker, so start-up and imports never count against it, even on a busy machine.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import logging
 import multiprocessing as mp
 import signal
 import sys
@@ -25,6 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 Call = tuple[str, tuple]
 """("module:function", args): the function is imported by name in the worker, so nothing unpicklable travels."""
@@ -79,32 +87,91 @@ def _main_module_hidden():
 
 
 class WorkerPool:
-    """``workers`` processes; :meth:`run` maps calls over them with a per-call time limit."""
+    """``workers`` processes; :meth:`run` maps calls over them with a per-call time limit.
 
-    def __init__(self, workers: int, preload: tuple[str, ...] = ()):
+    Args:
+        workers: number of processes.
+        preload: modules the forkserver imports once (every worker is forked with them loaded).
+        setup: calls every worker runs when it starts, before its first item (see :meth:`prepare`).
+        setup_timeout_s: limit per setup call; a worker that overruns it is replaced by a bare one.
+    """
+
+    def __init__(self, workers: int, preload: tuple[str, ...] = (), setup: tuple[Call, ...] = (), setup_timeout_s: float = 120.0):
         if workers < 1:
             raise ValueError(f"workers={workers}: need at least 1")
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(list(preload))
         self._procs: list = [None] * workers
         self._conns: list = [None] * workers
+        self._setup: list[Call] = []
+        self.setup_timeout_s = setup_timeout_s
         for w in range(workers):
-            self._start(w)
+            self._start(w, setup=False)
         atexit.register(self.close)
+        self.prepare(list(setup))
 
-    def _start(self, w: int) -> None:
+    def _start(self, w: int, *, setup: bool = True) -> None:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_serve, args=(child,), daemon=True, name=f"rlvr-reward-{w}")
         with _main_module_hidden():
             proc.start()
         child.close()
         self._procs[w], self._conns[w] = proc, parent
+        if setup and self._setup:
+            self._run_setup([w], self._setup)
 
-    def _restart(self, w: int) -> None:
+    def _restart(self, w: int, *, setup: bool = True) -> None:
         self._procs[w].kill()
         self._procs[w].join()
         self._conns[w].close()
-        self._start(w)
+        self._start(w, setup=setup)
+
+    def prepare(self, calls: list[Call]) -> list[str]:
+        """Run each call once on every worker now, and on every worker started later (replacements
+        after a time-out), before that worker takes an item: imports and warm-ups that must not
+        count against an item's time limit. Calls already registered are skipped.
+
+        Returns:
+            the errors reported by the calls (empty if all went well); a failed call is logged and
+            the worker stays in service (the same error will then fail the items that need it).
+        """
+        new = [c for c in calls if c not in self._setup]
+        self._setup += new
+        return self._run_setup(list(range(len(self._procs))), new) if new else []
+
+    def _run_setup(self, workers: list[int], calls: list[Call]) -> list[str]:
+        errors: list[str] = []
+        for call in calls:
+            pending = {}
+            for w in workers:
+                try:
+                    self._conns[w].send(call)
+                    pending[w] = self._conns[w]
+                except Exception as e:  # noqa: BLE001 - a dead worker is replaced (bare) below
+                    errors.append(f"{call[0]}: could not be sent: {type(e).__name__}: {e}")
+                    self._restart(w, setup=False)
+            deadline = time.monotonic() + self.setup_timeout_s
+            while pending:
+                ready = wait(list(pending.values()), timeout=max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    break
+                for w in [w for w, c in pending.items() if c in ready]:
+                    del pending[w]
+                    try:
+                        _, error = self._conns[w].recv()
+                    except (EOFError, OSError):
+                        error = f"worker process died (exit code {self._procs[w].exitcode})"
+                        self._restart(w, setup=False)
+                    if error:
+                        errors.append(f"{call[0]}: {error}")
+            for w in pending:  # overran the setup limit: replace it with a bare worker
+                errors.append(f"{call[0]}: setup timed out after {self.setup_timeout_s:g} s")
+                self._restart(w, setup=False)
+            if pending and call in self._setup:  # never again: every replacement would wait as long
+                self._setup.remove(call)
+        for e in dict.fromkeys(errors):
+            log.warning("reward worker setup failed: %s", e)
+        return errors
 
     @property
     def pids(self) -> list[int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from rlvr.errors import UserError
 from rlvr.rewards import rules as R
 from rlvr.rewards import verify
+from rlvr.rewards.countdown import countdown_reward
 from rlvr.rewards.rules import Rule
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ REWARDS: dict[str, Rule] = {
     "tag_count": R.each(R.tag_count),
     "reasoning_steps": R.each(R.reasoning_steps),
     "boxed": R.each(R.has_boxed),
+    "countdown": countdown_reward,
     # MindSpeed-RL names and score values (rule_verifier.py)
     "base_acc": R.base_acc,
     "acc": R.acc,
@@ -95,6 +97,11 @@ def get(name: str) -> Rule:
     """A rule by name: a built-in (``rlvr reward list``), ``package.module:function`` or
     ``path/to/file.py:function``. A plugin is any ``(completions, labels, **fields) -> list[float]``.
 
+    A built-in rule returns one float per item; the accuracy-type ones return NaN for an item whose
+    math-verify comparison timed out or crashed (never for a number gold, decided without it), and
+    :class:`Scorer` turns that NaN into ``on_error_score`` and counts it. Score through a Scorer
+    (or :func:`score`) to never see NaN.
+
     Raises:
         UserError: unknown name (with close matches and the known names), or a plugin that
             cannot be imported or has no such function.
@@ -126,6 +133,13 @@ def get(name: str) -> Rule:
             "expected a function (completions, labels, **fields) -> list[float]"
         )
     return fn
+
+
+def load_rule(name: str, path: list[str]) -> None:
+    """Import rule ``name`` (a plugin's module) in a pool worker, once, before it takes items."""
+    if sys.path != path:
+        sys.path[:] = path
+    get(name)
 
 
 def call_one(name: str, completion: str, label, fields: dict, path: list[str]):
@@ -227,29 +241,53 @@ class Scorer:
             truncated_score=c.truncated_score, timeout_s=c.timeout_s, workers=c.workers,
         )  # fmt: skip
 
+    def warm(self, extra_rules: tuple[str, ...] = ()) -> None:
+        """Start and warm everything scoring needs, so that no item's time limit pays for it: with
+        workers, the shared pool (each worker runs one trivial verification) and each plugin
+        module imported once per worker (also in replacements); without, math-verify imported here.
+        Call it before the first timed batch; calling it again costs nothing."""
+        names = list(dict.fromkeys([*self.rules, *extra_rules]))
+        if self.workers == 0:
+            verify.answers_match("x+1", "1+x", timeout_s=self.timeout_s)  # imports math-verify (sympy)
+            return
+        path = list(sys.path)
+        verify.pool().prepare([("rlvr.rewards.registry:load_rule", (canonical(n), path)) for n in names if is_plugin(n)])
+
     def rule_scores(self, name: str, completions: list[str], labels: list, fields: dict | None = None) -> tuple[list[float], int]:
         """(scores, error count) of one rule, which need not be among ``self.rules``."""
+        scores, failures = self.rule_items(name, completions, labels, fields)
+        return scores, sum(f is not None for f in failures)
+
+    def rule_items(
+        self, name: str, completions: list[str], labels: list, fields: dict | None = None
+    ) -> tuple[list[float], list[str | None]]:
+        """(scores, failures) of one rule: ``failures[i]`` says why item i failed (it then scores
+        ``on_error_score``), None where it did not. ``on_error=raise`` raises instead."""
         fields = fields or {}
         fn = self._fns.get(name) or self._fns.setdefault(name, get(name))
         n = len(completions)
         if is_plugin(name) and self.workers > 0:  # one item per call, each under the time limit
             spec, path = canonical(name), list(sys.path)
+            pool = verify.pool()
+            pool.prepare([("rlvr.rewards.registry:load_rule", (spec, path))])  # imported once per worker, untimed
             calls = [
                 ("rlvr.rewards.registry:call_one", (spec, completions[i], labels[i], {k: v[i] for k, v in fields.items()}, path))
                 for i in range(n)
             ]
-            raw = [o.value if o.error is None else _Failed(o.error) for o in verify.pool().run(calls, self.timeout_s)]
+            raw = [o.value if o.error is None else _Failed(o.error) for o in pool.run(calls, self.timeout_s)]
         else:
             raw = self._call_in_process(name, fn, completions, labels, fields)
-        scores, n_err = [], 0
+        scores, failures = [], []
         for i, value in enumerate(raw):
             value = _as_score(value)
+            why = None
             if isinstance(value, _Failed):
-                n_err += 1
-                self._report(name, value.why, completions[i], labels[i])
+                why = value.why
+                self._report(name, why, completions[i], labels[i])
                 value = self.on_error_score
             scores.append(value)
-        return scores, n_err
+            failures.append(why)
+        return scores, failures
 
     def _call_in_process(self, name, fn, completions, labels, fields) -> list:
         try:

@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable
 
+from rlvr.rewards.countdown import countdown_expression_ok, countdown_numbers
 from rlvr.rewards.extract import (
     answer_tag,
     extract_answer,
@@ -145,15 +146,24 @@ def graded(
     extract: Callable[[str], str | None], *, right: float = 1.0, wrong: float = 0.0, missing: float = 0.0, doc: str
 ) -> Rule:
     """A batch rule: ``right`` if ``extract(completion)`` is equivalent to the gold answer, ``wrong`` if
-    it is not, ``missing`` if nothing was extracted; NaN where the verifier timed out."""
+    it is not, ``missing`` if nothing was extracted; NaN where the verifier timed out.
+
+    An item of the countdown task (its row carries ``numbers``) is right only if the extracted
+    answer is an expression that uses each number once and equals the target
+    (:func:`~rlvr.rewards.countdown.countdown_expression_ok`): the bare target is not an answer.
+    """
 
     def rule(completions: list[str], labels: list, **fields) -> list[float]:
         preds = [extract(c) for c in completions]
-        found = [i for i, p in enumerate(preds) if p]
+        numbers = countdown_numbers(len(completions), fields)
+        found = [i for i, p in enumerate(preds) if p and numbers[i] is None]
         matched = match_many([(preds[i], gold_answer(labels[i])) for i in found])
         out = [missing] * len(completions)
         for i, m in zip(found, matched):
             out[i] = m if math.isnan(m) else (right if m else wrong)
+        for i, nums in enumerate(numbers):
+            if nums is not None and preds[i]:
+                out[i] = right if countdown_expression_ok(preds[i], gold_answer(labels[i]), nums) else wrong
         return out
 
     rule.__doc__ = doc

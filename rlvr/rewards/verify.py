@@ -1,17 +1,16 @@
 """Answer equivalence: a cheap exact/numeric check first, math-verify (sympy) only when needed.
 
-Batches go through :func:`match_many`: pairs that are both plain numbers are decided here in
-microseconds; the rest (LaTeX, expressions, sets, intervals, equations) are deduplicated and sent
+Batches go through :func:`match_many`: pairs whose gold answer is a number literal are decided
+here in microseconds (the prediction must be a number literal too, see :func:`numeric_match`);
+the rest (LaTeX, expressions, sets, intervals, equations) are deduplicated and sent
 to a persistent :class:`~rlvr.rewards.pool.WorkerPool`, where each pair has a hard time limit.
 ``math_verify`` (which pulls in sympy) is never imported by the trainer process when workers > 0.
 """
 
 from __future__ import annotations
 
-import ast
 import logging
 import math
-import operator
 import re
 import threading
 from dataclasses import dataclass
@@ -48,11 +47,13 @@ def configure(*, timeout_s: float | None = None, workers: int | None = None) -> 
 
 
 def pool() -> WorkerPool:
-    """The shared worker pool, started on first use."""
+    """The shared worker pool, started (and every worker warmed up) on first use."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = WorkerPool(max(1, SETTINGS.workers), preload=("rlvr.rewards._warm",))
+            _pool = WorkerPool(
+                max(1, SETTINGS.workers), preload=("rlvr.rewards._warm",), setup=(("rlvr.rewards._warm:warm_up", ()),)
+            )
         return _pool
 
 
@@ -66,44 +67,43 @@ def shutdown() -> None:
 
 
 _PERCENT = re.compile(r"\s*(?:\\?%|percent)\s*\.?$")
-_ARITH = re.compile(r"[\d+\-*/(). ]{3,60}")
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_SCI = re.compile(r"(.+?)\s*(?:\\times|\\cdot|\u00d7|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,3})\s*\}?")
+_RESULT = re.compile(r"(?<![<>!\\])=")
 
 
-def _arith(node) -> Fraction:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return Fraction(str(node.value))
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_arith(node.left), _arith(node.right))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return -_arith(node.operand) if isinstance(node.op, ast.USub) else _arith(node.operand)
-    raise ValueError("not plain arithmetic")
+def number_literal(s: str) -> tuple[Fraction, bool] | None:
+    """(value, written as a percentage) of a number literal; None if ``s`` is anything else.
 
-
-def _value(s: str) -> tuple[Fraction, bool] | None:
-    """(value, written as a percentage) of a plain number or of +-*/ arithmetic on numbers; None otherwise."""
+    A literal is what :func:`normalize_number` reads (``7``, ``-7``, ``7.0``, ``1,000``, ``$7``,
+    ``7 apples``, ``x = 7``, ``1/2``, ``\\frac{1}{2}``), a percentage (``50\\%``) or scientific
+    notation (``1.5 \\times 10^{3}``). Arithmetic (``3 + 4``, ``3 \\times 4``, ``\\sqrt{9}``) is not.
+    """
     s, pct = _PERCENT.subn("", s)
     n = normalize_number(s)
     if n is not None:
         return Fraction(n), bool(pct)
-    expr = s.replace("\\times", "*").replace("\\cdot", "*").replace("\\div", "/").replace("$", "").strip()
-    if not _ARITH.fullmatch(expr) or "**" in expr or "//" in expr:
+    sci = _SCI.fullmatch(s.replace("$", "").strip())
+    mantissa = normalize_number(sci.group(1)) if sci else None
+    if mantissa is None:
         return None
-    try:
-        return _arith(ast.parse(expr, mode="eval").body), bool(pct)
-    except (SyntaxError, ValueError, ZeroDivisionError):
-        return None
+    return Fraction(mantissa) * Fraction(10) ** int(sci.group(2)), bool(pct)
 
 
 def numeric_match(pred: str, gold: str) -> bool | None:
-    """Exact comparison when both sides are plain numbers (see :func:`normalize_number`) or +-*/
-    arithmetic on them (``9 + 9``, ``3 \\times 6``); None if either is not, for math-verify to decide.
+    """Exact comparison when the gold answer is a number literal (see :func:`number_literal`);
+    None when it is not, for math-verify to decide.
 
-    A percentage matches its number or its fraction (``25\\%`` == ``25`` == ``0.25``), as in math-verify.
+    A number asks for a number: the prediction must be a literal too (after the last ``=``, so
+    ``3 + 4 = 7`` states 7), else it is wrong. Arithmetic in the prediction is never evaluated, so
+    ``3 + 4`` (the question copied) does not match ``7`` (math-verify would accept it). A
+    percentage matches its number or its fraction (``25\\%`` == ``25`` == ``0.25``), as in math-verify.
     """
-    a, b = _value(pred), _value(gold)
-    if a is None or b is None:
+    b = number_literal(gold)
+    if b is None:
         return None
+    a = number_literal(_RESULT.split(pred)[-1])
+    if a is None:
+        return False
     (x, x_pct), (y, y_pct) = a, b
     return x == y or (x_pct and x / 100 == y) or (y_pct and y / 100 == x)
 

@@ -90,12 +90,12 @@ def train(cfg: Config, *, console=None) -> Path:
     if needs_resolving(cfg):  # `rlvr train` resolves (and prints) it before the config dump
         cfg, precision_notes = resolve_precision(cfg, device)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows  # file and row errors
+    scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
     evaluator = TrainingEval(
         cfg.eval, cfg.data, test_rows, Path(cfg.resume or cfg.run_dir),
-        rollout_max_new_tokens=cfg.rollout.max_new_tokens, total_steps=cfg.train.steps,
+        rollout_max_new_tokens=cfg.rollout.max_new_tokens, total_steps=cfg.train.steps, scorer=scorer,
     )
     model_path = resolve_model_path(cfg.model.path)
-    scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
     get_reward(cfg.reward.accuracy_rule)
     resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
     run_dir = prepare_run_dir(cfg)
@@ -187,6 +187,7 @@ def train(cfg: Config, *, console=None) -> Path:
             trainer_state["ref"] = ref.state_dict()
         return ckpt.save_checkpoint(run_dir, step, policy, tokenizer, trainer_state, keep=cfg.train.keep_checkpoints)
 
+    scorer.warm((cfg.reward.accuracy_rule,))  # reward workers started, warm and plugins imported before any time limit runs
     printer.start(start_step)
     step = start_step
     if start_step == 0 and evaluator.due(0):  # the before of before/after: RUN/eval/ and TensorBoard step 0

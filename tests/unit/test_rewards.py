@@ -150,16 +150,25 @@ def test_normalize_number(s, expected):
 @pytest.mark.parametrize(
     "pred, gold, expected",
     [
-        ("9 + 9", "18", True),
-        ("3 \\times 6", "18", True),
-        ("(2+3)*4", "20", True),
+        # a number gold asks for a number literal: arithmetic in the prediction is never evaluated
+        ("9 + 9", "18", False),
+        ("3 \\times 6", "18", False),
+        ("(2+3)*4", "20", False),
+        ("2**10", "1024", False),
+        ("1/0", "1", False),
+        ("\\sqrt{4}", "2", False),
+        ("x \\geq 7", "7", False),
+        ("9 + 9 = 18", "18", True),  # the number after the last '=' is the stated answer
+        ("x = 18", "18", True),
+        ("1.5 \\times 10^{3}", "1500", True),  # scientific notation is a literal
+        ("1.5\\cdot10^3", "1500", True),
+        ("\\frac{36}{2}", "18", True),  # a fraction is a literal, reduced or not
         ("25\\%", "25", True),
         ("25\\%", "0.25", True),
         ("25%", "0.5", False),
         ("12", "12 percent", True),
-        ("2**10", "1024", None),  # powers go to math-verify, never to Python's pow
-        ("1/0", "1", None),
-        ("\\sqrt{4}", "2", None),
+        ("\\sqrt{4}", "\\sqrt{4}", None),  # a gold that is not a number: math-verify decides
+        ("2", "\\sqrt{4}", None),
     ],
 )
 def test_numeric_match(pred, gold, expected):
@@ -262,9 +271,9 @@ ACCURACY_TABLE = [
     ("\\boxed{x = 18}", "18", 1, 1, 1, 0, 1, -1, 0),
     ("\\boxed{18}", "x = 18", 1, 1, 1, 0, 1, -1, 1),
     ("\\boxed{x = 3}", "3", 1, 1, 1, 0, 1, -1, 0),
-    ("\\boxed{9 + 9}", "18", 1, 1, 1, 0, 1, -1, 0),
-    ("\\boxed{3 \\times 6}", "18", 1, 1, 1, 0, 1, -1, 0),
-    ("\\boxed{\\sqrt{324}}", "18", 1, 1, 1, 0, 1, -1, 0),
+    ("\\boxed{9 + 9}", "18", 0, 0, 0, 0, -0.5, -1, 0),  # a number gold needs a number literal
+    ("\\boxed{3 \\times 6}", "18", 0, 0, 0, 0, -0.5, -1, 0),  # a number gold needs a number literal
+    ("\\boxed{\\sqrt{324}}", "18", 0, 0, 0, 0, -0.5, -1, 0),  # a number gold needs a number literal
     ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}", 1, 1, 1, 0, 1, -1, 0),
     ("\\boxed{x^2+1}", "1+x^2", 1, 1, 1, 0, 1, -1, 0),
     ("\\boxed{2\\sqrt{3}}", "\\sqrt{12}", 1, 1, 1, 0, 1, -1, 0),
@@ -374,6 +383,6 @@ def test_qwen_accuracy_label_without_number_is_an_error():
 def test_registry_names():
     assert {
         "accuracy", "accuracy_lenient", "format", "strict_format", "format_partial", "tag_count", "reasoning_steps",
-        "boxed", "base_acc", "acc", "ms_strict_format", "math_17k_acc", "acc_for_dapo", "step",
+        "boxed", "countdown", "base_acc", "acc", "ms_strict_format", "math_17k_acc", "acc_for_dapo", "step",
         "qwen_accuracy_reward", "format_reward",
     } == set(REWARDS)  # fmt: skip
