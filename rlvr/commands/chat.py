@@ -69,7 +69,7 @@ class Chat:
         stop = StopStrings(self.tokenizer, self.stop, enc.input_ids.shape[1], 1, device) if self.stop else None
         kwargs = dict(
             stopping_criteria=StoppingCriteriaList([stop]) if stop else None,
-            **enc, max_new_tokens=self.max_new_tokens, do_sample=sample, eos_token_id=self.eos_ids,
+            input_ids=enc.input_ids, attention_mask=enc.attention_mask, max_new_tokens=self.max_new_tokens, do_sample=sample, eos_token_id=self.eos_ids,
             pad_token_id=self.tokenizer.pad_token_id,
             **({"temperature": self.temperature, "top_p": 1.0, "top_k": 0} if sample else {"temperature": None, "top_p": None, "top_k": None}),
         )

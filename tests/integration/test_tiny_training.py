@@ -185,7 +185,7 @@ def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
                                   temperature=1.0, autocast=contextlib.nullcontext)
             torch.testing.assert_close(grad, expected.setdefault("grad", grad), rtol=1e-4, atol=1e-7)
             torch.testing.assert_close(logp, expected.setdefault("logp", logp), rtol=1e-5, atol=1e-5)
-    assert model.is_activation_checkpointing  # the shared no_grad pass put the flags back
+    assert any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())  # flags put back
     assert expected["grad"].abs().sum() > 0
 
 
@@ -202,7 +202,7 @@ def test_generate_with_gradient_checkpointing_in_training_mode_keeps_the_cache()
     got = engine.generate(["what is 3 + 4 ?", "the answer"], 2)
     assert torch.equal(got.input_ids, expected.input_ids)
     torch.testing.assert_close(got.logprobs, expected.logprobs)
-    assert model.is_activation_checkpointing
+    assert any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 def test_kl_is_zero_and_ratio_one_when_policy_equals_reference(tiny_dir, tmp_path):
