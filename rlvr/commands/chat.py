@@ -59,6 +59,7 @@ class Chat:
         import torch
         from transformers import StoppingCriteriaList, TextIteratorStreamer
 
+        from rlvr.rollout.base import cut_at_stop
         from rlvr.rollout.hf import StopStrings
 
         messages = self.messages(question)
@@ -86,7 +87,7 @@ class Chat:
         worker.join()
         if self._error is not None:
             raise self._error
-        answer = self.template.assistant_prefix + "".join(pieces)
+        answer = self.template.assistant_prefix + cut_at_stop("".join(pieces), self.stop)
         self.history += [messages[-1], {"role": "assistant", "content": answer}]
         return answer
 

@@ -81,6 +81,15 @@ def response_mask_from_eos(
     return mask, ~ended
 
 
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """``text`` up to and including the first stop string it contains (unchanged if none).
+
+    The token that completes a stop string may carry more text after it (BPE merges ``></`` after
+    ``</answer``); vLLM cuts the output there, and so does rlvr."""
+    ends = [text.find(s) + len(s) for s in stop if s in text]
+    return text[: min(ends)] if ends else text
+
+
 def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
     """The rows of the given groups (prompt indices), in the given order."""
     G = batch.group_size

@@ -9,7 +9,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from rlvr.models.loading import eval_mode
-from rlvr.rollout.base import RolloutBatch, response_mask_from_eos
+from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -107,7 +107,9 @@ class HFRolloutEngine:
     Sampling is exactly softmax(logits / temperature), then top-k / top-p if set: nothing from the
     checkpoint's ``generation_config.json`` applies (:func:`own_generation_settings`). With
     ``stop`` strings, a response ends after the token that completes the first one (vLLM's
-    ``stop``, included in the text), as the EOS token ends it otherwise.
+    ``stop``, included in the text), as the EOS token ends it otherwise. A token can complete a
+    stop string and carry more text (``></`` after ``</answer``): it is trained on, since it was
+    sampled, but the text the rewards see ends with the stop string, as vLLM cuts it.
     """
 
     def __init__(
@@ -217,7 +219,7 @@ class HFRolloutEngine:
             attention_mask=torch.cat([enc.attention_mask, response_mask], dim=1),
             response_mask=response_mask,
             prompt_len=prompt_len,
-            texts=tok.batch_decode(response, skip_special_tokens=True),
+            texts=[cut_at_stop(t, self.stop) for t in tok.batch_decode(response, skip_special_tokens=True)],
             truncated=truncated,
             group_size=samples_per_prompt,
             logprobs=logprobs,

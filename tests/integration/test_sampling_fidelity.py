@@ -16,7 +16,7 @@ from rlvr.config import Switch, load_config
 from rlvr.models import precision
 from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
-from rlvr.rollout.base import response_mask_from_eos
+from rlvr.rollout.base import cut_at_stop, response_mask_from_eos
 from rlvr.training.loop import _update, batch_logprobs
 
 PROMPTS = ["what is 3 + 4 ?", "what is 2 + 2 ?"]
@@ -148,18 +148,36 @@ def test_checkpoint_generation_defaults_do_not_change_sampling():
 
 
 def test_stop_string_ends_the_response_and_its_mask():
-    """A stop string matches text, as vLLM's does: '8' stops a row at '80' as well as at '8'."""
+    """A stop string matches text, as vLLM's does: '8' stops a row at '80' too, and the text is cut
+    after the '8' while the token '80', which was sampled, is the last one trained on."""
     torch.manual_seed(0)
     tok = tiny_tokenizer()
     batch = _engine(tiny_model(seed=1), stop=["8"], temperature=1.0).generate(PROMPTS, 16)
     stopped = 0
     for ids, mask, text, cut in zip(batch.response_ids, batch.response_mask, batch.texts, batch.truncated):
-        words = tok.convert_ids_to_tokens(ids[mask.bool()].tolist())
-        assert text == " ".join(w for w in words if w not in ("<eos>", "<pad>", "<unk>"))
-        if "8" in text:
+        words = [w for w in tok.convert_ids_to_tokens(ids[mask.bool()].tolist()) if w not in ("<eos>", "<pad>", "<unk>")]
+        full = " ".join(words)
+        if "8" in full:
             stopped += 1
-            assert "8" in words[-1] and "8" not in "".join(words[:-1]) and not cut, text  # nothing after it
+            assert "8" in words[-1] and "8" not in "".join(words[:-1]) and not cut, full  # nothing after it
+            assert text == full[: full.index("8") + 1]
+        else:
+            assert text == full
     assert stopped >= 8, batch.texts
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("<think>1+2=3</think><answer>3</answer></", "<think>1+2=3</think><answer>3</answer>"),
+        ("<answer>3</answer>", "<answer>3</answer>"),
+        ("no stop here", "no stop here"),
+        ("a</answer> b STOP c", "a</answer>"),
+        ("a STOP b </answer>", "a STOP"),
+    ],
+)
+def test_text_is_cut_after_the_first_stop_string(text, expected):
+    assert cut_at_stop(text, ["</answer>", "STOP"]) == expected
 
 
 def test_mask_ends_at_the_earlier_of_eos_and_stop():
