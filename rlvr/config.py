@@ -54,7 +54,7 @@ class ModelConfig:
     autocast_bf16: Switch = Switch.AUTO
     """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on only where bf16 is native: a bf16 CUDA device, or a CPU with AVX512-BF16/AMX), true or false."""
     gradient_checkpointing: bool = False
-    """Recompute activations in backward to save memory."""
+    """Recompute activations in backward to save memory; exact together with train.shared_prompt_forward (the update then runs each prompt per sequence)."""
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16"), f"model.dtype={self.dtype}: use float32 or bfloat16")
