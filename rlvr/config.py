@@ -307,6 +307,8 @@ class TrainConfig:
     """Checkpoint every N steps (0 = only at the end)."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest; 0 = keep all)."""
+    max_bad_steps: int = 5
+    """An update whose loss or gradient is NaN/inf is skipped (counted in train/skipped_steps); after this many steps in a row with every update skipped, the run saves a checkpoint and stops."""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 1, "train.steps must be >= 1")
@@ -319,6 +321,7 @@ class TrainConfig:
         _check(len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas), "train.adam_betas must be two numbers in [0, 1)")
         _check(self.max_grad_norm >= 0, "train.max_grad_norm must be >= 0")
         _check(self.save_every >= 0 and self.keep_checkpoints >= 0, "train.save_every and train.keep_checkpoints must be >= 0")
+        _check(self.max_bad_steps >= 1, "train.max_bad_steps must be >= 1")
 
 
 @dataclass(frozen=True)

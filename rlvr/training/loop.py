@@ -176,12 +176,16 @@ def train(cfg: Config, *, console=None) -> Path:
     temperature = cfg.rollout.temperature
     share = shared_prompt_group(mb, G) if cfg.train.shared_prompt_forward else 1
 
+    skipped_steps = state.get("skipped_steps", 0) if state is not None else 0  # steps with a skipped update
+    bad_in_row = 0  # steps in a row whose every update was skipped
+
     def save(step: int) -> Path:
         trainer_state = {
             "step": step,
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "rng": ckpt.rng_state(),
+            "skipped_steps": skipped_steps,
         }
         if cfg.algo.ref_sync_every:  # the reference is no longer the starting model: keep it
             trainer_state["ref"] = ref.state_dict()
@@ -232,6 +236,14 @@ def train(cfg: Config, *, console=None) -> Path:
             t0 = time.perf_counter()
             loss_ref = None if kl_in_reward else ref_logp  # KL in the loss, or already in the reward
             update = _update(policy, optimizer, scheduler, batch, adv, old_logp, loss_ref, cfg, autocast)
+            if update["train/skipped_updates"]:
+                skipped_steps += 1
+                printer.note(
+                    f"step {step + 1}: non-finite loss or gradient (NaN/inf); {update['train/skipped_updates']} of "
+                    f"{cfg.algo.num_iterations} updates skipped, weights unchanged by them"
+                )
+            bad_in_row = bad_in_row + 1 if update["train/skipped_updates"] == cfg.algo.num_iterations else 0
+            update["train/skipped_steps"] = skipped_steps
             if cfg.algo.ref_sync_every and (step + 1) % cfg.algo.ref_sync_every == 0:
                 ref.load_state_dict(policy.state_dict())  # MindRLHF sync_ref_model: the KL anchor moves
             t_update = time.perf_counter() - t0
@@ -284,6 +296,13 @@ def train(cfg: Config, *, console=None) -> Path:
                         }
                     )
             printer.step(step + 1, logged)
+            if bad_in_row >= cfg.train.max_bad_steps:
+                saved = save(step + 1)  # the skipped updates left the last good weights in place
+                raise UserError(
+                    f"stopped at step {step + 1}: {bad_in_row} steps in a row had a non-finite loss or gradient "
+                    f"(NaN/inf); the last good weights are saved in {saved}; check reward/*_errors and the rewards' "
+                    f"range, or lower train.lr, then resume={run_dir}"
+                )
             if cfg.train.save_every and (step + 1) % cfg.train.save_every == 0 and step + 1 < cfg.train.steps:
                 save(step + 1)
         final = save(cfg.train.steps)
@@ -383,11 +402,15 @@ def accumulate_gradients(policy, batch: RolloutBatch, adv, old_logp, ref_logp, c
 
 def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast) -> dict:
     """``algo.num_iterations`` optimizer steps over the rollout batch; returns metrics over them
-    (means, and the min/max of the ``*_min`` / ``*_max`` ones)."""
+    (means, and the min/max of the ``*_min`` / ``*_max`` ones).
+
+    An iteration whose loss or gradient norm is not finite takes no optimizer or schedule step
+    (its gradients are dropped); ``train/skipped_updates`` counts them."""
     lr = scheduler.get_last_lr()[0]  # the lr this step trains with
     max_norm = cfg.train.max_grad_norm if cfg.train.max_grad_norm > 0 else float("inf")
     totals: dict[str, torch.Tensor] = {}
     grad_norms = []
+    skipped = 0
     for _ in range(cfg.algo.num_iterations):
         policy.train()  # dropout as the model defines it; eval mode again before anything samples
         try:
@@ -398,13 +421,15 @@ def _update(policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, re
             combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
             totals[k] = combine(totals[k], v) if k in totals else v
         grad_norms.append(torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm))
-        if not torch.isfinite(grad_norms[-1]):  # checked before the step, so the weights stay intact
-            raise FloatingPointError(f"non-finite gradient norm {grad_norms[-1]}; lower train.lr or check the rewards")
-        optimizer.step()
-        scheduler.step()
+        if torch.isfinite(grad_norms[-1]) and torch.isfinite(sums["loss"]):
+            optimizer.step()
+            scheduler.step()
+        else:  # a NaN/inf loss or gradient: skip this update, weights and AdamW state stay intact
+            skipped += 1
         optimizer.zero_grad(set_to_none=True)
     n = cfg.algo.num_iterations
     out = {f"train/{k}": v if k.endswith(("_min", "_max")) else v / n for k, v in totals.items()}
     out["train/grad_norm"] = torch.stack(grad_norms).mean()
     out["train/lr"] = lr
+    out["train/skipped_updates"] = skipped
     return out
