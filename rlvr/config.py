@@ -304,7 +304,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm (0 = off)."""
     save_every: int = 0
-    """Checkpoint every N steps (0 = only at the end)."""
+    """Checkpoint every N steps (0 = only at the end, SIGINT/SIGTERM and train.save_every_min)."""
+    save_every_min: float = 30.0
+    """Also checkpoint when this many minutes have passed since the last checkpoint (0 = off), so a killed run loses at most that."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (the newest; 0 = keep all)."""
     max_bad_steps: int = 5
@@ -322,6 +324,7 @@ class TrainConfig:
         _check(self.max_grad_norm >= 0, "train.max_grad_norm must be >= 0")
         _check(self.save_every >= 0 and self.keep_checkpoints >= 0, "train.save_every and train.keep_checkpoints must be >= 0")
         _check(self.max_bad_steps >= 1, "train.max_bad_steps must be >= 1")
+        _check(self.save_every_min >= 0, "train.save_every_min must be >= 0 (0 = off)")
 
 
 @dataclass(frozen=True)

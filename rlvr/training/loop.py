@@ -29,6 +29,7 @@ from rlvr.reporting.console import StepPrinter
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.training import checkpoint as ckpt
+from rlvr.training.signals import GracefulStop
 from rlvr.training.sampling import collect
 
 
@@ -178,8 +179,10 @@ def train(cfg: Config, *, console=None) -> Path:
 
     skipped_steps = state.get("skipped_steps", 0) if state is not None else 0  # steps with a skipped update
     bad_in_row = 0  # steps in a row whose every update was skipped
+    last_save = {"step": start_step, "time": time.monotonic()}
 
     def save(step: int) -> Path:
+        last_save.update(step=step, time=time.monotonic())
         trainer_state = {
             "step": step,
             "optimizer": optimizer.state_dict(),
@@ -200,7 +203,9 @@ def train(cfg: Config, *, console=None) -> Path:
             for k, v in before.items():
                 metrics_log.tb.add_scalar(k, v, 0)
         printer.note(eval_line(0, before))
+    stopper = GracefulStop(printer.note)
     try:
+        stopper.install()
         for step in range(start_step, cfg.train.steps):
             t_step = time.perf_counter()
             # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
@@ -303,8 +308,18 @@ def train(cfg: Config, *, console=None) -> Path:
                     f"(NaN/inf); the last good weights are saved in {saved}; check reward/*_errors and the rewards' "
                     f"range, or lower train.lr, then resume={run_dir}"
                 )
-            if cfg.train.save_every and (step + 1) % cfg.train.save_every == 0 and step + 1 < cfg.train.steps:
+            due = (cfg.train.save_every and (step + 1) % cfg.train.save_every == 0) or (
+                cfg.train.save_every_min and time.monotonic() - last_save["time"] >= 60 * cfg.train.save_every_min
+            )
+            if due and step + 1 < cfg.train.steps:
                 save(step + 1)
+            if stopper.requested and step + 1 < cfg.train.steps:
+                saved = save(step + 1) if last_save["step"] != step + 1 else ckpt.last_checkpoint(run_dir)
+                printer.note(
+                    f"stopped by {stopper.requested} after step {step + 1}; checkpoint {saved}; "
+                    f"continue with: rlvr train resume={run_dir}"
+                )
+                return run_dir  # the finally below closes every sink
         final = save(cfg.train.steps)
         printer.done(run_dir, final, report=cfg.log.report)  # summary; writes RUN/report/ unless log.report=false
     except KeyboardInterrupt:
@@ -313,6 +328,7 @@ def train(cfg: Config, *, console=None) -> Path:
         printer.note(f"interrupted at step {step + 1}; {where}; metrics are in {run_dir / 'metrics.jsonl'}")
         raise
     finally:
+        stopper.restore()
         metrics_log.close()
         samples_log.close()
         printer.stop()

@@ -1,0 +1,73 @@
+"""SIGTERM/SIGINT finish the step, checkpoint, close the sinks and return; resuming is bit-exact
+(issue 11, signals). Time-bounded checkpoints (train.save_every_min)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlvr.training import loop, train
+
+from test_tiny_training import tiny_config  # noqa: E402 (pytest puts this folder on sys.path)
+
+pytestmark = pytest.mark.slow
+
+
+def signal_during_update(monkeypatch, sig, *, on_call: int, times: int = 1):
+    calls = {"n": 0}
+    real = loop.accumulate_gradients
+
+    def with_signal(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == on_call:
+            for _ in range(times):
+                os.kill(os.getpid(), sig)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "accumulate_gradients", with_signal)
+
+
+def rows(run_dir):
+    timing = lambda k: k.startswith(("time/", "perf/")) or k.endswith("time_s")  # noqa: E731
+    return [{k: v for k, v in json.loads(line).items() if not timing(k)}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_finishes_the_step_saves_and_resumes_bit_exact(sig, tiny_dir, tmp_path, monkeypatch, capsys):
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    train(tiny_config(tiny_dir, straight, "train.steps=4"))
+    real = loop.accumulate_gradients
+    signal_during_update(monkeypatch, sig, on_call=2)
+    assert train(tiny_config(tiny_dir, stopped, "train.steps=4")) == stopped  # returns: exit status 0
+    assert len(rows(stopped)) == 2  # step 2 was finished, step 3 never started
+    assert (stopped / "checkpoints" / "last").resolve().name == "step_000002"
+    assert f"continue with: rlvr train resume={stopped}" in " ".join(capsys.readouterr().err.split())
+    assert signal.getsignal(sig) in (signal.default_int_handler, signal.SIG_DFL)  # handlers restored
+    monkeypatch.setattr(loop, "accumulate_gradients", real)
+    train(tiny_config(tiny_dir, stopped, "train.steps=4", f"resume={stopped}"))
+    a = load_file(straight / "checkpoints" / "step_000004" / "model.safetensors")
+    b = load_file(stopped / "checkpoints" / "step_000004" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert rows(straight) == rows(stopped)
+
+
+def test_second_signal_stops_at_once(tiny_dir, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    signal_during_update(monkeypatch, signal.SIGTERM, on_call=2, times=2)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_dir, run, "train.steps=4", "train.save_every=1"))
+    assert len(rows(run)) == 1  # step 2 did not finish; step 1's line and checkpoint are intact
+    assert (run / "checkpoints" / "last").resolve().name == "step_000001"
+    assert not list((run / "checkpoints").glob("*tmp*"))
+
+
+def test_save_every_min_bounds_what_a_kill_loses(tiny_dir, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_config(tiny_dir, run, "train.steps=3", "train.save_every_min=1e-6", "train.keep_checkpoints=0"))
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002", "step_000003"]
