@@ -32,6 +32,39 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def remove_stale(run_dir: Path) -> list[str]:
+    """Delete the temporary checkpoint files a killed process left (``.step_*.tmp-PID``,
+    ``.step_*.old-PID``, ``.last.tmp-PID``); returns their names. Call before a run writes."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    stale = [p for p in root.iterdir() if re.match(r"^\.(step_\d+\.(tmp|old)|last\.tmp)-\d+$", p.name)]
+    for p in stale:
+        if p.is_symlink() or not p.is_dir():
+            p.unlink()
+        else:
+            shutil.rmtree(p)
+    return sorted(p.name for p in stale)
+
+
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict, *, keep: int = 0) -> Path:
     """Write ``RUN/checkpoints/step_{step}`` atomically, point ``last`` at it, prune old ones.
 
@@ -50,11 +83,14 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
-    if final.exists():  # the same step saved again after a resume: move the old one aside first
-        old = root / f".{name}.old-{os.getpid()}"
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old)
+    if final.exists():  # the same step saved again: swap, so that `last` never points nowhere
+        if _exchange(tmp, final):
+            shutil.rmtree(tmp)  # now the old content
+        else:  # no atomic swap here (not Linux, or the filesystem lacks it): a rename window remains
+            old = root / f".{name}.old-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old)
     else:
         os.replace(tmp, final)
     link_tmp = root / f".last.tmp-{os.getpid()}"

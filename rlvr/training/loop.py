@@ -101,6 +101,8 @@ def train(cfg: Config, *, console=None) -> Path:
     resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
     run_dir = prepare_run_dir(cfg)
     printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=console)
+    for name in ckpt.remove_stale(run_dir):  # left by a process killed mid-checkpoint
+        printer.note(f"removed {run_dir / 'checkpoints' / name}, a checkpoint a killed run had not finished")
     for note in precision_notes:
         printer.note(note)
     _set_seed(cfg.seed)

@@ -208,3 +208,52 @@ def test_truncate_then_append_continues_cleanly(tmp_path):
     w.write({"step": 3, "resumed": True})
     w.close()
     assert _rows(path) == [{"step": 1}, {"step": 2}, {"step": 3, "resumed": True}]
+
+
+@pytest.mark.parametrize("killed_at", ["swap", "rename_into_place", "after_swap"])
+def test_resaving_a_step_never_leaves_last_pointing_nowhere(tmp_path, tok, monkeypatch, killed_at):
+    """A kill anywhere in re-saving a step leaves `last` on a complete checkpoint: the old one
+    before the swap, the new one after it (issue 11: `last` must never point nowhere)."""
+    import contextlib
+
+    from rlvr.training import checkpoint
+
+    save_checkpoint(tmp_path, 2, _model(0), tok, {"step": 2, "v": "old"})
+    final = tmp_path / "checkpoints" / "step_000002"
+    real_rmtree, real_replace = checkpoint.shutil.rmtree, checkpoint.os.replace
+
+    def kill(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def rmtree(path, *args, **kwargs):  # only the deletion of the old copy after the swap is a kill point
+        return real_rmtree(path, *args, **kwargs) if kwargs.get("ignore_errors") else kill()
+
+    def replace(src, dst):  # moving the new checkpoint into the step's name is a kill point
+        return kill() if os.fspath(dst) == os.fspath(final) and ".tmp-" in os.fspath(src) else real_replace(src, dst)
+
+    if killed_at == "swap":
+        monkeypatch.setattr(checkpoint, "_exchange", kill, raising=False)
+    elif killed_at == "rename_into_place":
+        monkeypatch.setattr(checkpoint.os, "replace", replace)
+    else:
+        monkeypatch.setattr(checkpoint.shutil, "rmtree", rmtree)
+    with contextlib.suppress(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 2, _model(1), tok, {"step": 2, "v": "new"})
+    monkeypatch.undo()
+    last = tmp_path / "checkpoints" / "last"
+    assert last.resolve().is_dir() and (last / "model.safetensors").is_file()
+    assert load_trainer_state(last)["v"] in ("old", "new")
+
+
+def test_remove_stale_deletes_what_a_killed_save_left(tmp_path, tok):
+    from rlvr.training.checkpoint import remove_stale
+
+    save_checkpoint(tmp_path, 1, _model(0), tok, {"step": 1})
+    root = tmp_path / "checkpoints"
+    for name in (".step_000002.tmp-4242", ".step_000001.old-4242"):
+        (root / name).mkdir()
+        (root / name / "model.safetensors").write_bytes(b"half")
+    os.symlink("step_000001", root / ".last.tmp-4242")
+    assert remove_stale(tmp_path) == [".last.tmp-4242", ".step_000001.old-4242", ".step_000002.tmp-4242"]
+    assert _entries(tmp_path) == ["last", "step_000001"]
+    assert remove_stale(tmp_path) == []
