@@ -403,6 +403,8 @@ class Config:
     """Seed of model init noise, sampling and data order."""
     resume: str | None = None
     """Run directory to continue from its last checkpoint (model, optimizer, scheduler, step, RNG, data position)."""
+    overwrite: bool = False
+    """Start a new run in run_dir even though it holds one: its metrics, samples, checkpoints, evals, events and report are deleted first."""
 
     def __post_init__(self) -> None:
         seqs = self.train.prompts_per_step * self.rollout.samples_per_prompt

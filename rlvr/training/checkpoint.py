@@ -105,6 +105,26 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     return final
 
 
+def checkpoint_bytes(model_path: Path, dtype: str = "float32") -> int:
+    """About how many bytes one checkpoint of this model takes: the weights in ``dtype`` plus AdamW's
+    two moment tensors of the same size (tokenizer and config files are small). Parameters are
+    counted from the safetensors headers, without loading the weights; other formats by file size."""
+    from safetensors import safe_open
+
+    per = 2 if dtype in ("bfloat16", "float16") else 4
+    params = 0
+    for f in Path(model_path).glob("*.safetensors"):
+        with safe_open(str(f), framework="pt") as st:
+            for key in st.keys():
+                n = 1
+                for d in st.get_slice(key).get_shape():
+                    n *= d
+                params += n
+    if not params:  # .bin or other weights: assume 4 bytes a parameter on disk
+        params = sum(f.stat().st_size for f in Path(model_path).glob("*.bin")) // 4
+    return 3 * per * params
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Step checkpoint directories, oldest first."""
     root = Path(run_dir) / "checkpoints"

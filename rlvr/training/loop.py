@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -68,17 +69,38 @@ def _set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prepare_run_dir(cfg: Config) -> Path:
-    """The run directory; refuses to write a new run over an existing one."""
+RUN_OUTPUTS = ("metrics.jsonl", "samples.jsonl", "checkpoints", "eval", "tensorboard", "report", "wandb")
+"""What a run writes into its directory (``overwrite=true`` removes these before starting again)."""
+
+
+def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
+    """The run directory, checked before any model loads: refuses to write a new run over an
+    existing one (unless ``overwrite=true``), and needs to be writable with room for two checkpoints."""
     run_dir = Path(cfg.resume or cfg.run_dir)
     if not cfg.resume and (run_dir / "metrics.jsonl").exists():
-        raise UserError(
-            f"{run_dir} already holds a run; continue it with resume={run_dir} "
-            f"or start a new one with run_dir=runs/NEW_NAME"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "config.yaml.tmp"
-    tmp.write_text(to_yaml(cfg), encoding="utf-8")
+        if not cfg.overwrite:
+            raise UserError(
+                f"{run_dir} already holds a run; continue it with resume={run_dir}, start a new one with "
+                f"run_dir=runs/NEW_NAME, or replace it with overwrite=true"
+            )
+        for name in RUN_OUTPUTS:
+            target = run_dir / name
+            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / "config.yaml.tmp"
+        tmp.write_text(to_yaml(cfg), encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
+    if model_path is not None:
+        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype)
+        free = shutil.disk_usage(run_dir).free
+        if free < need:
+            tmp.unlink(missing_ok=True)
+            raise UserError(
+                f"run_dir={run_dir} has {free / 2**30:.1f} GiB free but two checkpoints of this model need about "
+                f"{need / 2**30:.1f} GiB; free space there or pick another run_dir="
+            )
     tmp.replace(run_dir / "config.yaml")
     return run_dir
 
@@ -99,7 +121,7 @@ def train(cfg: Config, *, console=None) -> Path:
     model_path = resolve_model_path(cfg.model.path)
     get_reward(cfg.reward.accuracy_rule)
     resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
-    run_dir = prepare_run_dir(cfg)
+    run_dir = prepare_run_dir(cfg, model_path)
     printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=console)
     for name in ckpt.remove_stale(run_dir):  # left by a process killed mid-checkpoint
         printer.note(f"removed {run_dir / 'checkpoints' / name}, a checkpoint a killed run had not finished")
