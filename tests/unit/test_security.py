@@ -1,0 +1,48 @@
+"""No model text can reach eval/exec/sympify, and no remote code is trusted (issue 11, security).
+
+The package is read as syntax trees, so a new call anywhere fails this test."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from rlvr.data import tasks
+
+PACKAGE = Path(__file__).resolve().parents[2] / "rlvr"
+BUILTINS = {"eval", "exec", "compile", "__import__"}  # as bare names (re.compile is fine)
+PARSERS = {"sympify", "parse_expr", "parse_latex"}  # sympy's string parsers, however reached
+
+
+def _forbidden(node: ast.Call) -> str | None:
+    f = node.func
+    if isinstance(f, ast.Name) and f.id in BUILTINS | PARSERS:
+        return f.id
+    if isinstance(f, ast.Attribute) and (f.attr in PARSERS or (f.attr in ("eval", "exec") and node.args)):
+        return f.attr  # model.eval() takes no arguments; builtins.eval(text) does
+    return None
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_eval_exec_or_sympify_and_no_remote_code(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if name := _forbidden(node):
+            pytest.fail(f"{path.relative_to(PACKAGE)}:{node.lineno} calls {name}()")
+        for kw in node.keywords:
+            if kw.arg == "trust_remote_code" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
+                pytest.fail(f"{path.relative_to(PACKAGE)}:{node.lineno} passes trust_remote_code={ast.unparse(kw.value)}")
+
+
+def test_difficulty_4_answers_are_the_arithmetic_of_their_question():
+    """The generator no longer evals its own expression; check its answers by hand-parsing."""
+    for row in tasks.arithmetic(200, seed=3, difficulty=4):
+        expr = row["question"].removeprefix("What is ").removesuffix("?")
+        a, op, b, _, c = expr.split()
+        a, b, c = int(a), int(b), int(c)
+        want = {"+": a + b * c, "-": a - b * c, "*": a * b + c}[op]
+        assert int(row["answer"]) == want, row
