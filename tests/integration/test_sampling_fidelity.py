@@ -22,21 +22,24 @@ from rlvr.training.loop import _update, batch_logprobs
 PROMPTS = ["what is 3 + 4 ?", "what is 2 + 2 ?"]
 
 
+def _fake_cpu(monkeypatch, capability: str, probe: str):
+    """PyTorch dispatching at ``capability`` on silicon whose ``torch.cpu.<probe>()`` says yes."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, probe, lambda: True, raising=False)
+    precision.cpu_bf16.cache_clear()
+
+
 @pytest.fixture
 def cpu_without_bf16(monkeypatch):
     """A CPU that dispatches AVX2 although the silicon has AMX (as under ATEN_CPU_CAPABILITY=avx2)."""
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
-    precision.cpu_bf16.cache_clear()
+    _fake_cpu(monkeypatch, "AVX2", "_is_amx_tile_supported")
     yield
     precision.cpu_bf16.cache_clear()
 
 
 @pytest.fixture
 def cpu_with_bf16(monkeypatch):
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
-    precision.cpu_bf16.cache_clear()
+    _fake_cpu(monkeypatch, "AVX512", "_is_avx512_bf16_supported")
     yield
     precision.cpu_bf16.cache_clear()
 
