@@ -183,6 +183,18 @@ class WorkerPool:
         results: list[Outcome | None] = [None] * len(calls)
         queue = deque(range(len(calls)))
         busy: dict[int, tuple[int, float]] = {}  # worker -> (call index, start time)
+        try:
+            self._run(calls, timeout_s, results, queue, busy)
+        except BaseException:
+            # interrupted (Ctrl-C, an error) with calls in flight: their replies would arrive during
+            # the next batch and be taken for its answers, so those workers are replaced now
+            for w in list(busy):
+                self._restart(w)
+            raise
+        return results  # type: ignore[return-value]
+
+    def _run(self, calls: list[Call], timeout_s: float, results: list, queue: deque, busy: dict) -> None:
+        """The loop of :meth:`run`; ``busy`` always holds the workers with a call in flight."""
         while queue or busy:
             for w in range(len(self._procs)):
                 while w not in busy and queue:
@@ -215,7 +227,6 @@ class WorkerPool:
                 else:
                     continue
                 del busy[w]
-        return results  # type: ignore[return-value]
 
     def close(self) -> None:
         """Stop every worker (politely, then by force). Safe to call twice."""
