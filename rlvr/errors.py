@@ -7,4 +7,11 @@ The CLI prints ``error: <message>`` and exits with status 2; no traceback.
 
 
 class UserError(Exception):
-    """A problem with the user's input, reported as one line and a non-zero exit."""
+    """A problem with the user's input, reported as one line and a non-zero exit.
+
+    Messages quote what the user typed; a newline or other control character in it is shown
+    escaped (``\\n``), so the message stays one line whatever the input."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
