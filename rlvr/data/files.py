@@ -107,10 +107,19 @@ def read_jsonl_values(path: Path) -> list[tuple[int, object]]:
         if not line.strip():
             continue
         try:
-            values.append((lineno, json.loads(line)))
+            values.append((lineno, json.loads(line, parse_constant=_no_constant)))
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+        except RecursionError:
+            raise UserError(f"{path}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object") from None
+        except ValueError as e:  # NaN/Infinity, or an integer past Python's 4300-digit limit
+            why = "a number of more than 4300 digits; write it as a string" if "digits" in str(e) else f"{e}; drop the row"
+            raise UserError(f"{path}:{lineno}: not valid JSON ({why})") from None
     return values
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _read_jsonl(path: Path) -> Source:
@@ -149,6 +158,8 @@ def _read_json(path: Path) -> Source:
 def _hf_error(path: Path, fmt: str, e: Exception) -> UserError:
     if isinstance(e, UnicodeDecodeError):
         return UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8")
+    while type(e).__name__ == "DatasetGenerationError" and (e.__cause__ or e.__context__) is not None:
+        e = e.__cause__ or e.__context__  # the reader's own error (e.g. pandas' ParserError) says what is wrong
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     return UserError(f"{path} could not be read as {fmt} ({type(e).__name__}: {first[:200]})")
 
@@ -157,7 +168,7 @@ def _read_hf_file(path: Path, fmt: str) -> Source:
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its "Failed to read file" line would precede ours
     cache = str(_datasets_cache())
     try:
         if fmt == "parquet":

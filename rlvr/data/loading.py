@@ -57,14 +57,16 @@ def _extra_keys(items: list[str]) -> dict[str, str]:
 
 
 def _preset(data, records: list) -> tuple[Preset, str]:
+    why = ""
     if data.preset == "auto" and not (data.question_key or data.answer_key):
-        preset, why = detect(records)
-        return preset, f"preset auto -> {preset.name} ({why})"
-    base = None if data.preset in ("auto", "custom") else PRESETS[data.preset]
-    preset = custom_preset(data.question_key, data.answer_key, base)
-    if data.system_key:
+        preset, how = detect(records)
+        why = f"preset auto -> {preset.name} ({how})"
+    else:
+        base = None if data.preset in ("auto", "custom") else PRESETS[data.preset]
+        preset = custom_preset(data.question_key, data.answer_key, base)
+    if data.system_key:  # detected presets too (it was ignored when the preset was detected)
         preset = Preset(preset.name, preset.question, preset.answers, preset.query, data.system_key, preset.extras, None, preset.note)
-    return preset, ""
+    return preset, why
 
 
 def _builtin(data, split: str) -> list[dict]:

@@ -19,6 +19,8 @@ Dotted paths reach into nested records: ``reward_model.ground_truth``, ``prompt.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -174,11 +176,24 @@ def _keys_of(record) -> str:
     return f"the record is a list of {len(record)} items"
 
 
+def _unicode_ok(text: str) -> bool:
+    """False for text no tokenizer can encode: lone UTF-16 surrogates (``"\\ud800"`` in JSON)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _text(value, what: str, path: str) -> str:
     if value is MISSING or value is None or (isinstance(value, str) and not value.strip()):
         raise BadRow(f"no '{path}'" if value is MISSING else f"empty '{path}'", what)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise BadRow(f"a {type(value).__name__} in '{path}' (not a string or number)", what)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadRow(f"a non-finite number ({value}) in '{path}'", "content")
+    if isinstance(value, str) and not _unicode_ok(value):
+        raise BadRow(f"text in '{path}' that is not valid Unicode (a lone surrogate)", "content")
     return value if isinstance(value, str) else str(value)
 
 
@@ -214,6 +229,8 @@ def map_record(preset: Preset, record, extra_keys: dict[str, str]) -> dict:
         raise BadRow(f"no {paths}", "answer")
     system = get_path(record, preset.system) if preset.system else None
     system = system if isinstance(system, str) and system else None
+    if system is not None and not _unicode_ok(system):
+        raise BadRow(f"text in '{preset.system}' that is not valid Unicode (a lone surrogate)", "content")
     fields = {}
     for name, path in preset.extras.items():
         value = get_path(record, path)

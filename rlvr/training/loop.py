@@ -221,15 +221,25 @@ def train(cfg: Config, *, console=None) -> Path:
     scorer.warm((cfg.reward.accuracy_rule,))  # reward workers started, warm and plugins imported before any time limit runs
     printer.start(start_step)
     step = start_step
-    if start_step == 0 and evaluator.due(0):  # the before of before/after: RUN/eval/ and TensorBoard step 0
-        before = evaluator.run(engine, tokenizer, 0)
-        if metrics_log.tb is not None:  # not a metrics.jsonl row: its rows are training steps 1..N
-            for k, v in before.items():
-                metrics_log.tb.add_scalar(k, v, 0)
-        printer.note(eval_line(0, before))
     stopper = GracefulStop(printer.note)
+
+    def stop_here(step: int) -> Path:
+        saved = save(step) if last_save["step"] != step or step == 0 else ckpt.last_checkpoint(run_dir)
+        printer.note(
+            f"stopped by {stopper.requested} after step {step}; checkpoint {saved}; continue with: rlvr train resume={run_dir}"
+        )
+        return run_dir  # the finally below closes every sink
+
     try:
         stopper.install()
+        if resume_from is None and evaluator.due(0):  # the before of before/after: RUN/eval/ and TensorBoard step 0
+            before = evaluator.run(engine, tokenizer, 0)
+            if metrics_log.tb is not None:  # not a metrics.jsonl row: its rows are training steps 1..N
+                for k, v in before.items():
+                    metrics_log.tb.add_scalar(k, v, 0)
+            printer.note(eval_line(0, before))
+        if stopper.requested:  # during the first evaluation: it finished, and step 0 is saved
+            return stop_here(start_step)
         for step in range(start_step, cfg.train.steps):
             t_step = time.perf_counter()
             # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
@@ -338,12 +348,7 @@ def train(cfg: Config, *, console=None) -> Path:
             if due and step + 1 < cfg.train.steps:
                 save(step + 1)
             if stopper.requested and step + 1 < cfg.train.steps:
-                saved = save(step + 1) if last_save["step"] != step + 1 else ckpt.last_checkpoint(run_dir)
-                printer.note(
-                    f"stopped by {stopper.requested} after step {step + 1}; checkpoint {saved}; "
-                    f"continue with: rlvr train resume={run_dir}"
-                )
-                return run_dir  # the finally below closes every sink
+                return stop_here(step + 1)
         final = save(cfg.train.steps)
         printer.done(run_dir, final, report=cfg.log.report)  # summary; writes RUN/report/ unless log.report=false
     except KeyboardInterrupt:

@@ -1,5 +1,6 @@
-"""Kill -9 at random moments, resume, and end bit-identical to a run that was never killed
-(issue 11's fault-injection acceptance, the SIGKILL half; SIGTERM/SIGINT are in test_signals.py)."""
+"""Kill -9 and SIGTERM at named points and at random moments, resume, and end bit-identical to a
+run that was never interrupted (issue 11's fault-injection acceptance). Every run is a subprocess
+of ``rlvr train``; in-process signal tests are in test_signals.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,9 +32,28 @@ ARGS = [
 ]
 
 
-def _start(model, run, extra):
-    cmd = [sys.executable, "-m", "rlvr.cli", "train", f"model.path={model}", f"run_dir={run}", *ARGS, *extra]
+DRIVER = Path(__file__).with_name("fault_driver.py")
+
+
+def _start(model, run, extra, fault=()):
+    head = [str(DRIVER), *fault, "--"] if fault else ["-m", "rlvr.cli", "train"]
+    cmd = [sys.executable, *head, f"model.path={model}", f"run_dir={run}", *ARGS, *extra]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"})
+
+
+def _continue(run):
+    """What a user types next: resume when there is a checkpoint, else start over."""
+    if (run / "checkpoints" / "last").is_dir():
+        return [f"resume={run}"]
+    return ["overwrite=true"] if run.exists() else []
+
+
+def _same_end(straight, run, steps):
+    a = load_file(straight / "checkpoints" / f"step_{steps:06d}" / "model.safetensors")
+    b = load_file(run / "checkpoints" / f"step_{steps:06d}" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _metrics(straight) == _metrics(run)
+    assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
 def _metrics(run):
@@ -55,9 +76,7 @@ def test_sigkill_at_random_moments_then_resume_is_bit_exact(tmp_path, monkeypatc
     targets = sorted(rng.sample(range(3, STEPS - 3), 4))  # kill once each of these steps has finished ...
     kills = 0
     for target in [*targets, None]:
-        has_ckpt = (killed / "checkpoints" / "last").is_dir()
-        extra = [f"resume={killed}"] if has_ckpt else (["overwrite=true"] if killed.exists() else [])
-        proc = _start(model, killed, extra)
+        proc = _start(model, killed, _continue(killed))
         if target is None:  # then let it finish
             assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()[-2000:]
             break
@@ -70,8 +89,36 @@ def test_sigkill_at_random_moments_then_resume_is_bit_exact(tmp_path, monkeypatc
         proc.wait()
         kills += 1
     assert kills == 4
-    a = load_file(straight / "checkpoints" / f"step_{STEPS:06d}" / "model.safetensors")
-    b = load_file(killed / "checkpoints" / f"step_{STEPS:06d}" / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert _metrics(straight) == _metrics(killed)
-    assert not [p.name for p in (killed / "checkpoints").iterdir() if p.name.startswith(".")]
+    _same_end(straight, killed, STEPS)
+
+
+POINTS = ["rollout", "update", "checkpoint", "last"]
+
+
+def test_sigkill_then_sigterm_at_each_named_point_then_resume_is_bit_exact(tmp_path, monkeypatch):
+    """One run meets eight faults in turn: SIGKILL at each named point (see fault_driver.py), then
+    SIGTERM at each. SIGTERM must exit 0 with a checkpoint of the last finished step."""
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    steps, every = 40, ["train.steps=40", "train.save_every=5"]
+    model = save_tiny_model(tmp_path / "tiny")
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    assert _start(model, straight, every).wait(timeout=300) == 0
+    rng = random.Random(1)
+    for sig in ("SIGKILL", "SIGTERM"):
+        for point in POINTS:
+            # the 2nd save of a process, so that an older checkpoint exists to resume from
+            n = 2 if point in ("checkpoint", "last") else rng.randint(2, 6)
+            marker = tmp_path / f"fired-{sig}-{point}"
+            proc = _start(model, run, [*every, *_continue(run)], fault=(point, str(n), sig, str(marker)))
+            code = proc.wait(timeout=300)
+            err = proc.stderr.read().decode()
+            assert marker.is_file(), f"{sig} at {point} #{n} never fired: {err[-2000:]}"
+            if sig == "SIGKILL":
+                assert code == -signal.SIGKILL
+                continue
+            assert code == 0, err[-2000:]
+            assert "continue with: rlvr train resume=" in " ".join(err.split())
+            done = len(_metrics(run))
+            assert (run / "checkpoints" / "last").resolve().name == f"step_{done:06d}"  # nothing finished is lost
+    assert _start(model, run, [*every, *_continue(run)]).wait(timeout=300) == 0
+    _same_end(straight, run, steps)

@@ -65,3 +65,26 @@ def test_too_many_bad_steps_in_a_row_stop_with_the_last_good_weights(tiny_dir, t
     one, three = weights(run, 1), weights(run, 3)
     assert all(torch.equal(one[k], three[k]) for k in one)
     assert (run / "checkpoints" / "last").resolve().name == "step_000003"
+
+
+def test_a_reward_plugin_returning_inf_costs_only_those_items(tiny_dir, tmp_path):
+    """inf/-inf/NaN from a plugin are that item's error score (reward.on_error_score), counted in
+    reward/<rule>_errors; rewards, advantages and weights stay finite and training goes on."""
+    plugin = tmp_path / "bad_reward.py"
+    plugin.write_text(
+        "import math\n"
+        "def score(completions, labels, **fields):\n"
+        "    bad = [math.inf, -math.inf, math.nan]\n"
+        "    return [bad[len(c) % 3] if len(c) % 2 else float(c.count('7')) for c in completions]\n"
+    )
+    run = tmp_path / "run"
+    rule = f"{plugin}:score"
+    train(tiny_config(tiny_dir, run, "train.steps=3", "train.save_every=1", f"reward.rules=[{rule}]",
+                      f"reward.accuracy_rule={rule}"))
+    rows = metrics(run)
+    assert len(rows) == 3
+    assert sum(r[f"reward/{rule}_errors"] for r in rows) > 0  # odd-length completions (items are scored one by one)
+    for r in rows:
+        assert all(v == v and abs(v) != float("inf") for v in r.values() if isinstance(v, float))
+    assert all(torch.isfinite(v).all() for v in weights(run, 3).values())
+    assert [r["train/skipped_updates"] for r in rows] == [0, 0, 0]

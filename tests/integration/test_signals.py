@@ -42,13 +42,13 @@ def rows(run_dir):
 def test_signal_finishes_the_step_saves_and_resumes_bit_exact(sig, tiny_dir, tmp_path, monkeypatch, capsys):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     train(tiny_config(tiny_dir, straight, "train.steps=4"))
-    real = loop.accumulate_gradients
+    real, before = loop.accumulate_gradients, signal.getsignal(sig)
     signal_during_update(monkeypatch, sig, on_call=2)
     assert train(tiny_config(tiny_dir, stopped, "train.steps=4")) == stopped  # returns: exit status 0
     assert len(rows(stopped)) == 2  # step 2 was finished, step 3 never started
     assert (stopped / "checkpoints" / "last").resolve().name == "step_000002"
     assert f"continue with: rlvr train resume={stopped}" in " ".join(capsys.readouterr().err.split())
-    assert signal.getsignal(sig) in (signal.default_int_handler, signal.SIG_DFL)  # handlers restored
+    assert signal.getsignal(sig) == before  # handlers restored
     monkeypatch.setattr(loop, "accumulate_gradients", real)
     train(tiny_config(tiny_dir, stopped, "train.steps=4", f"resume={stopped}"))
     a = load_file(straight / "checkpoints" / "step_000004" / "model.safetensors")
@@ -71,3 +71,32 @@ def test_save_every_min_bounds_what_a_kill_loses(tiny_dir, tmp_path):
     run = tmp_path / "run"
     train(tiny_config(tiny_dir, run, "train.steps=3", "train.save_every_min=1e-6", "train.keep_checkpoints=0"))
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002", "step_000003"]
+
+
+def test_signal_during_the_first_evaluation_saves_step_0_and_resumes_bit_exact(tiny_dir, tmp_path, monkeypatch, capsys):
+    from rlvr.evaluation.during_training import TrainingEval
+
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    extra = ("train.steps=3", "eval.limit=4", "eval.at_start=true")
+    train(tiny_config(tiny_dir, straight, *extra))
+    real = TrainingEval.run
+
+    def with_signal(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingEval, "run", with_signal)
+    assert train(tiny_config(tiny_dir, stopped, *extra)) == stopped
+    assert not (stopped / "metrics.jsonl").read_text()  # no step ran
+    assert (stopped / "checkpoints" / "last").resolve().name == "step_000000"
+    assert (stopped / "eval" / "step_000000").is_dir()  # the before-evaluation finished
+    assert f"continue with: rlvr train resume={stopped}" in " ".join(capsys.readouterr().err.split())
+    monkeypatch.setattr(TrainingEval, "run", real)
+    calls = []
+    monkeypatch.setattr(TrainingEval, "run", lambda self, *a, **k: calls.append(a[-1]) or real(self, *a, **k))
+    train(tiny_config(tiny_dir, stopped, *extra, f"resume={stopped}"))
+    assert 0 not in calls  # the before-evaluation is not run twice
+    a = load_file(straight / "checkpoints" / "step_000003" / "model.safetensors")
+    b = load_file(stopped / "checkpoints" / "step_000003" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert rows(straight) == rows(stopped)
