@@ -11,6 +11,7 @@ an atomic rename, so a crash at any moment leaves the previous checkpoint intact
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -35,7 +36,6 @@ def _fsync_dir(path: Path) -> None:
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
     import ctypes
-    import errno
 
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
@@ -77,12 +77,22 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     final = root / name
     tmp = root / f".{name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    torch.save(trainer_state, tmp / STATE_FILE)
-    for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        torch.save(trainer_state, tmp / STATE_FILE)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    except OSError as e:  # a full disk or quota: the half-written copy goes, the previous checkpoint stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        kept = (root / "last").resolve().name if (root / "last").is_dir() else "none yet"
+        raise UserError(
+            f"no space left on the device of {root} while writing {name} (last complete checkpoint: {kept}); "
+            f"free space there, then continue with resume={Path(run_dir)}"
+        ) from None
     if final.exists():  # the same step saved again: swap, so that `last` never points nowhere
         if _exchange(tmp, final):
             shutil.rmtree(tmp)  # now the old content

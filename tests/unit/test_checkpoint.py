@@ -257,3 +257,21 @@ def test_remove_stale_deletes_what_a_killed_save_left(tmp_path, tok):
     assert remove_stale(tmp_path) == [".last.tmp-4242", ".step_000001.old-4242", ".step_000002.tmp-4242"]
     assert _entries(tmp_path) == ["last", "step_000001"]
     assert remove_stale(tmp_path) == []
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, tok, monkeypatch):
+    import errno
+
+    from rlvr.training import checkpoint as ckpt
+
+    model = _model()
+    save_checkpoint(tmp_path, 1, model, tok, {"step": 1})
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt.torch, "save", full)
+    with pytest.raises(UserError, match=r"no space left .* writing step_000002 \(last complete checkpoint: step_000001\)"):
+        save_checkpoint(tmp_path, 2, model, tok, {"step": 2})
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last", "step_000001"]  # no .tmp left
+    assert last_checkpoint(tmp_path).name == "step_000001"
