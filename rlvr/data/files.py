@@ -24,8 +24,10 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from rlvr.errors import UserError
+from rlvr.jsonl import parse_lines
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only, before `datasets` is imported
 
@@ -96,26 +98,23 @@ def _read_text(path: Path) -> str:
 
 
 def read_jsonl_values(path: Path) -> list[tuple[int, object]]:
-    """(line number, parsed JSON value) for every non-blank line of a UTF-8 JSONL file.
+    """(line number, parsed JSON value) for every non-blank line of a UTF-8 JSONL data file.
 
-    The one JSONL reader of rlvr (data files, `rlvr generate --input`, `rlvr reward score
-    --input`); callers check the shape of each value. Raises UserError naming the file and
-    line for non-UTF-8 bytes or a line that is not JSON.
+    For data files, `rlvr generate --input` and `rlvr reward score --input` (a run's own files
+    are read tolerantly by :func:`rlvr.jsonl.read_jsonl`); callers check the shape of each value.
+    Raises UserError naming the file and line for non-UTF-8 bytes or a line that is not JSON.
     """
-    values = []
-    for lineno, line in enumerate(_read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            values.append((lineno, json.loads(line, parse_constant=_no_constant)))
-        except json.JSONDecodeError as e:
+
+    def bad_line(lineno: int, e: Exception) -> NoReturn:
+        if isinstance(e, json.JSONDecodeError):
             raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object") from None
-        except RecursionError:
+        if isinstance(e, RecursionError):
             raise UserError(f"{path}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object") from None
-        except ValueError as e:  # NaN/Infinity, or an integer past Python's 4300-digit limit
-            why = "a number of more than 4300 digits; write it as a string" if "digits" in str(e) else f"{e}; drop the row"
-            raise UserError(f"{path}:{lineno}: not valid JSON ({why})") from None
-    return values
+        # NaN/Infinity, or an integer past Python's 4300-digit limit
+        why = "a number of more than 4300 digits; write it as a string" if "digits" in str(e) else f"{e}; drop the row"
+        raise UserError(f"{path}:{lineno}: not valid JSON ({why})") from None
+
+    return parse_lines(_read_text(path), on_error=bad_line, parse_constant=_no_constant)
 
 
 def _no_constant(name: str):

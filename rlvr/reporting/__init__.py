@@ -3,6 +3,7 @@
 The sinks are imported by the trainer; plotting modules import matplotlib only when used.
 """
 
-from rlvr.reporting.sinks import JsonlWriter, MetricsLogger, peak_memory, read_jsonl, truncate_jsonl
+from rlvr.jsonl import JsonlWriter, truncate_jsonl
+from rlvr.reporting.sinks import MetricsLogger, peak_memory
 
-__all__ = ["JsonlWriter", "MetricsLogger", "peak_memory", "read_jsonl", "truncate_jsonl"]
+__all__ = ["JsonlWriter", "MetricsLogger", "peak_memory", "truncate_jsonl"]

@@ -7,61 +7,14 @@ turns that sink off; training never stops because logging broke.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.item() if value.numel() == 1 else value.tolist()
-    return value
-
-
-class JsonlWriter:
-    """Appends one JSON object per line and fsyncs it, so a crash loses at most the line being written."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = self.path.open("a", encoding="utf-8")
-
-    def write(self, row: dict) -> None:
-        self._f.write(json.dumps({k: _plain(v) for k, v in row.items()}, ensure_ascii=False) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """All complete rows of a JSONL file (a line cut by a crash, or any non-object line, is skipped)."""
-    rows = []
-    with Path(path).open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
-
-
-def truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop rows with ``step > max_step`` (rows a resumed run will write again), atomically."""
-    path = Path(path)
-    if not path.is_file():
-        return
-    keep = [row for row in read_jsonl(path) if row.get("step", 0) <= max_step]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in keep), encoding="utf-8")
-    os.replace(tmp, path)
+from rlvr.jsonl import JsonlWriter, plain
+from rlvr.run_dir import RunDir
 
 
 def peak_memory(device: torch.device | str = "cpu") -> dict[str, float]:
@@ -94,7 +47,7 @@ class JsonlSink:
     jsonl = True
 
     def __init__(self, run_dir: Path) -> None:
-        self.writer = JsonlWriter(Path(run_dir) / "metrics.jsonl")
+        self.writer = JsonlWriter(RunDir(run_dir).metrics_file)
 
     def write(self, step: int, row: dict) -> None:
         self.writer.write(row)
@@ -244,13 +197,13 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
         """Convert to floats once, write to every sink, return the plain row (with ``step``)."""
-        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        row = {"step": step, **{k: plain(v) for k, v in metrics.items()}}
         self._each("write", step, row)
         return row
 
     def log_aside(self, step: int, metrics: dict[str, Any]) -> None:
         """TensorBoard and W&B only, e.g. the step-0 evaluation (metrics.jsonl rows are training steps 1..N)."""
-        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        row = {"step": step, **{k: plain(v) for k, v in metrics.items()}}
         self._each("write", step, row, jsonl=False)
 
     @property

@@ -1,12 +1,9 @@
 """Atomic checkpoints: Hugging Face model directories plus the trainer state beside the weights.
 
-Layout::
-
-    RUN/checkpoints/step_000020/   model.safetensors, config.json, tokenizer files, trainer_state.pt
-    RUN/checkpoints/last -> step_000020
-
-A checkpoint is written under a temporary name and renamed, and ``last`` is swapped with
-an atomic rename, so a crash at any moment leaves the previous checkpoint intact.
+Where they go (``RUN/checkpoints/step_000020``, ``RUN/checkpoints/last``) and how they are found
+again is :class:`rlvr.run_dir.RunDir`'s. Here: a checkpoint is written under a temporary name
+and renamed, and ``last`` is swapped with an atomic rename, so a crash at any moment leaves the
+previous checkpoint intact.
 """
 
 from __future__ import annotations
@@ -20,9 +17,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import UserError
-
-STATE_FILE = "trainer_state.pt"
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+from rlvr.run_dir import STATE_FILE, RunDir, step_name
 
 
 def _fsync_dir(path: Path) -> None:
@@ -53,7 +48,7 @@ def _exchange(a: Path, b: Path) -> bool:
 def remove_stale(run_dir: Path) -> list[str]:
     """Delete the temporary checkpoint files a killed process left (``.step_*.tmp-PID``,
     ``.step_*.old-PID``, ``.last.tmp-PID``); returns their names. Call before a run writes."""
-    root = Path(run_dir) / "checkpoints"
+    root = RunDir(run_dir).checkpoints_root
     if not root.is_dir():
         return []
     stale = [p for p in root.iterdir() if re.match(r"^\.(step_\d+\.(tmp|old)|last\.tmp)-\d+$", p.name)]
@@ -71,10 +66,11 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     Args:
         keep: keep this many newest step checkpoints (0 = all).
     """
-    root = Path(run_dir) / "checkpoints"
+    run = RunDir(run_dir)
+    root = run.checkpoints_root
     root.mkdir(parents=True, exist_ok=True)
-    name = f"step_{step:06d}"
-    final = root / name
+    name = step_name(step)
+    final = run.checkpoint_dir(step)
     tmp = root / f".{name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -88,10 +84,10 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        kept = (root / "last").resolve().name if (root / "last").is_dir() else "none yet"
+        kept = run.last_link.resolve().name if run.last_link.is_dir() else "none yet"
         raise UserError(
             f"no space left on the device of {root} while writing {name} (last complete checkpoint: {kept}); "
-            f"free space there, then continue with resume={Path(run_dir)}"
+            f"free space there, then continue with resume={run.path}"
         ) from None
     if final.exists():  # the same step saved again: swap, so that `last` never points nowhere
         if _exchange(tmp, final):
@@ -107,10 +103,10 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     if link_tmp.is_symlink() or link_tmp.exists():
         link_tmp.unlink()
     os.symlink(name, link_tmp)
-    os.replace(link_tmp, root / "last")
+    os.replace(link_tmp, run.last_link)
     _fsync_dir(root)
     if keep:
-        for old in list_checkpoints(run_dir)[:-keep]:
+        for old in run.checkpoints()[:-keep]:
             shutil.rmtree(old)
     return final
 
@@ -136,26 +132,13 @@ def checkpoint_bytes(model_path: Path, dtype: str = "float32") -> int:
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Step checkpoint directories, oldest first."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    dirs = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / STATE_FILE).is_file()]
-    return sorted(dirs, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+    """Step checkpoint directories, oldest first (:meth:`RunDir.checkpoints`; kept for the trainer)."""
+    return RunDir(run_dir).checkpoints()
 
 
 def last_checkpoint(run_dir: Path) -> Path:
-    """The newest complete checkpoint of a run (raises a UserError naming the run if none)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"resume={run_dir}: no such run directory")
-    link = run_dir / "checkpoints" / "last"
-    if link.is_dir() and (link / STATE_FILE).is_file():
-        return link.resolve()
-    found = list_checkpoints(run_dir)
-    if not found:
-        raise UserError(f"resume={run_dir}: the run has no checkpoint yet (set train.save_every to save during training)")
-    return found[-1]
+    """The checkpoint ``resume=RUN`` continues from (:meth:`RunDir.resume_checkpoint`; kept for the trainer)."""
+    return RunDir(run_dir).resume_checkpoint()
 
 
 def load_trainer_state(ckpt: Path) -> dict:

@@ -1,0 +1,190 @@
+"""A run directory: the one place that knows where a run keeps its files.
+
+Layout::
+
+    RUN/config.yaml                    the fully resolved config (written before training starts)
+    RUN/metrics.jsonl                  one row per optimizer step, 1..N
+    RUN/samples.jsonl                  prompts, completions and rewards every log.samples_every steps
+    RUN/eval/step_000020/              summary.json, predictions.jsonl of one evaluation
+    RUN/eval/history.jsonl             one row per evaluation (step 0 = before training)
+    RUN/checkpoints/step_000020/       HF model directory + trainer_state.pt
+    RUN/checkpoints/last -> step_000020
+    RUN/tensorboard/, RUN/wandb/       optional sinks
+    RUN/report/                        `rlvr report` output
+
+A checkpoint is complete once its trainer state is there: :mod:`rlvr.training.checkpoint`
+writes it under a temporary name and renames it into place. Reading a run trusts nothing:
+a missing file is empty, a line cut by a crash is skipped, a dangling ``last`` falls back to
+the newest complete ``step_N``. Imports no torch (reports read runs without it).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from rlvr.errors import UserError
+from rlvr.jsonl import read_jsonl
+
+CONFIG, METRICS, SAMPLES = "config.yaml", "metrics.jsonl", "samples.jsonl"
+EVAL, CHECKPOINTS, TENSORBOARD, WANDB, REPORT = "eval", "checkpoints", "tensorboard", "wandb", "report"
+EVAL_HISTORY, LAST = "history.jsonl", "last"
+STATE_FILE = "trainer_state.pt"
+"""The trainer state (optimizer, RNG, data position) beside a checkpoint's weights."""
+OUTPUTS = (METRICS, SAMPLES, CHECKPOINTS, EVAL, TENSORBOARD, REPORT, WANDB)
+"""What a run writes into its directory besides config.yaml (a fresh start removes these)."""
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def step_name(step: int) -> str:
+    """``step_000020``: the name of a step's checkpoint and evaluation directories."""
+    return f"step_{step:06d}"
+
+
+def step_of(path: Path) -> int | None:
+    """The step of a ``step_N`` directory (None for any other name)."""
+    m = _STEP_DIR.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A complete checkpoint: its trainer state was written (the last file before the rename)."""
+    return (Path(path) / STATE_FILE).is_file()
+
+
+def _step_dirs(root: Path) -> list[Path]:
+    """``step_N`` directories under ``root``, by step (none when root is missing)."""
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if step_of(p) is not None and p.is_dir()), key=step_of)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The files of one run under ``path``; nothing is read or written until asked."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def of_checkpoint(cls, ckpt: Path) -> RunDir | None:
+        """The run a checkpoint directory belongs to (``RUN/checkpoints/step_N``), None for a loose one."""
+        ckpt = Path(ckpt)
+        return cls(ckpt.parent.parent) if ckpt.parent.name == CHECKPOINTS else None
+
+    # -- layout -----------------------------------------------------------------------------
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def samples_file(self) -> Path:
+        return self.path / SAMPLES
+
+    @property
+    def eval_root(self) -> Path:
+        return self.path / EVAL
+
+    @property
+    def eval_history_file(self) -> Path:
+        return self.eval_root / EVAL_HISTORY
+
+    def eval_dir(self, step: int) -> Path:
+        return self.eval_root / step_name(step)
+
+    @property
+    def checkpoints_root(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints_root / step_name(step)
+
+    @property
+    def last_link(self) -> Path:
+        return self.checkpoints_root / LAST
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / TENSORBOARD
+
+    @property
+    def wandb_dir(self) -> Path:
+        return self.path / WANDB
+
+    @property
+    def report_dir(self) -> Path:
+        """Where `rlvr report` writes report.md, report.html and plots/ by default."""
+        return self.path / REPORT
+
+    # -- what is there ------------------------------------------------------------------------
+
+    def is_run(self) -> bool:
+        """A run was started here: it has metrics.jsonl or config.yaml."""
+        return self.metrics_file.is_file() or self.config_file.is_file()
+
+    def read_config(self) -> dict | None:
+        """config.yaml as a plain dict; None when it is missing or does not parse ({} for an empty file)."""
+        if not self.config_file.is_file():
+            return None
+        try:
+            loaded = yaml.safe_load(self.config_file.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError):
+            return None
+        return loaded if isinstance(loaded, dict) else {}
+
+    def read_metrics(self) -> list[dict]:
+        """metrics.jsonl rows as written ([] when missing); OSError when it cannot be read."""
+        return read_jsonl(self.metrics_file) if self.metrics_file.is_file() else []
+
+    def read_samples(self) -> list[dict]:
+        return read_jsonl(self.samples_file) if self.samples_file.is_file() else []
+
+    def read_eval_history(self) -> list[dict]:
+        return read_jsonl(self.eval_history_file) if self.eval_history_file.is_file() else []
+
+    def eval_dirs(self) -> list[Path]:
+        """``eval/step_N`` directories, by step."""
+        return _step_dirs(self.eval_root)
+
+    def checkpoints(self) -> list[Path]:
+        """Complete step checkpoints, oldest first."""
+        return [p for p in _step_dirs(self.checkpoints_root) if is_checkpoint(p)]
+
+    def last_checkpoint(self, *, usable: Callable[[Path], bool] = is_checkpoint) -> Path | None:
+        """Where ``last`` points (resolved), or the newest ``step_N`` when ``last`` is missing or
+        dangling; None when there is none. ``usable`` decides what counts (default: complete)."""
+        if self.last_link.is_dir() and usable(self.last_link):
+            return self.last_link.resolve()
+        found = [p for p in _step_dirs(self.checkpoints_root) if usable(p)]
+        return found[-1] if found else None
+
+    def resume_checkpoint(self) -> Path:
+        """The checkpoint ``resume=RUN`` continues from; a UserError naming the run when there is none."""
+        if not self.path.is_dir():
+            raise UserError(f"resume={self.path}: no such run directory")
+        found = self.last_checkpoint()
+        if found is None:
+            raise UserError(f"resume={self.path}: the run has no checkpoint yet (set train.save_every to save during training)")
+        return found
+
+    # -- starting again ---------------------------------------------------------------------
+
+    def remove_outputs(self, *, keep: tuple[str, ...] = ()) -> None:
+        """Delete what an earlier run wrote here (:data:`OUTPUTS` except ``keep``); config.yaml stays."""
+        for name in OUTPUTS:
+            if name in keep:
+                continue
+            target = self.path / name
+            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
