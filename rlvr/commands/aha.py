@@ -33,7 +33,7 @@ def cmd_aha(args) -> int:
         raise UserError(f"{run.path} has no samples.jsonl (the run had log.samples_every=0); nothing to scan")
     pattern = aha.compile_phrases([] if args.no_default_phrases else None, args.phrase or [])
     hits, curve, scanned = aha_hits(run, pattern=pattern)
-    out = Path(args.output) if args.output else run.path / "report" / "plots"
+    out = Path(args.output) if args.output else run.dir.report_dir / "plots"
     try:
         png = save_aha_curve([(run.name, curve)], out / "aha_curve.png")
     except OSError as e:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from rlvr.errors import UserError
+from rlvr.run_dir import RunDir
 
 
 def quiet_libraries() -> None:
@@ -36,7 +36,7 @@ def load_cli_config(args):
     config = args.config
     resumes = [parse_override(o)[1] for o in args.overrides if o.split("=", 1)[0].strip() == "resume"]
     if resumes and resumes[-1]:  # checked with --config too: train() would create the missing directory
-        saved = Path(str(resumes[-1])) / "config.yaml"
+        saved = RunDir(str(resumes[-1])).config_file
         if not saved.is_file():
             raise UserError(f"resume={resumes[-1]}: {saved} not found; is this a run directory?")
         if config is None:

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 from pathlib import Path
 
 from rlvr.errors import UserError
+from rlvr.run_dir import RunDir
 
 EXAMPLES = """examples:
   rlvr export runs/quickstart --output exported/smollm2-arith                 # the run's last checkpoint
   rlvr export runs/quickstart/checkpoints/step_000020 --output out --dtype bfloat16
 """
-
-
-def _eval_history(run_dir: Path | None) -> list[dict]:
-    path = run_dir / "eval" / "history.jsonl" if run_dir is not None else None
-    if path is None or not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 def model_card(resolved, dtype: str) -> str:
@@ -47,7 +34,7 @@ def model_card(resolved, dtype: str) -> str:
         lines += ["## Prompt format", "",
                   f"template `{data.get('template')}`, system prompt `{data.get('system_prompt')}`, "
                   f"assistant prefix `{data.get('assistant_prefix')}` (see rlvr.data.templates).", ""]
-    history = _eval_history(resolved.run_dir)
+    history = RunDir(resolved.run_dir).read_eval_history() if resolved.run_dir is not None else []
     if history:
         keys = [k for k in history[-1] if k.startswith("eval/") and k != "eval/time_s"]
         lines += ["## Evaluation during training", "", "| step | " + " | ".join(k.removeprefix("eval/") for k in keys) + " |",

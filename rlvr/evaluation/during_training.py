@@ -8,12 +8,13 @@ evaluation costs generation only: no second model copy. Results go to
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from rlvr.evaluation.evaluate import PromptStyle, evaluate, load_eval_rows, metric_keys, write_result
+from rlvr.jsonl import JsonlWriter, truncate_jsonl
+from rlvr.run_dir import RunDir
 
 
 class TrainingEval:
@@ -35,7 +36,7 @@ class TrainingEval:
     ) -> None:
         self.cfg = eval_cfg
         self.scorer = scorer
-        self.run_dir = Path(run_dir)
+        self.run_dir = RunDir(run_dir)
         self.total_steps = total_steps
         self.style = PromptStyle(data_cfg.template, data_cfg.system_prompt, data_cfg.assistant_prefix)
         self.max_new_tokens = eval_cfg.max_new_tokens or rollout_max_new_tokens
@@ -78,15 +79,13 @@ class TrainingEval:
                 batch_prompts=self.cfg.batch_prompts,
                 scorer=self.scorer,
             )
-        write_result(result, self.run_dir / "eval" / f"step_{step:06d}", step=step)
+        write_result(result, self.run_dir.eval_dir(step), step=step)
         metrics = {f"eval/{k}": float(result.summary[k]) for k in metric_keys(result.summary)}
         metrics["eval/time_s"] = float(result.summary["time_s"])
-        from rlvr.reporting import truncate_jsonl
-
-        history = self.run_dir / "eval" / "history.jsonl"
+        history = self.run_dir.eval_history_file
         truncate_jsonl(history, step - 1)  # a resumed run redoes evaluations past its checkpoint
-        with history.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        with JsonlWriter(history) as writer:
+            writer.write({"step": step, **metrics})
         return metrics
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from rlvr.errors import UserError
+from rlvr.run_dir import RunDir
 
 
 @dataclass(frozen=True)
@@ -44,17 +43,6 @@ class ResolvedModel:
         return out
 
 
-def _read_run_config(run_dir: Path) -> dict:
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _is_model_dir(path: Path) -> bool:
     return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
 
@@ -64,21 +52,17 @@ def resolve(spec: str) -> ResolvedModel:
     path = Path(spec).expanduser()
     if path.is_dir() and _is_model_dir(path):
         ckpt = path.resolve()
-        run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
-        if run_dir is not None and (run_dir / "config.yaml").is_file():
-            return ResolvedModel(spec, ckpt, run_dir, _read_run_config(run_dir))
+        run = RunDir.of_checkpoint(ckpt)
+        if run is not None and run.config_file.is_file():
+            return ResolvedModel(spec, ckpt, run.path, run.read_config() or {})
         return ResolvedModel(spec, ckpt)
-    if path.is_dir() and (path / "checkpoints").is_dir():
-        last = path / "checkpoints" / "last"
-        ckpt = last.resolve() if last.is_dir() and _is_model_dir(last) else None
-        if ckpt is None:  # no 'last' link: the newest step_N (layout of rlvr.training.checkpoint)
-            steps = [p for p in (path / "checkpoints").glob("step_*") if p.name[5:].isdigit() and _is_model_dir(p)]
-            found = sorted(steps, key=lambda p: int(p.name[5:]))
-            if not found:
-                raise UserError(f"--model {spec}: the run has no checkpoint yet")
-            ckpt = found[-1]
-        return ResolvedModel(spec, ckpt, path.resolve(), _read_run_config(path))
-    if path.is_dir() and (path / "config.yaml").is_file():
+    run = RunDir(path)
+    if path.is_dir() and run.checkpoints_root.is_dir():
+        ckpt = run.last_checkpoint(usable=_is_model_dir)  # a model directory is enough to evaluate
+        if ckpt is None:
+            raise UserError(f"--model {spec}: the run has no checkpoint yet")
+        return ResolvedModel(spec, ckpt, path.resolve(), run.read_config() or {})
+    if path.is_dir() and run.config_file.is_file():
         raise UserError(f"--model {spec}: the run has no checkpoint yet")
     from rlvr.models import BUILTIN_MODELS, resolve_model_path
 

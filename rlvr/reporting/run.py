@@ -8,17 +8,13 @@ before truncating) keeps its last row.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from rlvr.errors import UserError
-from rlvr.reporting.sinks import read_jsonl
-
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+from rlvr.jsonl import read_jsonl
+from rlvr.run_dir import RunDir, step_of
 
 
 def _by_step(rows: list[dict]) -> list[dict]:
@@ -56,6 +52,11 @@ class Run:
     def name(self) -> str:
         return self.path.name
 
+    @property
+    def dir(self) -> RunDir:
+        """Where the run's files are."""
+        return RunDir(self.path)
+
     def cfg(self, dotted: str, default=None):
         node = self.config
         for part in dotted.split("."):
@@ -83,7 +84,8 @@ class Run:
         if self.complete:
             return f"complete ({self.total_steps} steps)"
         of = f" of {self.total_steps}" if self.total_steps else ""
-        mtime = (self.path / "metrics.jsonl").stat().st_mtime if (self.path / "metrics.jsonl").is_file() else None
+        metrics_file = self.dir.metrics_file
+        mtime = metrics_file.stat().st_mtime if metrics_file.is_file() else None
         ago = f", last write {_ago(time.time() - mtime)} ago" if mtime else ""
         return f"incomplete: step {self.last_step}{of}{ago} (still running, or stopped)"
 
@@ -141,63 +143,47 @@ def _ago(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _read_evals(run_dir: Path) -> list[dict]:
+def _read_evals(run: RunDir) -> list[dict]:
     """Evaluations: ``RUN/eval/history.jsonl``, plus any ``RUN/eval/step_N/summary.json`` it lacks."""
-    eval_dir = run_dir / "eval"
-    rows = read_jsonl(eval_dir / "history.jsonl") if (eval_dir / "history.jsonl").is_file() else []
+    rows = run.read_eval_history()
     have = {r.get("step") for r in rows}
-    if eval_dir.is_dir():
-        for d in sorted(eval_dir.iterdir()):
-            m = _STEP_DIR.match(d.name)
-            if not m or int(m.group(1)) in have or not (d / "summary.json").is_file():
-                continue
-            try:
-                summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-                continue
-            if isinstance(summary, dict):
-                row = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float)) and k != "step"}
-                rows.append({"step": int(m.group(1)), **row})
+    for d in run.eval_dirs():
+        step = step_of(d)
+        if step in have or not (d / "summary.json").is_file():
+            continue
+        try:
+            summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            continue
+        if isinstance(summary, dict):
+            row = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float)) and k != "step"}
+            rows.append({"step": step, **row})
     return _by_step(rows)
 
 
 def load_run(path: str | Path) -> Run:
-    """Read ``RUN/`` (config.yaml, metrics.jsonl, samples.jsonl, eval/, checkpoints/).
+    """Read ``RUN/`` (config.yaml, metrics.jsonl, samples.jsonl, eval/, checkpoints/; see :mod:`rlvr.run_dir`).
 
     Raises:
         UserError: not a directory, or neither metrics.jsonl nor config.yaml is there.
     """
-    run_dir = Path(path)
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir}: no such run directory")
-    metrics_file, config_file = run_dir / "metrics.jsonl", run_dir / "config.yaml"
-    if not metrics_file.is_file() and not config_file.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no metrics.jsonl or config.yaml); give the directory `rlvr train` wrote")
-    config: dict = {}
-    if config_file.is_file():
-        try:
-            loaded = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError):
-            loaded = None  # a broken config.yaml still leaves the curves worth plotting
-        config = loaded if isinstance(loaded, dict) else {}
+    run_dir = RunDir(path)
+    if not run_dir.path.is_dir():
+        raise UserError(f"{run_dir.path}: no such run directory")
+    if not run_dir.is_run():
+        raise UserError(f"{run_dir.path} is not a run directory (no metrics.jsonl or config.yaml); give the directory `rlvr train` wrote")
+    config = run_dir.read_config() or {}  # a broken config.yaml still leaves the curves worth plotting
     try:
-        metrics = _by_step(read_jsonl(metrics_file)) if metrics_file.is_file() else []
+        metrics = _by_step(run_dir.read_metrics())
     except OSError as e:
-        raise UserError(f"cannot read {metrics_file}: {e.strerror}") from None
-    ckpt_root = run_dir / "checkpoints"
-    checkpoints = sorted(
-        int(m.group(1))
-        for d in (ckpt_root.iterdir() if ckpt_root.is_dir() else [])
-        if (m := _STEP_DIR.match(d.name)) and (d / "trainer_state.pt").is_file()
-    )
-    samples = run_dir / "samples.jsonl"
+        raise UserError(f"cannot read {run_dir.metrics_file}: {e.strerror}") from None
     run = Run(
-        path=run_dir,
+        path=run_dir.path,
         config=config,
         metrics=metrics,
         evals=_read_evals(run_dir),
-        checkpoints=checkpoints,
-        samples_path=samples if samples.is_file() else None,
+        checkpoints=[step_of(d) for d in run_dir.checkpoints()],
+        samples_path=run_dir.samples_file if run_dir.samples_file.is_file() else None,
     )
     _add_derived(run)
     return run

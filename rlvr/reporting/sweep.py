@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Callable
 import yaml
 
 from rlvr.errors import UserError
+from rlvr.run_dir import RunDir, is_checkpoint
 
 ABLATIONS_DIR = Path(__file__).resolve().parent.parent / "configs" / "ablations"
 SPEC_KEYS = {"config", "grid", "repeat", "sweep_dir", "overrides"}
@@ -179,12 +179,12 @@ def load_spec(path: str | Path) -> dict:
 def run_state(run: PlannedRun, total_steps: int) -> str:
     """'done' (final checkpoint saved), 'resume' (stopped after a checkpoint), 'restart' (stopped
     before one), or 'new'."""
-    ckpts = run.run_dir / "checkpoints"
-    if (ckpts / f"step_{total_steps:06d}" / "trainer_state.pt").is_file():
+    files = RunDir(run.run_dir)
+    if is_checkpoint(files.checkpoint_dir(total_steps)):
         return "done"
-    if ckpts.is_dir() and any((d / "trainer_state.pt").is_file() for d in ckpts.glob("step_*")):
+    if files.checkpoints():
         return "resume"
-    if (run.run_dir / "metrics.jsonl").is_file() or (run.run_dir / "config.yaml").is_file():
+    if files.is_run():
         return "restart"
     return "new"
 
@@ -193,12 +193,8 @@ def check_same_config(run: PlannedRun, expected: dict) -> None:
     """A run directory left by an earlier sweep must hold the same config, or resuming it would mix two runs."""
     from rlvr.reporting.run import flatten
 
-    saved_file = run.run_dir / "config.yaml"
-    if not saved_file.is_file():
-        return
-    try:
-        saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+    saved = RunDir(run.run_dir).read_config()
+    if saved is None:  # none, or not readable: nothing to compare
         return
     a, b = flatten(saved), flatten(expected)
     for key in sorted(set(a) | set(b)):
@@ -245,10 +241,7 @@ def run_sweep(
             note(f"[{i}/{len(runs)}] {r.name}: resuming from its last checkpoint")
         else:
             if state == "restart":  # stopped before its first checkpoint: nothing to resume from
-                for leftover in ("metrics.jsonl", "samples.jsonl"):
-                    (r.run_dir / leftover).unlink(missing_ok=True)
-                for leftover in ("eval", "tensorboard", "wandb", "report"):
-                    shutil.rmtree(r.run_dir / leftover, ignore_errors=True)
+                RunDir(r.run_dir).remove_outputs(keep=("checkpoints",))
                 note(f"[{i}/{len(runs)}] {r.name}: stopped before its first checkpoint; starting it again")
             else:
                 note(f"[{i}/{len(runs)}] {r.name}: starting")
