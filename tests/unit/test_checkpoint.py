@@ -1,6 +1,6 @@
-"""Checkpoints (atomic HF dirs, ``last`` link, pruning), RNG state, and the JSONL sinks used on resume."""
+"""Checkpoints (atomic HF dirs, ``last`` link, pruning) and RNG state. Finding checkpoints and the
+run's JSONL files are tests/unit/test_run_dir.py's."""
 
-import json
 import os
 import random
 
@@ -9,15 +9,16 @@ import torch
 
 from rlvr.errors import UserError
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
-from rlvr.reporting import JsonlWriter, truncate_jsonl
-from rlvr.training.checkpoint import (
-    last_checkpoint,
-    list_checkpoints,
-    load_trainer_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from rlvr.run_dir import RunDir
+from rlvr.training.checkpoint import load_trainer_state, rng_state, save_checkpoint, set_rng_state
+
+
+def last_checkpoint(run_dir):
+    return RunDir(run_dir).resume_checkpoint()
+
+
+def list_checkpoints(run_dir):
+    return RunDir(run_dir).checkpoints()
 
 
 @pytest.fixture(scope="module")
@@ -108,28 +109,6 @@ def test_stale_tmp_dir_from_a_crash_is_ignored_and_replaced(tmp_path, tok):
     assert last_checkpoint(tmp_path).name == "step_000003"
 
 
-def test_last_checkpoint_falls_back_when_link_is_missing(tmp_path, tok):
-    model = _model()
-    for step in (1, 2):
-        save_checkpoint(tmp_path, step, model, tok, {"step": step})
-    (tmp_path / "checkpoints" / "last").unlink()
-    assert last_checkpoint(tmp_path) == tmp_path / "checkpoints" / "step_000002"
-
-
-def test_last_checkpoint_missing_run_dir(tmp_path):
-    with pytest.raises(UserError, match=r"resume=.*nope: no such run directory"):
-        last_checkpoint(tmp_path / "nope")
-
-
-def test_last_checkpoint_run_without_checkpoints(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text("")
-    with pytest.raises(UserError, match="has no checkpoint yet"):
-        last_checkpoint(tmp_path)
-    (tmp_path / "checkpoints").mkdir()
-    with pytest.raises(UserError, match="has no checkpoint yet"):
-        last_checkpoint(tmp_path)
-
-
 def _draws():
     return torch.rand(6), [random.random() for _ in range(4)], torch.randint(0, 1000, (5,))
 
@@ -159,55 +138,6 @@ def test_rng_state_survives_a_checkpoint(tmp_path, tok):
     set_rng_state(load_trainer_state(path)["rng"])
     got = _draws()
     assert torch.equal(expected[0], got[0]) and expected[1] == got[1]
-
-
-def _rows(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_truncate_jsonl_drops_later_steps_and_a_cut_last_line(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    lines = [json.dumps({"step": s, "loss": s / 10}) for s in range(1, 6)]
-    lines.insert(0, json.dumps({"note": "no step"}))  # rows without a step count as step 0
-    path.write_text("\n".join(lines) + '\n{"step": 6, "lo')
-    truncate_jsonl(path, 3)
-    assert _rows(path) == [{"note": "no step"}] + [{"step": s, "loss": s / 10} for s in (1, 2, 3)]
-    assert path.read_text().endswith("\n")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]  # no .tmp left
-    truncate_jsonl(path, 0)
-    assert _rows(path) == [{"note": "no step"}]
-
-
-def test_truncate_jsonl_missing_file_is_a_no_op(tmp_path):
-    truncate_jsonl(tmp_path / "none.jsonl", 3)
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_jsonl_writer_appends_and_converts_tensors(tmp_path):
-    path = tmp_path / "sub" / "samples.jsonl"
-    w = JsonlWriter(path)
-    w.write({"step": 1, "x": torch.tensor(1.5), "v": torch.tensor([1, 2]), "s": "é"})
-    w.close()
-    w = JsonlWriter(path)  # a resumed run reopens the file
-    w.write({"step": 2})
-    w.close()
-    assert _rows(path) == [{"step": 1, "x": 1.5, "v": [1, 2], "s": "é"}, {"step": 2}]
-    assert "é" in path.read_text(encoding="utf-8")  # ensure_ascii=False
-
-
-def test_truncate_then_append_continues_cleanly(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    w = JsonlWriter(path)
-    for s in range(1, 5):
-        w.write({"step": s})
-    w.close()
-    with path.open("a") as f:
-        f.write('{"step": 5, ')  # crash mid-line
-    truncate_jsonl(path, 2)
-    w = JsonlWriter(path)
-    w.write({"step": 3, "resumed": True})
-    w.close()
-    assert _rows(path) == [{"step": 1}, {"step": 2}, {"step": 3, "resumed": True}]
 
 
 @pytest.mark.parametrize("killed_at", ["swap", "rename_into_place", "after_swap"])
