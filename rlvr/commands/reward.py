@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from rlvr.errors import UserError
+from rlvr.run_dir import RunDir
 
 EXAMPLES = """examples:
   rlvr reward list
@@ -117,10 +118,11 @@ def cmd_score(args) -> int:
     return 0
 
 
-def _run_rules(run: Path) -> tuple[list[str], list[float]]:
-    import yaml
-
-    reward = (yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}).get("reward") or {}
+def _run_rules(run: RunDir) -> tuple[list[str], list[float]]:
+    config = run.read_config()
+    if config is None:
+        raise UserError(f"{run.config_file} could not be read as YAML; pass --rules")
+    reward = config.get("reward") or {}
     rules = reward.get("rules") or ["accuracy", "format"]
     if isinstance(rules, dict):  # runs from before reward.rules became a list
         return list(rules), [float(w) for w in rules.values()]
@@ -128,8 +130,8 @@ def _run_rules(run: Path) -> tuple[list[str], list[float]]:
 
 
 def cmd_check(args) -> int:
-    run = Path(args.run)
-    samples = run / "samples.jsonl"
+    run = RunDir(Path(args.run))
+    samples = run.samples_file
     if not samples.is_file():
         raise UserError(f"{samples} not found; give a run directory written with log.samples_every > 0")
     rows = read_rows(samples)
@@ -137,12 +139,12 @@ def cmd_check(args) -> int:
         rules = _csv(args.rules)
         weights = _weights(args.weights, len(rules))
     else:
-        if not (run / "config.yaml").is_file():
-            raise UserError(f"{run / 'config.yaml'} not found; pass --rules, or give a run directory")
+        if not run.config_file.is_file():
+            raise UserError(f"{run.config_file} not found; pass --rules, or give a run directory")
         rules, weights = _run_rules(run)
     scorer = _scorer(rules, weights, args)
     results, seconds = _score_rows(scorer, rows)
-    print(f"re-scored {len(rows)} samples of {run} with rules {', '.join(rules)}")
+    print(f"re-scored {len(rows)} samples of {run.path} with rules {', '.join(rules)}")
     print(f"{'rule':24s} {'logged':>8s} {'now':>8s} {'changed':>8s}")
     for name in rules:
         old = [row.get("rewards", {}).get(name) for row in rows]

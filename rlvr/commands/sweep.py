@@ -20,6 +20,7 @@ def cmd_sweep(args) -> int:
     from rlvr.commands.common import quiet_libraries
     from rlvr.reporting.compare import compare_runs
     from rlvr.reporting.sweep import Sweep, load_spec, parse_grid, run_state, run_sweep
+    from rlvr.run_dir import RunDir
 
     spec = load_spec(args.spec) if args.spec else {}
     grid = list(spec.get("grid", []))
@@ -43,7 +44,7 @@ def cmd_sweep(args) -> int:
         return 0
     quiet_libraries()
     runs, failed = run_sweep(sweep)
-    have = [r.run_dir for r in runs if (r.run_dir / "metrics.jsonl").is_file()]
+    have = [r.run_dir for r in runs if RunDir(r.run_dir).metrics_file.is_file()]
     if have:
         title = f"Sweep {sweep.sweep_dir.name}: " + ", ".join(k for k, _ in sweep.grid)
         out = compare_runs(have, sweep.sweep_dir / "compare", title=title)

@@ -65,7 +65,7 @@ class TensorBoardSink:
     def __init__(self, run_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter  # ImportError: tensorboard not installed
 
-        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+        self.writer = SummaryWriter(str(RunDir(Path(run_dir)).tensorboard_dir))
 
     def write(self, step: int, row: dict) -> None:
         for k, v in row.items():
@@ -89,20 +89,16 @@ class WandbSink:
     def __init__(self, run_dir: Path, *, project: str, mode: str) -> None:
         import wandb  # optional dependency, imported only here
 
-        run_dir = Path(run_dir)
-        (run_dir / "wandb").mkdir(parents=True, exist_ok=True)
-        id_file = run_dir / "wandb" / "run_id"
+        run = RunDir(Path(run_dir))
+        run.wandb_dir.mkdir(parents=True, exist_ok=True)
+        id_file = run.wandb_dir / "run_id"
         run_id = id_file.read_text().strip() if id_file.is_file() else None
         if not run_id:
             run_id = wandb.util.generate_id()
             id_file.write_text(run_id + "\n")
-        config = None
-        if (run_dir / "config.yaml").is_file():
-            import yaml
-
-            config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
         self.run = wandb.init(
-            project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), mode=mode, config=config
+            project=project, name=run.path.name, id=run_id, resume="allow", dir=str(run.path), mode=mode,
+            config=run.read_config(),
         )
 
     def write(self, step: int, row: dict) -> None:
