@@ -10,10 +10,10 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
-from enum import Enum
 from numbers import Real
 from pathlib import Path
 
+from rlvr.choices import OnError
 from rlvr.errors import UserError
 from rlvr.rewards import rules as R
 from rlvr.rewards import verify
@@ -21,16 +21,6 @@ from rlvr.rewards.countdown import countdown_reward
 from rlvr.rewards.rules import Rule
 
 log = logging.getLogger(__name__)
-
-
-class OnError(str, Enum):
-    """What a rule failure (exception, time-out, NaN, non-number) does to its item."""
-
-    SCORE = "score"  # the item gets reward.on_error_score; counted in reward/<name>_errors
-    RAISE = "raise"  # stop with RewardError (for debugging a plugin)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 REWARDS: dict[str, Rule] = {
