@@ -5,6 +5,18 @@ Cross-field rules live in ``__post_init__`` and raise :class:`~rlvr.errors.UserE
 nothing downstream edits the config. This module imports nothing of rlvr but
 :mod:`rlvr.errors` and :mod:`rlvr.choices` (the modes and names it validates), so loading a
 config loads no torch, no data code and no reward pool (``tests/unit/test_import_graph.py``).
+
+Why a hand-written loader and not OmegaConf structured configs: OmegaConf 2.3 takes these
+dataclasses as they are (StrEnums, ``X | None``, lists, frozen), but its typing is not the one
+users already rely on, and every error would have to be caught and reworded. Its overrides
+read ``data.system_prompt=`` as null where ours read an empty string (which means "no system
+turn", unlike null); it rejects ``train.steps=1.0`` and YAML's ``true`` for ``auto``/``true``/
+``false`` switches (``model.autocast_bf16=true``) and accepts ``1`` for a bool; its errors
+are several lines (``Invalid value 'k9', expected one of [K1, K2, K3]`` plus ``full_key``/
+``object_type`` lines) and its "did you mean" names one level (``trian``), not the dotted key;
+``defaults:`` includes are Hydra's, not OmegaConf's, so they would stay ours anyway. The
+loader below (``_coerce``/``_build``/``_set_dotted``/``_merge``/``_with_defaults``) is about as
+long as that wrapping would be, so it stays, and ``omegaconf`` is not a dependency.
 """
 
 from __future__ import annotations
