@@ -6,15 +6,8 @@ import argparse
 import importlib
 import sys
 
+from rlvr.commands.common import EXAMPLES
 from rlvr.errors import UserError
-
-EXAMPLES = """examples:
-  rlvr train                                   # the CPU quickstart (configs/quickstart.yaml)
-  rlvr train --config configs/quickstart.yaml train.steps=10 rollout.samples_per_prompt=4
-  rlvr train resume=runs/quickstart train.steps=120   # continue a run, optionally for longer
-  rlvr config --docs                           # every config key with its default and meaning
-"""
-
 
 # Modules under rlvr/commands/, each with `register(subparsers)`; one line per command family.
 COMMANDS = ["train", "rewards", "reward", "eval", "chat", "generate", "export", "data", "report", "aha", "sweep", "compare"]

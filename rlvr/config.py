@@ -2,7 +2,21 @@
 
 Every field has a default and a one-line attribute docstring (shown by ``rlvr config``).
 Cross-field rules live in ``__post_init__`` and raise :class:`~rlvr.errors.UserError`;
-nothing downstream edits the config.
+nothing downstream edits the config. This module imports nothing of rlvr but
+:mod:`rlvr.errors` and :mod:`rlvr.choices` (the modes and names it validates), so loading a
+config loads no torch, no data code and no reward pool (``tests/unit/test_import_graph.py``).
+
+Why a hand-written loader and not OmegaConf structured configs: OmegaConf 2.3 takes these
+dataclasses as they are (StrEnums, ``X | None``, lists, frozen), but its typing is not the one
+users already rely on, and every error would have to be caught and reworded. Its overrides
+read ``data.system_prompt=`` as null where ours read an empty string (which means "no system
+turn", unlike null); it rejects ``train.steps=1.0`` and YAML's ``true`` for ``auto``/``true``/
+``false`` switches (``model.autocast_bf16=true``) and accepts ``1`` for a bool; its errors
+are several lines (``Invalid value 'k9', expected one of [K1, K2, K3]`` plus ``full_key``/
+``object_type`` lines) and its "did you mean" names one level (``trian``), not the dotted key;
+``defaults:`` includes are Hydra's, not OmegaConf's, so they would stay ours anyway. The
+loader below (``_coerce``/``_build``/``_set_dotted``/``_merge``/``_with_defaults``) is about as
+long as that wrapping would be, so it stays, and ``omegaconf`` is not a dependency.
 """
 
 from __future__ import annotations
@@ -20,9 +34,20 @@ from typing import Any
 
 import yaml
 
-from rlvr.algos import AdvMethod, KLEstimator, KLPlacement, LossAgg, RatioLevel
+from rlvr.choices import (
+    DATA_PRESETS,
+    DATA_TASKS,
+    FILE_FORMATS,
+    TEMPLATE_NAMES,
+    AdvMethod,
+    KLEstimator,
+    KLPlacement,
+    LossAgg,
+    OnError,
+    RatioLevel,
+    is_template_file,
+)
 from rlvr.errors import UserError
-from rlvr.rewards.registry import OnError
 
 PRESETS_DIR = Path(__file__).parent / "configs"
 
@@ -124,11 +149,8 @@ class DataConfig:
     """Text after the assistant turn opens (e.g. '<think>'); part of the prompt, not trained on; null = the template's own (r1_base: '<think>', others: none)."""
 
     def __post_init__(self) -> None:
-        from rlvr.data.presets import PRESET_NAMES
-        from rlvr.data.templates import TEMPLATES, is_template_file
-
         _check(
-            self.task in ("arithmetic", "countdown", "files"),
+            self.task in DATA_TASKS,
             f"data.task={self.task}: use arithmetic, countdown or files (files reads data.path: .jsonl .json .parquet .csv .arrow, folders)",
         )
         _check(self.task != "files" or bool(self.path), "data.task=files needs data.path=FILE (or a folder or glob)")
@@ -136,8 +158,8 @@ class DataConfig:
             self.task == "files" or not (self.path or self.test_path),
             f"data.path/data.test_path are set but data.task={self.task}; add data.task=files to train on files",
         )
-        _check(self.format in ("auto", "jsonl", "json", "parquet", "csv", "arrow"), f"data.format={self.format}: use auto, jsonl, json, parquet, csv or arrow")
-        _check(self.preset in PRESET_NAMES, f"data.preset={self.preset}: use one of {', '.join(PRESET_NAMES)}")
+        _check(self.format in ("auto", *FILE_FORMATS), f"data.format={self.format}: use auto, jsonl, json, parquet, csv or arrow")
+        _check(self.preset in DATA_PRESETS, f"data.preset={self.preset}: use one of {', '.join(DATA_PRESETS)}")
         _check(self.on_bad_row in ("error", "skip"), f"data.on_bad_row={self.on_bad_row}: use error or skip")
         _check(self.on_long_prompt in ("drop", "error"), f"data.on_long_prompt={self.on_long_prompt}: use drop or error")
         _check(self.limit >= 0 and self.test_limit >= 0, "data.limit and data.test_limit must be >= 0 (0 = all rows)")
@@ -146,8 +168,8 @@ class DataConfig:
         _check(1 <= self.difficulty <= 4, f"data.difficulty={self.difficulty}: must be 1..4")
         _check(self.train_size >= 1 and self.test_size >= 0, "data.train_size must be >= 1 and data.test_size >= 0")
         _check(
-            self.template in TEMPLATES or is_template_file(self.template),
-            f"data.template={self.template}: use {', '.join(TEMPLATES)} or a template file (.yaml/.json, optionally FILE:NAME)",
+            self.template in TEMPLATE_NAMES or is_template_file(self.template),
+            f"data.template={self.template}: use {', '.join(TEMPLATE_NAMES)} or a template file (.yaml/.json, optionally FILE:NAME)",
         )
 
 

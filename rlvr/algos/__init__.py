@@ -13,16 +13,13 @@ Shape letters used in every docstring of this package:
 - T: response tokens per sequence (right-padded; ``mask`` marks real tokens).
 - V: vocabulary size.
 
-Every mode is a ``StrEnum`` mapped to one small function through a dict.
+Every mode is a ``StrEnum`` mapped to one small function through a dict. The enums are defined
+in :mod:`rlvr.choices` (so the config validates them without importing torch) and exported here.
 """
 
-from rlvr.algos.advantages import AdvMethod, group_advantages, informative_groups
+from rlvr.algos.advantages import group_advantages, informative_groups
 from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
 from rlvr.algos.losses import (
-    KLEstimator,
-    KLPlacement,
-    LossAgg,
-    RatioLevel,
     aggregate,
     kl_divergence,
     masked_mean,
@@ -30,6 +27,7 @@ from rlvr.algos.losses import (
     truncated_importance_weights,
 )
 from rlvr.algos.shaping import kl_shaped_rewards, overlong_penalty
+from rlvr.choices import AdvMethod, KLEstimator, KLPlacement, LossAgg, RatioLevel  # the modes these functions take
 
 __all__ = [
     "AdvMethod",

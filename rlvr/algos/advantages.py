@@ -5,16 +5,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from rlvr.algos._enum import StrEnum
-
-
-class AdvMethod(StrEnum):
-    """How a group's rewards become advantages (one small function each, below)."""
-
-    GRPO = "grpo"
-    DR_GRPO = "dr_grpo"
-    RLOO = "rloo"
-    REINFORCE_PP = "reinforce_pp"
+from rlvr.choices import AdvMethod
 
 
 def _sample_std(x: Tensor, dim: int, n: int) -> Tensor:

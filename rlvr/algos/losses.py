@@ -5,37 +5,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from rlvr.algos._enum import StrEnum
-
-
-class KLEstimator(StrEnum):
-    """Monte-Carlo estimator of KL(pi || ref) from samples of pi (Schulman, "Approximating KL")."""
-
-    K1 = "k1"
-    K2 = "k2"
-    K3 = "k3"
-
-
-class KLPlacement(StrEnum):
-    """Where the KL-to-reference term acts: in the loss (GRPO) or subtracted from the reward (PPO-style)."""
-
-    LOSS = "loss"
-    REWARD = "reward"
-
-
-class LossAgg(StrEnum):
-    """How a [B, T] per-token loss is reduced to the scalar that is backpropagated."""
-
-    TOKEN_MEAN = "token_mean"
-    SEQ_MEAN_TOKEN_MEAN = "seq_mean_token_mean"
-    SEQ_MEAN_TOKEN_SUM_NORM = "seq_mean_token_sum_norm"
-
-
-class RatioLevel(StrEnum):
-    """Importance ratio per token (PPO/GRPO) or per sequence, length-normalised (GSPO)."""
-
-    TOKEN = "token"
-    SEQUENCE = "sequence"
+from rlvr.choices import KLEstimator, LossAgg, RatioLevel
 
 
 # ---------------------------------------------------------------- policy loss

@@ -3,7 +3,8 @@
 import torch
 from torch import Tensor
 
-from rlvr.algos.losses import KLEstimator, kl_divergence
+from rlvr.algos.losses import kl_divergence
+from rlvr.choices import KLEstimator
 
 
 def overlong_penalty(lengths: Tensor, *, max_len: int, buffer: int, factor: float = 1.0) -> Tensor:

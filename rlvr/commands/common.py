@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import os
 
+from rlvr.config import load_config, parse_override
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
+
+# The epilog of `rlvr --help` and `rlvr train --help`.
+EXAMPLES = """examples:
+  rlvr train                                   # the CPU quickstart (configs/quickstart.yaml)
+  rlvr train --config configs/quickstart.yaml train.steps=10 rollout.samples_per_prompt=4
+  rlvr train resume=runs/quickstart train.steps=120   # continue a run, optionally for longer
+  rlvr config --docs                           # every config key with its default and meaning
+"""
 
 
 def quiet_libraries() -> None:
     """Silence transformers/hub warnings and progress bars; rlvr prints its own progress."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
+    import transformers  # here: seconds to import, and `rlvr --help` loads every command module
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -31,8 +40,6 @@ def add_config_args(p) -> None:
 
 def load_cli_config(args):
     """The Config for ``--config`` + overrides; ``resume=RUN`` without --config starts from RUN/config.yaml."""
-    from rlvr.config import load_config, parse_override
-
     config = args.config
     resumes = [parse_override(o)[1] for o in args.overrides if o.split("=", 1)[0].strip() == "resume"]
     if resumes and resumes[-1]:  # checked with --config too: train() would create the missing directory

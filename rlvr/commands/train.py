@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from rlvr.commands.common import add_config_args, load_cli_config, quiet_libraries
+from rlvr.commands.common import EXAMPLES, add_config_args, load_cli_config, quiet_libraries
+from rlvr.config import config_markdown, field_docs, to_yaml
 
 
 def cmd_train(args) -> int:
+    # torch, transformers and rich load only when training starts: `rlvr --help` imports this module
     from rich.console import Console
-
-    from rlvr.config import to_yaml
 
     from rlvr.models import resolve_device
     from rlvr.models.precision import resolve_precision
@@ -24,15 +24,13 @@ def cmd_train(args) -> int:
     # may hold '[...]' that rich would parse as markup
     print("resolved config\n" + to_yaml(cfg), flush=True)
     quiet_libraries()
-    from rlvr.training import train
+    from rlvr.training import train  # after quiet_libraries(), so that nothing it loads logs unsilenced
 
     train(cfg, console=console)
     return 0
 
 
 def cmd_config(args) -> int:
-    from rlvr.config import config_markdown, field_docs, to_yaml
-
     if args.docs and args.markdown:
         print(config_markdown(), end="")
         return 0
@@ -45,8 +43,6 @@ def cmd_config(args) -> int:
 
 
 def register(sub) -> None:
-    from rlvr.cli import EXAMPLES
-
     p = sub.add_parser("train", help="run GRPO training", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(p)
     p.set_defaults(func=cmd_train)

@@ -116,7 +116,6 @@ PRESETS: dict[str, Preset] = {
     ),
     "alpaca": Preset("alpaca", "instruction", (("output", None),), query="input", system="system"),
 }
-PRESET_NAMES = ["auto", *PRESETS, "custom"]
 
 
 def custom_preset(question_key: str | None, answer_key: str | None, base: Preset | None = None) -> Preset:

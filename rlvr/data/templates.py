@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from rlvr.choices import TEMPLATE_FILE_SUFFIXES, is_template_file
 from rlvr.errors import UserError
 
 # The DeepSeek-R1-Zero instruction, worded as in MindSpeed-RL's `qwen_r1` template.
@@ -76,14 +77,6 @@ TEMPLATES: dict[str, PromptTemplate] = {
     "plain": PromptTemplate("plain", PLACEHOLDER, chat=None),
 }
 
-_FILE_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-def is_template_file(spec: str) -> bool:
-    """True if ``spec`` names a template file (``FILE.yaml``, ``FILE.json``, ``FILE.yaml:NAME``)."""
-    return spec.rsplit(":", 1)[0].endswith(_FILE_SUFFIXES) or spec.endswith(_FILE_SUFFIXES)
-
-
 def _from_mapping(obj, where: str) -> PromptTemplate:
     if not isinstance(obj, dict) or "user" not in obj:
         raise UserError(f"{where}: a template needs a 'user' text with {PLACEHOLDER}, e.g. user: \"{PLACEHOLDER}\"")
@@ -105,7 +98,7 @@ def _from_mapping(obj, where: str) -> PromptTemplate:
 def load_template_file(spec: str) -> PromptTemplate:
     """A template from ``FILE`` or ``FILE:NAME`` (YAML or JSON)."""
     path_text, name = spec, None
-    if not spec.endswith(_FILE_SUFFIXES):
+    if not spec.endswith(TEMPLATE_FILE_SUFFIXES):
         path_text, name = spec.rsplit(":", 1)
     path = Path(path_text)
     if not path.is_file():

@@ -20,13 +20,12 @@ from rlvr.rewards.extract import (
     minerva_answer,
     normalize_number,
 )
-from rlvr.rewards.registry import REWARDS, OnError, RewardError, RewardResult, Scorer, get, score
+from rlvr.rewards.registry import REWARDS, RewardError, RewardResult, Scorer, get, score
 from rlvr.rewards.rules import format_partial, format_r1, strict_format
 from rlvr.rewards.verify import answers_match, match_many
 
 __all__ = [
     "REWARDS",
-    "OnError",
     "RewardError",
     "RewardResult",
     "Scorer",

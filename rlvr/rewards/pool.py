@@ -11,9 +11,11 @@ replacement after a kill a few milliseconds, and no worker ever inherits the tra
 or CUDA state. Workers are daemons and are stopped at interpreter exit.
 
 The time limit is the item's own: every worker, including a replacement, first runs the pool's
-``setup`` calls (a warm-up verification, plugin imports; see :meth:`WorkerPool.prepare`) under
-a separate, generous limit, and only then takes items. An item's clock starts when it is handed
-to an idle, warm worker, so start-up and imports never count against it, even on a busy machine.
+``setup`` calls (a warm-up verification; see :meth:`WorkerPool.prepare`) and the batch's own
+(a plugin's import; ``run(..., setup=)``) under a separate, generous limit, and only then takes
+items. An item's clock starts when it is handed to an idle, warm worker, so start-up and imports
+never count against it, even on a busy machine. A batch's setup calls are its own: a pool shared
+by several scorers does not make a replacement worker import every plugin any of them used.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ class WorkerPool:
         workers: number of processes.
         preload: modules the forkserver imports once (every worker is forked with them loaded).
         setup: calls every worker runs when it starts, before its first item (see :meth:`prepare`).
-        setup_timeout_s: limit per setup call; a worker that overruns it is replaced by a bare one.
+        setup_timeout_s: limit per setup call; a worker that overruns it is replaced by a bare one,
+            and the call is not run again.
     """
 
     def __init__(self, workers: int, preload: tuple[str, ...] = (), setup: tuple[Call, ...] = (), setup_timeout_s: float = 120.0):
@@ -103,7 +106,10 @@ class WorkerPool:
         self._ctx.set_forkserver_preload(list(preload))
         self._procs: list = [None] * workers
         self._conns: list = [None] * workers
-        self._setup: list[Call] = []
+        self._setup: list[Call] = []  # every worker's, replacements included (prepare)
+        self._batch_setup: list[Call] = []  # the running batch's (run's setup=)
+        self._done: list[list[Call]] = [[] for _ in range(workers)]  # setup calls each worker has run
+        self._given_up: list[Call] = []  # setup calls that overran setup_timeout_s
         self.setup_timeout_s = setup_timeout_s
         for w in range(workers):
             self._start(w, setup=False)
@@ -117,8 +123,9 @@ class WorkerPool:
             proc.start()
         child.close()
         self._procs[w], self._conns[w] = proc, parent
-        if setup and self._setup:
-            self._run_setup([w], self._setup)
+        self._done[w] = []
+        if setup:
+            self._run_setup([w], [*self._setup, *self._batch_setup])
 
     def _restart(self, w: int, *, setup: bool = True) -> None:
         self._procs[w].kill()
@@ -137,13 +144,26 @@ class WorkerPool:
         """
         new = [c for c in calls if c not in self._setup]
         self._setup += new
-        return self._run_setup(list(range(len(self._procs))), new) if new else []
+        return self.ensure(new)
+
+    def ensure(self, calls: list[Call]) -> list[str]:
+        """Run each call now on every worker that has not run it yet (untimed), but not on workers
+        started later: :meth:`run` asks for it again (its ``setup``) when its batch needs it.
+
+        Returns:
+            the errors reported by the calls, as :meth:`prepare`.
+        """
+        return self._run_setup(list(range(len(self._procs))), list(calls))
 
     def _run_setup(self, workers: list[int], calls: list[Call]) -> list[str]:
         errors: list[str] = []
         for call in calls:
+            if call in self._given_up:
+                continue
             pending = {}
             for w in workers:
+                if call in self._done[w]:
+                    continue
                 try:
                     self._conns[w].send(call)
                     pending[w] = self._conns[w]
@@ -164,11 +184,12 @@ class WorkerPool:
                         self._restart(w, setup=False)
                     if error:
                         errors.append(f"{call[0]}: {error}")
+                    self._done[w].append(call)  # failed or not: it is not run again on this worker
             for w in pending:  # overran the setup limit: replace it with a bare worker
                 errors.append(f"{call[0]}: setup timed out after {self.setup_timeout_s:g} s")
                 self._restart(w, setup=False)
-            if pending and call in self._setup:  # never again: every replacement would wait as long
-                self._setup.remove(call)
+            if pending:  # never again: every replacement would wait as long
+                self._given_up.append(call)
         for e in dict.fromkeys(errors):
             log.warning("reward worker setup failed: %s", e)
         return errors
@@ -177,12 +198,18 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
 
-    def run(self, calls: list[Call], timeout_s: float) -> list[Outcome]:
+    def run(self, calls: list[Call], timeout_s: float, setup: list[Call] = ()) -> list[Outcome]:
         """Run every call; results in input order. A call running longer than ``timeout_s``
-        (counted from when a worker picks it up) gets an Outcome with an error instead."""
+        (counted from when a worker picks it up) gets an Outcome with an error instead.
+
+        ``setup``: calls a worker must have run before it takes one of these (a plugin's import):
+        run first (untimed) on every worker that has not, and on every worker that replaces one
+        during this batch (see :meth:`ensure`)."""
+        self.ensure(list(setup))
         results: list[Outcome | None] = [None] * len(calls)
         queue = deque(range(len(calls)))
         busy: dict[int, tuple[int, float]] = {}  # worker -> (call index, start time)
+        self._batch_setup = list(setup)
         try:
             self._run(calls, timeout_s, results, queue, busy)
         except BaseException:
@@ -191,6 +218,8 @@ class WorkerPool:
             for w in list(busy):
                 self._restart(w)
             raise
+        finally:
+            self._batch_setup = []
         return results  # type: ignore[return-value]
 
     def _run(self, calls: list[Call], timeout_s: float, results: list, queue: deque, busy: dict) -> None:

@@ -10,10 +10,10 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
-from enum import Enum
 from numbers import Real
 from pathlib import Path
 
+from rlvr.choices import OnError
 from rlvr.errors import UserError
 from rlvr.rewards import rules as R
 from rlvr.rewards import verify
@@ -21,16 +21,6 @@ from rlvr.rewards.countdown import countdown_reward
 from rlvr.rewards.rules import Rule
 
 log = logging.getLogger(__name__)
-
-
-class OnError(str, Enum):
-    """What a rule failure (exception, time-out, NaN, non-number) does to its item."""
-
-    SCORE = "score"  # the item gets reward.on_error_score; counted in reward/<name>_errors
-    RAISE = "raise"  # stop with RewardError (for debugging a plugin)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 REWARDS: dict[str, Rule] = {
@@ -201,6 +191,10 @@ class Scorer:
         workers: pool processes for math-verify and plugins; 0 = all in this process (math-verify
             then uses its signal timeouts, and plugins have no time limit).
 
+    ``timeout_s`` and ``workers`` are this scorer's own (:attr:`verifier`): its rules run under
+    them, and creating a scorer changes no setting of any other. Scorers with the same ``workers``
+    share one pool of processes (see :func:`rlvr.rewards.verify.Verifier.pool`).
+
     Raises:
         UserError: empty or duplicated rules, a weight count that does not match, an unknown rule.
     """
@@ -227,8 +221,7 @@ class Scorer:
             raise UserError(f"reward rule {', '.join(dupes)} listed twice; list each rule once and adjust its weight")
         self.rules, self.weights = rules, weights
         self.on_error, self.on_error_score, self.truncated_score = OnError(str(on_error)), on_error_score, truncated_score
-        self.timeout_s, self.workers = timeout_s, workers
-        verify.configure(timeout_s=timeout_s, workers=workers)
+        self.verifier = verify.Verifier(timeout_s=timeout_s, workers=workers)
         self._fns = {name: get(name) for name in rules}
         self._warned: set[str] = set()
 
@@ -244,14 +237,15 @@ class Scorer:
     def warm(self, extra_rules: tuple[str, ...] = ()) -> None:
         """Start and warm everything scoring needs, so that no item's time limit pays for it: with
         workers, the shared pool (each worker runs one trivial verification) and each plugin
-        module imported once per worker (also in replacements); without, math-verify imported here.
+        module imported once per worker (a replacement imports it before it takes that plugin's
+        items); without, math-verify imported here.
         Call it before the first timed batch; calling it again costs nothing."""
         names = list(dict.fromkeys([*self.rules, *extra_rules]))
-        if self.workers == 0:
-            verify.answers_match("x+1", "1+x", timeout_s=self.timeout_s)  # imports math-verify (sympy)
+        if self.verifier.workers == 0:
+            verify.answers_match("x+1", "1+x", timeout_s=self.verifier.timeout_s)  # imports math-verify (sympy)
             return
         path = list(sys.path)
-        verify.pool().prepare([("rlvr.rewards.registry:load_rule", (canonical(n), path)) for n in names if is_plugin(n)])
+        self.verifier.pool().ensure([("rlvr.rewards.registry:load_rule", (canonical(n), path)) for n in names if is_plugin(n)])
 
     def rule_scores(self, name: str, completions: list[str], labels: list, fields: dict | None = None) -> tuple[list[float], int]:
         """(scores, error count) of one rule, which need not be among ``self.rules``."""
@@ -266,17 +260,18 @@ class Scorer:
         fields = fields or {}
         fn = self._fns.get(name) or self._fns.setdefault(name, get(name))
         n = len(completions)
-        if is_plugin(name) and self.workers > 0:  # one item per call, each under the time limit
+        if is_plugin(name) and self.verifier.workers > 0:  # one item per call, each under the time limit
             spec, path = canonical(name), list(sys.path)
-            pool = verify.pool()
-            pool.prepare([("rlvr.rewards.registry:load_rule", (spec, path))])  # imported once per worker, untimed
+            load = [("rlvr.rewards.registry:load_rule", (spec, path))]  # imported once per worker, untimed
             calls = [
                 ("rlvr.rewards.registry:call_one", (spec, completions[i], labels[i], {k: v[i] for k, v in fields.items()}, path))
                 for i in range(n)
             ]
-            raw = [o.value if o.error is None else _Failed(o.error) for o in pool.run(calls, self.timeout_s)]
+            outcomes = self.verifier.pool().run(calls, self.verifier.timeout_s, setup=load)
+            raw = [o.value if o.error is None else _Failed(o.error) for o in outcomes]
         else:
-            raw = self._call_in_process(name, fn, completions, labels, fields)
+            with verify.using(self.verifier):  # built-in rules check math through this scorer's settings
+                raw = self._call_in_process(name, fn, completions, labels, fields)
         scores, failures = [], []
         for i, value in enumerate(raw):
             value = _as_score(value)

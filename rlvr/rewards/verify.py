@@ -5,15 +5,20 @@ here in microseconds (the prediction must be a number literal too, see :func:`nu
 the rest (LaTeX, expressions, sets, intervals, equations) are deduplicated and sent
 to a persistent :class:`~rlvr.rewards.pool.WorkerPool`, where each pair has a hard time limit.
 ``math_verify`` (which pulls in sympy) is never imported by the trainer process when workers > 0.
+The time limit and the worker count come from the :class:`Verifier` in effect: a Scorer's own
+while it scores (:func:`using`), else the default one (:func:`configure`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from rlvr.rewards.extract import normalize_number
@@ -22,39 +27,76 @@ from rlvr.rewards.pool import WorkerPool
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class VerifySettings:
-    """Process-wide verifier settings (the trainer sets them from ``reward.*`` via :func:`configure`)."""
+@dataclass(frozen=True)
+class Verifier:
+    """Where math-verify runs and under what time limit: the settings of one :class:`Scorer`.
+
+    A :class:`~rlvr.rewards.registry.Scorer` owns one (from ``reward.timeout_s`` and
+    ``reward.workers``) and runs its rules under it (:func:`using`), so two scorers with different
+    settings never change each other's. Outside any scorer, :func:`match_many` uses the default
+    verifier that :func:`configure` sets.
+    """
 
     timeout_s: float = 2.0
     """Hard time limit per math-verify comparison (seconds)."""
     workers: int = 2
     """Worker processes; 0 = compare in this process with math-verify's own signal timeouts."""
 
+    def pool(self) -> WorkerPool:
+        """The shared worker pool with this many workers (see :func:`_shared_pool`)."""
+        return _shared_pool(self.workers)
 
-SETTINGS = VerifySettings()
+
+_default = Verifier()
+_active: ContextVar[Verifier | None] = ContextVar("rlvr_verifier", default=None)
 _pool: WorkerPool | None = None
 _pool_lock = threading.Lock()
 
 
 def configure(*, timeout_s: float | None = None, workers: int | None = None) -> None:
-    """Change the settings; a change in ``workers`` stops the current pool (a new one starts when needed)."""
-    if timeout_s is not None:
-        SETTINGS.timeout_s = timeout_s
-    if workers is not None and workers != SETTINGS.workers:
-        SETTINGS.workers = workers
-        shutdown()
+    """Change the default verifier, used by :func:`match_many` outside any :class:`Scorer`
+    (a Scorer uses its own settings)."""
+    global _default
+    _default = replace(
+        _default,
+        timeout_s=_default.timeout_s if timeout_s is None else timeout_s,
+        workers=_default.workers if workers is None else workers,
+    )
+
+
+@contextlib.contextmanager
+def using(verifier: Verifier) -> Iterator[None]:
+    """Within this block (in this thread or task), :func:`match_many` checks with ``verifier``."""
+    token = _active.set(verifier)
+    try:
+        yield
+    finally:
+        _active.reset(token)
+
+
+def active() -> Verifier:
+    """The verifier :func:`match_many` uses now: the one of the enclosing :func:`using`, else the default."""
+    return _active.get() or _default
+
+
+def _shared_pool(workers: int) -> WorkerPool:
+    """The one worker pool of this process, started (and every worker warmed up) on first use.
+    Starting one costs seconds, so scorers with the same worker count share it; a request for
+    another count stops it and starts one of that size."""
+    global _pool
+    size = max(1, workers)
+    with _pool_lock:
+        if _pool is not None and len(_pool.pids) != size:
+            _pool.close()
+            _pool = None
+        if _pool is None:
+            _pool = WorkerPool(size, preload=("rlvr.rewards._warm",), setup=(("rlvr.rewards._warm:warm_up", ()),))
+        return _pool
 
 
 def pool() -> WorkerPool:
-    """The shared worker pool, started (and every worker warmed up) on first use."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = WorkerPool(
-                max(1, SETTINGS.workers), preload=("rlvr.rewards._warm",), setup=(("rlvr.rewards._warm:warm_up", ()),)
-            )
-        return _pool
+    """The worker pool of the :func:`active` verifier."""
+    return active().pool()
 
 
 def shutdown() -> None:
@@ -117,7 +159,7 @@ def _as_latex(s: str) -> str:
 def math_verify_match(pred: str, gold: str, timeout: int | None = None) -> bool:
     """math-verify's ``verify(parse(gold), parse(pred))``; ``timeout`` = its own signal-based limit
     (main thread only); None inside pool workers, where the parent enforces the limit by killing."""
-    import math_verify
+    import math_verify  # here, not at the top: sympy takes seconds, and pool workers load it, not the trainer
 
     gold_p = math_verify.parse(_as_latex(gold), parsing_timeout=timeout)
     pred_p = math_verify.parse(_as_latex(pred), parsing_timeout=timeout)
@@ -155,8 +197,8 @@ def match_many(pairs: list[tuple[str, str]]) -> list[float]:
     """1.0 / 0.0 per (pred, gold) pair, or NaN where math-verify timed out or crashed.
 
     Empty strings never match. Numeric pairs are decided in this process; the distinct
-    remaining pairs run in the shared pool under ``SETTINGS.timeout_s`` each (or in this
-    process with :func:`answers_match` when ``SETTINGS.workers == 0``).
+    remaining pairs run in the :func:`active` verifier's pool under its ``timeout_s`` each (or in
+    this process with :func:`answers_match` when its ``workers == 0``).
     """
     out: list[float] = [0.0] * len(pairs)
     todo: dict[tuple[str, str], list[int]] = {}
@@ -171,12 +213,13 @@ def match_many(pairs: list[tuple[str, str]]) -> list[float]:
             out[i] = float(cheap)
     if not todo:
         return out
-    if SETTINGS.workers == 0:
-        values = [float(answers_match(p, g, timeout_s=SETTINGS.timeout_s)) for p, g in todo]
+    verifier = active()
+    if verifier.workers == 0:
+        values = [float(answers_match(p, g, timeout_s=verifier.timeout_s)) for p, g in todo]
     else:
         calls = [("rlvr.rewards._warm:verify_in_worker", pair) for pair in todo]
         values = []
-        for (pred, gold), res in zip(todo, pool().run(calls, SETTINGS.timeout_s)):
+        for (pred, gold), res in zip(todo, verifier.pool().run(calls, verifier.timeout_s)):
             if res.error is not None:
                 log.debug("math-verify failed on pred=%r gold=%r: %s", pred[:200], gold[:200], res.error)
             values.append(float(res.value) if res.error is None else math.nan)

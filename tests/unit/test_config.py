@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import yaml
 
-from rlvr.algos import KLEstimator, LossAgg
+from rlvr.choices import KLEstimator, LossAgg
 from rlvr.config import (
     PRESETS_DIR,
     Config,

@@ -14,8 +14,9 @@ import pytest
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.errors import UserError
-from rlvr.rewards import RewardError, Scorer, get, match_many, score
+from rlvr.rewards import REWARDS, RewardError, Scorer, get, match_many, score
 from rlvr.rewards import verify
+from rlvr.rewards.pool import WorkerPool
 
 REPO = Path(__file__).resolve().parents[2]
 R1 = "<think>2+3 is 5</think> <answer>\\boxed{5}</answer>"
@@ -111,6 +112,19 @@ def test_hanging_plugin_costs_only_its_time_limit(plugin):
     assert res.per_rule["my_rewards:hang"] == [1.0, 0.0, 1.0, 1.0] and res.errors == {"my_rewards:hang": 1}
 
 
+def test_a_replacement_worker_runs_only_its_own_batchs_setup():
+    # a shared pool: one scorer's slow plugin import must not slow another's worker replacements
+    p = WorkerPool(1)
+    try:
+        assert p.run([("operator:add", (1, 2))], 5, setup=[("time:sleep", (2.0,))])[0].value == 3
+        t0 = time.monotonic()
+        out = p.run([("time:sleep", (5,)), ("operator:add", (1, 1))], timeout_s=0.3)  # the worker is replaced
+        assert time.monotonic() - t0 < 1.5  # 0.3 s and a restart, not the other batch's 2 s import
+        assert "timed out" in out[0].error and out[1].value == 2
+    finally:
+        p.close()
+
+
 def test_pathological_sympy_input_costs_only_its_time_limit():
     scorer = Scorer(["accuracy"], timeout_s=1.0)
     scorer.score(["\\boxed{x^2+1}"], ["1+x^2"])  # pool started
@@ -129,6 +143,20 @@ def test_in_process_matches_pool():
     pooled = match_many(pairs)
     verify.configure(workers=0)
     assert match_many(pairs) == pooled == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_each_scorer_checks_with_its_own_settings(monkeypatch):
+    def probe(completions, labels, **fields):  # an in-process rule reporting the verifier it runs under
+        v = verify.active()
+        return [v.timeout_s * 10 + v.workers] * len(completions)
+
+    monkeypatch.setitem(REWARDS, "probe", probe)
+    in_process = Scorer(["probe"], timeout_s=0.5, workers=0)
+    pooled = Scorer(["probe"], timeout_s=3.0, workers=4)
+    assert verify.active() == verify.Verifier(timeout_s=2.0, workers=2)  # creating scorers changed no default
+    assert in_process.score(["a"], ["1"]).total == [5.0]  # not the later scorer's settings
+    assert pooled.score(["a"], ["1"]).total == [34.0]
+    assert probe(["a"], ["1"]) == [22.0]  # outside a scorer: the default
 
 
 def test_truncated_score():

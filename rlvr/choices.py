@@ -1,0 +1,100 @@
+"""The modes and names the config validates, importable without torch, transformers or a reward pool.
+
+Each is defined once, here: ``rlvr.config`` checks values against them, and the packages that
+implement them import them from this module (``algos`` its modes, ``rewards`` ``OnError``,
+``data`` its template file rule). Names that the heavy registries also hold as dict keys
+(``data.presets.PRESETS``, ``data.templates.TEMPLATES``, ``data.files.FORMATS``) are checked
+against these lists by ``tests/unit/test_config_choices.py``.
+
+Standard library only (``tests/unit/test_import_graph.py`` pins it).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10 has no enum.StrEnum
+
+    class StrEnum(str, Enum):  # type: ignore[no-redef]
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+# -- algos: one StrEnum per choice, each mapped to one function in rlvr.algos ------------------
+
+
+class AdvMethod(StrEnum):
+    """How a group's rewards become advantages (one small function each, in ``algos/advantages.py``)."""
+
+    GRPO = "grpo"
+    DR_GRPO = "dr_grpo"
+    RLOO = "rloo"
+    REINFORCE_PP = "reinforce_pp"
+
+
+class KLEstimator(StrEnum):
+    """Monte-Carlo estimator of KL(pi || ref) from samples of pi (Schulman, "Approximating KL")."""
+
+    K1 = "k1"
+    K2 = "k2"
+    K3 = "k3"
+
+
+class KLPlacement(StrEnum):
+    """Where the KL-to-reference term acts: in the loss (GRPO) or subtracted from the reward (PPO-style)."""
+
+    LOSS = "loss"
+    REWARD = "reward"
+
+
+class LossAgg(StrEnum):
+    """How a [B, T] per-token loss is reduced to the scalar that is backpropagated."""
+
+    TOKEN_MEAN = "token_mean"
+    SEQ_MEAN_TOKEN_MEAN = "seq_mean_token_mean"
+    SEQ_MEAN_TOKEN_SUM_NORM = "seq_mean_token_sum_norm"
+
+
+class RatioLevel(StrEnum):
+    """Importance ratio per token (PPO/GRPO) or per sequence, length-normalised (GSPO)."""
+
+    TOKEN = "token"
+    SEQUENCE = "sequence"
+
+
+# -- rewards ----------------------------------------------------------------------------------
+
+
+class OnError(str, Enum):
+    """What a rule failure (exception, time-out, NaN, non-number) does to its item."""
+
+    SCORE = "score"  # the item gets reward.on_error_score; counted in reward/<name>_errors
+    RAISE = "raise"  # stop with RewardError (for debugging a plugin)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Reward rule names are not listed here: config does not check them. The Scorer does, when
+# training starts (built-ins from rlvr.rewards.registry.REWARDS, plugins by importing them).
+
+# -- data -------------------------------------------------------------------------------------
+
+BUILTIN_TASKS = ("arithmetic", "countdown")
+"""Offline, seeded prompt generators in ``rlvr/data/tasks.py``."""
+DATA_TASKS = (*BUILTIN_TASKS, "files")
+"""Values of ``data.task``: a built-in task, or ``files`` (read ``data.path``)."""
+FILE_FORMATS = ("jsonl", "json", "parquet", "csv", "arrow")
+"""Data file formats ``rlvr/data/files.py`` reads (``data.format``, besides ``auto``)."""
+DATA_PRESETS = ("auto", "gsm8k", "math", "math500", "deepscaler", "orz", "dapo_math", "alpaca", "custom")
+"""Values of ``data.preset``: ``auto`` (detect), the schemas of ``rlvr/data/presets.py``, ``custom``."""
+TEMPLATE_NAMES = ("r1", "qwen_r1", "r1_base", "cot", "plain")
+"""Built-in prompt templates (``rlvr/data/templates.py``), in the order error messages list them."""
+TEMPLATE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def is_template_file(spec: str) -> bool:
+    """True if ``spec`` names a template file (``FILE.yaml``, ``FILE.json``, ``FILE.yaml:NAME``)."""
+    return spec.rsplit(":", 1)[0].endswith(TEMPLATE_FILE_SUFFIXES) or spec.endswith(TEMPLATE_FILE_SUFFIXES)
