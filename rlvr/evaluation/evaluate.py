@@ -12,10 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr.choices import BUILTIN_TASKS
 from rlvr.errors import UserError
 from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
-
-BUILTIN_TASKS = ("arithmetic", "countdown")
 
 
 @dataclass(frozen=True)

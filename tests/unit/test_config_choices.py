@@ -29,12 +29,6 @@ def test_every_built_in_task_generates_rows(task):
     assert len(rows) == 3 and all(r["question"] and r["answer"] for r in rows)
 
 
-def test_evaluation_knows_the_same_built_in_tasks():
-    from rlvr.evaluation.evaluate import BUILTIN_TASKS  # a second list, outside this module's owners
-
-    assert BUILTIN_TASKS == choices.BUILTIN_TASKS
-
-
 @pytest.mark.parametrize(
     "override, needle",
     [

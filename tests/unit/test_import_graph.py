@@ -28,9 +28,10 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "config":       (1, {"errors", "choices"},         {"yaml"}),
     "algos":        (1, {"choices"},                   {"torch"}),
     "rewards":      (1, {"errors", "choices"},         {"math_verify"}),
-    "metric_names": (1, None,                          None),  # metric_names and run_dir: added on
+    "jsonl":        (1, {"errors"},                    set()),  # the one JSONL reader/writer
+    "metric_names": (1, set(),                         set()),  # every metric key, named once
     "models":       (2, None,                          None),  # -> config, errors
-    "run_dir":      (2, None,                          None),  # other branches of issue 12
+    "run_dir":      (2, {"errors", "jsonl"},           {"yaml"}),  # a run's files; no torch
     "data":         (3, None,                          None),  # -> models (tokenizer), rewards (countdown rules)
     "rollout":      (3, None,                          None),  # -> models
 }
