@@ -158,7 +158,7 @@ def cmd_chat(args) -> int:
     from rich.console import Console
 
     from rlvr.commands.common import quiet_libraries
-    from rlvr.commands.eval import generation_dtype, prompt_settings
+    from rlvr.commands.common import model_settings
     from rlvr.evaluation import models as eval_models
 
     if args.temperature < 0:
@@ -166,12 +166,11 @@ def cmd_chat(args) -> int:
     if args.once is not None and not args.once.strip():
         raise UserError("--once needs a non-empty question")
     resolved = eval_models.resolve(args.model)
-    style, max_new, stop = prompt_settings(args, [resolved], template="r1")
+    (style, max_new, stop), (dtype, dtype_line) = model_settings(args, [resolved], template="r1")
     quiet_libraries()
     import torch
 
     torch.manual_seed(args.seed)
-    dtype, dtype_line = generation_dtype(args)
     model, tokenizer = eval_models.load(resolved, dtype=dtype, device=args.device)
     chat = Chat(model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature, stop=stop)
     if args.once is not None:
@@ -198,7 +197,7 @@ def cmd_chat(args) -> int:
 
 
 def register(sub) -> None:
-    from rlvr.commands.eval import add_model_args
+    from rlvr.commands.common import add_model_args
 
     p = sub.add_parser("chat", help="chat with a model in the terminal (or answer one question with --once)",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -14,61 +14,6 @@ EXAMPLES = """examples:
   rlvr eval --model runs/quickstart/checkpoints/step_000020 --data gsm8k_test.jsonl --preset gsm8k --samples 8
 """
 
-def add_model_args(p, *, many: bool = False) -> None:
-    """--model and the prompt/generation flags shared by eval, chat and generate."""
-    if many:
-        p.add_argument("--model", "-m", action="append", required=True, metavar="M",
-                       help="built-in name, HF directory, .gguf file, run directory or checkpoint (repeat to compare)")
-    else:
-        p.add_argument("--model", "-m", required=True, metavar="M",
-                       help="built-in name, HF directory, .gguf file, run directory or checkpoint")
-    p.add_argument("--template", default=None,
-                   help="prompt template: r1, r1_base, cot, plain or a template file (default: the run's, else r1; plain for generate)")
-    p.add_argument("--system", default=None, help="system prompt ('' for none; default: the run's, else the template's)")
-    p.add_argument("--prefix", default=None, help="text that opens the assistant turn, e.g. '<think>' (default: the run's, else the template's)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="response length limit (default: the run's, else 256)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
-                   help="dtype to generate in (auto: bfloat16 only where the device runs it natively, else float32)")
-    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop string: a response ends after it (repeat for several; default: the run's rollout.stop, else none)")
-
-
-def generation_dtype(args) -> tuple[str, str]:
-    """(dtype to load and generate in, the line that says why): ``--dtype``, ``auto`` chosen from
-    the hardware. Callers print the line once the model has loaded, so a bad input stays one line."""
-    from rlvr.models import resolve_device
-    from rlvr.models.precision import bf16_support, choose_dtype
-
-    device = resolve_device(args.device)
-    dtype, warning = choose_dtype(args.dtype, device)
-    line = f"generation dtype: {dtype} ({bf16_support(device).why})"
-    return dtype, line + (f"\nwarning: --dtype {warning}" if warning else "")
-
-
-def prompt_settings(args, resolved: list, *, template: str) -> tuple:
-    """(PromptStyle, max_new_tokens, stop strings): flags first, then the first run's config, then defaults.
-
-    One setting for all models, so a before/after comparison asks both the same way.
-    """
-    from rlvr.evaluation import PromptStyle
-
-    run = next((r.prompt_defaults() for r in resolved if r.run_config), {})
-    style = PromptStyle(
-        template=args.template or run.get("template", template),
-        system_prompt=args.system if args.system is not None else run.get("system_prompt"),
-        assistant_prefix=args.prefix if args.prefix is not None else run.get("assistant_prefix"),
-    )
-    style.resolve()  # an unknown template fails now, before any model is loaded
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else run.get("max_new_tokens", 256)
-    if max_new < 1:
-        raise UserError(f"--max-new-tokens {max_new}: must be >= 1")
-    stop = args.stop if args.stop is not None else run.get("stop", [])
-    if not all(stop):
-        raise UserError("--stop needs a non-empty string, e.g. --stop '</answer>'")
-    return style, max_new, list(stop)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
 
@@ -116,7 +61,7 @@ def comparison_table(labels: list[str], summaries: list[dict]):
 def cmd_eval(args) -> int:
     from rich.console import Console
 
-    from rlvr.commands.common import quiet_libraries
+    from rlvr.commands.common import model_settings, quiet_libraries
     from rlvr.evaluation import evaluate, load_eval_rows, write_result
     from rlvr.evaluation import models as eval_models
 
@@ -130,14 +75,13 @@ def cmd_eval(args) -> int:
         raise UserError(f"--batch {args.batch}: must be >= 1")
     resolved = [eval_models.resolve(m) for m in args.model]  # every model checked before any work
     rows = load_eval_rows(args.data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
-    style, max_new, stop = prompt_settings(args, resolved, template="r1")
+    (style, max_new, stop), (dtype, dtype_line) = model_settings(args, resolved, template="r1")
     out = Path(args.output or Path("evals") / f"{_slug(Path(args.data).stem)}-{time.strftime('%Y%m%d-%H%M%S')}")
     quiet_libraries()
     from rlvr.rollout import HFRolloutEngine
 
     console, err = Console(), Console(stderr=True)
     labels, summaries = [], []
-    dtype, dtype_line = generation_dtype(args)
     for r in resolved:
         model, tokenizer = eval_models.load(r, dtype=dtype, device=args.device)
         if not labels:
@@ -162,6 +106,8 @@ def cmd_eval(args) -> int:
 
 
 def register(sub) -> None:
+    from rlvr.commands.common import add_model_args
+
     p = sub.add_parser("eval", help="evaluate models on a test set (accuracy, pass@k, maj@k)", epilog=EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p, many=True)

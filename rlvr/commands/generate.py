@@ -36,7 +36,7 @@ def read_prompts(path: str | Path) -> list[dict]:
 
 def cmd_generate(args) -> int:
     from rlvr.commands.common import quiet_libraries
-    from rlvr.commands.eval import generation_dtype, prompt_settings
+    from rlvr.commands.common import model_settings
     from rlvr.evaluation import models as eval_models
 
     if args.samples < 1:
@@ -54,7 +54,7 @@ def cmd_generate(args) -> int:
         raise UserError(f"--output {out} is a folder; give a .jsonl file path")
     rows = read_prompts(args.input)
     resolved = eval_models.resolve(args.model)
-    style, max_new, stop = prompt_settings(args, [resolved], template="plain")
+    (style, max_new, stop), (dtype, dtype_line) = model_settings(args, [resolved], template="plain")
     quiet_libraries()
     import torch
 
@@ -62,7 +62,6 @@ def cmd_generate(args) -> int:
     from rlvr.rollout import HFRolloutEngine
 
     torch.manual_seed(args.seed)
-    dtype, dtype_line = generation_dtype(args)
     model, tokenizer = eval_models.load(resolved, dtype=dtype, device=args.device)
     print(dtype_line, file=sys.stderr, flush=True)
     engine = HFRolloutEngine(model, tokenizer, max_new_tokens=max_new, temperature=args.temperature or 1.0,
@@ -95,7 +94,7 @@ def cmd_generate(args) -> int:
 
 
 def register(sub) -> None:
-    from rlvr.commands.eval import add_model_args
+    from rlvr.commands.common import add_model_args
 
     p = sub.add_parser("generate", help="batch inference: K completions for every prompt of a JSONL file",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)

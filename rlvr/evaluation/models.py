@@ -98,3 +98,47 @@ def load(resolved: ResolvedModel, *, dtype: str = "float32", device: str = "cpu"
     except (OSError, ValueError) as e:
         raise UserError(f"could not load the tokenizer of {path}: {str(e).splitlines()[0]}") from None
     return model.eval(), tokenizer
+
+
+def generation_dtype(device: str, dtype: str = "auto") -> tuple[str, str]:
+    """(dtype to load and generate in, the line that says why) for ``--dtype`` on ``--device``;
+    ``auto`` is chosen from the hardware. Callers print the line once the model has loaded, so a
+    bad input stays one line."""
+    from rlvr.models import resolve_device  # torch: only once a command has checked its inputs
+    from rlvr.models.precision import bf16_support, choose_dtype
+
+    dev = resolve_device(device)
+    chosen, warning = choose_dtype(dtype, dev)
+    line = f"generation dtype: {chosen} ({bf16_support(dev).why})"
+    return chosen, line + (f"\nwarning: --dtype {warning}" if warning else "")
+
+
+def prompt_settings(
+    resolved: list[ResolvedModel],
+    *,
+    default_template: str,
+    template: str | None = None,
+    system: str | None = None,
+    prefix: str | None = None,
+    max_new_tokens: int | None = None,
+    stop: list[str] | None = None,
+) -> tuple:
+    """(PromptStyle, max_new_tokens, stop strings): what the user gave first, then the first run's
+    config, then defaults. One setting for all models, so a before/after comparison asks both the
+    same way."""
+    from rlvr.evaluation.evaluate import PromptStyle
+
+    run = next((r.prompt_defaults() for r in resolved if r.run_config), {})
+    style = PromptStyle(
+        template=template or run.get("template", default_template),
+        system_prompt=system if system is not None else run.get("system_prompt"),
+        assistant_prefix=prefix if prefix is not None else run.get("assistant_prefix"),
+    )
+    style.resolve()  # an unknown template fails now, before any model is loaded
+    max_new = max_new_tokens if max_new_tokens is not None else run.get("max_new_tokens", 256)
+    if max_new < 1:
+        raise UserError(f"--max-new-tokens {max_new}: must be >= 1")
+    stop = stop if stop is not None else run.get("stop", [])
+    if not all(stop):
+        raise UserError("--stop needs a non-empty string, e.g. --stop '</answer>'")
+    return style, max_new, list(stop)
