@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import torch
 
+from rlvr import metric_names as M
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
@@ -78,10 +80,10 @@ def peak_memory(device: torch.device | str = "cpu") -> dict[str, float]:
         pass
     else:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        out["perf/peak_rss_mib"] = rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+        out[M.PEAK_RSS_MIB] = rss / 2**20 if sys.platform == "darwin" else rss / 2**10
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
-        out["perf/cuda_max_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        out[M.CUDA_MAX_ALLOCATED_MIB] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
 
 
