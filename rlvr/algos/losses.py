@@ -254,3 +254,50 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+# ---------------------------------------------------------------- the per-token loss
+
+
+def token_loss(
+    pg_loss: Tensor,
+    *,
+    tis_weight: Tensor | None = None,
+    kl: Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """The per-token loss that is aggregated and backpropagated: the policy-gradient term, weighted,
+    plus the KL penalty, minus the entropy bonus.
+
+    Math: ℓ_t = w_t·pg_t + β·KL_t − c_H·H_t, with pg_t from :func:`policy_loss`, w_t from
+    :func:`truncated_importance_weights` (Yao et al. 2025 eq. 3), KL_t from :func:`kl_divergence`
+    in the loss (GRPO, DeepSeekMath §4.1 eq. 3) and H_t the policy entropy (the entropy bonus of
+    PPO, Schulman et al. 2017 eq. 9).
+
+    Conventions: a term whose tensor is None is left out, not added as 0 (0·inf is NaN): no TIS
+    weight means w_t = 1, no ``kl`` means the KL sits in the reward or is off, and the caller passes
+    ``entropy`` only when ``entropy_coef`` is non-zero. Nothing is masked or reduced here: reduce
+    with :func:`aggregate` and the step's global denominators. Gradients flow through every tensor
+    given (pass ``tis_weight`` detached, as :func:`truncated_importance_weights` returns it).
+
+    Args:
+        pg_loss: [B, T] policy-gradient loss per token (:func:`policy_loss`).
+        tis_weight: [B, T] truncated importance weights, or None.
+        kl: [B, T] per-token KL to the reference, or None.
+        kl_coef: β, the KL coefficient.
+        entropy: [B, T] entropy of the policy per token, or None.
+        entropy_coef: c_H, the entropy bonus coefficient.
+
+    Returns:
+        (loss [B, T], pg [B, T]): the per-token loss, and its policy-gradient part w_t·pg_t (what
+        is reported as the policy-gradient loss).
+    """
+    pg = pg_loss if tis_weight is None else pg_loss * tis_weight
+    loss = pg
+    if kl is not None:
+        loss = loss + kl_coef * kl
+    if entropy is not None:
+        loss = loss - entropy_coef * entropy
+    return loss, pg

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlvr import metric_names as M
 from rlvr.errors import UserError
 from rlvr.reporting import aha
 from rlvr.reporting.document import Doc
@@ -54,15 +55,15 @@ def _last(run: Run, key: str):
 
 def summary_row(label: str, run: Run) -> list[str]:
     """Results of one run: steps, final reward/accuracy, eval accuracy, time, throughput, peak memory."""
-    _, reward, k = first_last(run, "rollout/reward_mean")
-    _, acc, _ = first_last(run, "rollout/accuracy")
-    _, ev = run.eval_series("eval/accuracy")
-    _, step_s = run.series("time/step_s")
-    _, eval_s = run.eval_series("eval/time_s")
-    _, gen = run.series("perf/gen_tokens_per_s")
-    _, e2e = run.series("perf/step_tokens_per_s")
-    _, rss = run.series("perf/peak_rss_mib")
-    _, cuda = run.series("perf/cuda_max_allocated_mib")
+    _, reward, k = first_last(run, M.REWARD_MEAN)
+    _, acc, _ = first_last(run, M.ACCURACY)
+    _, ev = run.eval_series(M.EVAL_ACCURACY)
+    _, step_s = run.series(M.TIME_STEP_S)
+    _, eval_s = run.eval_series(M.EVAL_TIME_S)
+    _, gen = run.series(M.GEN_TOKENS_PER_S)
+    _, e2e = run.series(M.STEP_TOKENS_PER_S)
+    _, rss = run.series(M.PEAK_RSS_MIB)
+    _, cuda = run.series(M.CUDA_MAX_ALLOCATED_MIB)
 
     def f(v, spec="{:.3f}"):
         return spec.format(v) if v is not None else "n/a"

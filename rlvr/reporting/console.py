@@ -5,14 +5,16 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from rlvr import metric_names as M
+
 # (metric key, label, format) shown on every step line
 STEP_FIELDS = [
-    ("rollout/reward_mean", "reward", "{:.3f}"),
-    ("rollout/accuracy", "acc", "{:.3f}"),
-    ("rollout/format_rate", "fmt", "{:.2f}"),
-    ("train/kl", "kl", "{:.4f}"),
-    ("rollout/response_len_mean", "len", "{:.0f}"),
-    ("time/step_s", "s/step", "{:.1f}"),
+    (M.REWARD_MEAN, "reward", "{:.3f}"),
+    (M.ACCURACY, "acc", "{:.3f}"),
+    (M.FORMAT_RATE, "fmt", "{:.2f}"),
+    (M.KL, "kl", "{:.4f}"),
+    (M.RESPONSE_LEN_MEAN, "len", "{:.0f}"),
+    (M.TIME_STEP_S, "s/step", "{:.1f}"),
 ]
 
 
@@ -47,8 +49,8 @@ class StepPrinter:
     def note(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)
 
-    def done(self, run_dir, final, *, report: bool = True) -> None:
-        """The end-of-training summary; with ``report``, also writes RUN/report/ (never raises)."""
+    def done(self, run_dir, final) -> None:
+        """The end-of-training summary (never raises)."""
         self.stop()  # the summary goes below a finished bar
         try:
             lines = summary_lines(run_dir, final)
@@ -56,17 +58,6 @@ class StepPrinter:
             lines = [f"done: {run_dir} (final checkpoint {final}); summary unavailable ({type(e).__name__}: {e})"]
         for line in lines:
             self.note(line)
-        if not report:
-            self.note(f"report: not written (log.report=false); `rlvr report {run_dir}` writes it")
-            return
-        try:
-            from rlvr.reporting.report import build_report
-
-            out = build_report(run_dir)
-        except Exception as e:  # the run is saved; a failed report must not turn it into a failure
-            self.note(f"warning: the report failed ({type(e).__name__}: {e}); retry with `rlvr report {run_dir}`")
-        else:
-            self.note(f"report: {out / 'report.html'} (and report.md; plots in {out / 'plots'})")
 
     def stop(self) -> None:
         if self.progress is not None:
@@ -80,22 +71,22 @@ def summary_lines(run_dir, final) -> list[str]:
     from rlvr.reporting.run import load_run
 
     run = load_run(run_dir)
-    _, step_s = run.series("time/step_s")
+    _, step_s = run.series(M.TIME_STEP_S)
     total = sum(step_s)
     lines = [f"done: {run.last_step} steps in {total / 60:.1f} min of training ({total / max(len(step_s), 1):.1f} s/step)"]
-    for key, label in [("rollout/reward_mean", "reward"), ("rollout/accuracy", "accuracy"), ("rollout/format_rate", "format rate")]:
+    for key, label in [(M.REWARD_MEAN, "reward"), (M.ACCURACY, "accuracy"), (M.FORMAT_RATE, "format rate")]:
         a, b, k = first_last(run, key)
         if a is not None:
             lines.append(f"{label + ':':17s} {a:.3f} -> {b:.3f}  (mean of the first {k} steps -> the last {k})")
     if run.evals:
         first, last = run.evals[0], run.evals[-1]
-        shown = ("eval/accuracy", "eval/format_rate", "eval/pass@", "eval/maj@")
-        for key in [k for k in first if k.startswith(shown) and k != "eval/accuracy_lenient"]:
+        shown = (M.EVAL_ACCURACY, M.EVAL_FORMAT_RATE, M.EVAL_PASS_AT, M.EVAL_MAJ_AT)
+        for key in [k for k in first if k.startswith(shown) and k != M.EVAL_ACCURACY_LENIENT]:
             if isinstance(first.get(key), (int, float)) and isinstance(last.get(key), (int, float)) and last is not first:
                 lines.append(f"{key + ':':17s} {first[key]:.3f} (step {first['step']}) -> {last[key]:.3f} (step {last['step']})")
             elif isinstance(first.get(key), (int, float)):
                 lines.append(f"{key + ':':17s} {first[key]:.3f} (step {first['step']})")
-    _, rss = run.series("perf/peak_rss_mib")
+    _, rss = run.series(M.PEAK_RSS_MIB)
     if rss:
         lines.append(f"{'peak memory:':17s} {max(rss):.0f} MiB RSS")
     lines.append(f"{'checkpoint:':17s} {final}")

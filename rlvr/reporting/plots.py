@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlvr import metric_names as M
 from rlvr.reporting.run import Run
 
 DPI = 110
@@ -59,39 +60,39 @@ def panels_for(runs: list[Run]) -> list[Panel]:
     eval_keys: dict[str, None] = {}
     for run in runs:
         for r in run.evals:
-            eval_keys.update({k: None for k, v in r.items() if k.startswith("eval/") and isinstance(v, (int, float))})
-    rule_keys = tuple((k, k.removeprefix("reward/").removesuffix("_mean")) for k in keys if k.startswith("reward/") and k.endswith("_mean"))
+            eval_keys.update({k: None for k, v in r.items() if k.startswith(M.EVAL) and isinstance(v, (int, float))})
+    rule_keys = tuple((k, rule) for k in keys if (rule := M.rule_of_mean(k)) is not None)
     fractions = [k for k in eval_keys if k.split("/", 1)[1].startswith(("accuracy", "format_rate", "pass@", "maj@", "sample_"))]
     candidates = [
-        Panel("reward", "Total reward per step", "reward (mean over the step's completions)", (("rollout/reward_mean", "total reward"),)),
+        Panel("reward", "Total reward per step", "reward (mean over the step's completions)", ((M.REWARD_MEAN, "total reward"),)),
         Panel("reward_by_rule", "Reward by rule", "rule score (mean over completions)", rule_keys),
-        Panel("accuracy", "Training accuracy", "fraction of completions correct", (("rollout/accuracy", "accuracy"),), ylim01=True),
-        Panel("format_rate", "Format rate", "fraction in the full R1 format", (("rollout/format_rate", "format rate"),), ylim01=True),
+        Panel("accuracy", "Training accuracy", "fraction of completions correct", ((M.ACCURACY, "accuracy"),), ylim01=True),
+        Panel("format_rate", "Format rate", "fraction in the full R1 format", ((M.FORMAT_RATE, "format rate"),), ylim01=True),
         Panel(
             "response_length", "Response length", "response length (tokens)",
-            (("rollout/response_len_mean", "mean"), ("rollout/response_len_max", "max")),
+            ((M.RESPONSE_LEN_MEAN, "mean"), (M.RESPONSE_LEN_MAX, "max")),
         ),
-        Panel("truncated", "Truncated responses", "fraction cut at max_new_tokens", (("rollout/truncated_frac", "truncated"),), ylim01=True),
-        Panel("kl", "KL divergence to the reference model", "KL (nats per token)", (("train/kl", "KL"),)),
-        Panel("policy_loss", "Policy loss", "loss (per token)", (("train/pg_loss", "policy-gradient loss"), ("train/loss", "total loss"))),
-        Panel("entropy", "Policy entropy", "entropy (nats per token)", (("train/entropy", "entropy"),)),
-        Panel("clip_fraction", "PPO clip fraction", "fraction of tokens clipped", (("train/clip_frac", "clip fraction"),)),
-        Panel("grad_norm", "Gradient norm", "global L2 norm before clipping", (("train/grad_norm", "grad norm"),)),
+        Panel("truncated", "Truncated responses", "fraction cut at max_new_tokens", ((M.TRUNCATED_FRAC, "truncated"),), ylim01=True),
+        Panel("kl", "KL divergence to the reference model", "KL (nats per token)", ((M.KL, "KL"),)),
+        Panel("policy_loss", "Policy loss", "loss (per token)", ((M.PG_LOSS, "policy-gradient loss"), (M.LOSS, "total loss"))),
+        Panel("entropy", "Policy entropy", "entropy (nats per token)", ((M.ENTROPY, "entropy"),)),
+        Panel("clip_fraction", "PPO clip fraction", "fraction of tokens clipped", ((M.CLIP_FRAC, "clip fraction"),)),
+        Panel("grad_norm", "Gradient norm", "global L2 norm before clipping", ((M.GRAD_NORM, "grad norm"),)),
         Panel(
             "throughput", "Throughput", "tokens per second",
-            (("perf/gen_tokens_per_s", "generation (rollout phase)"), ("perf/step_tokens_per_s", "end to end (whole step)")),
+            ((M.GEN_TOKENS_PER_S, "generation (rollout phase)"), (M.STEP_TOKENS_PER_S, "end to end (whole step)")),
         ),
         Panel(
             "step_time", "Time per step by phase", "seconds",
-            (("time/step_s", "whole step"), ("time/rollout_s", "rollout"), ("time/update_s", "update"),
-             ("time/reference_s", "ref/old log-probs"), ("time/reward_s", "rewards")),
+            ((M.TIME_STEP_S, "whole step"), (M.TIME_ROLLOUT_S, "rollout"), (M.TIME_UPDATE_S, "update"),
+             (M.TIME_REFERENCE_S, "ref/old log-probs"), (M.TIME_REWARD_S, "rewards")),
         ),
         Panel(
             "memory", "Peak memory", "MiB (high-water mark so far)",
-            (("perf/peak_rss_mib", "process RSS"), ("perf/cuda_max_allocated_mib", "CUDA max allocated")),
+            ((M.PEAK_RSS_MIB, "process RSS"), (M.CUDA_MAX_ALLOCATED_MIB, "CUDA max allocated")),
         ),
         Panel(
-            "eval", "Evaluation on held-out problems", "fraction of problems", tuple((k, k.removeprefix("eval/")) for k in fractions),
+            "eval", "Evaluation on held-out problems", "fraction of problems", tuple((k, k.removeprefix(M.EVAL)) for k in fractions),
             source="eval", ylim01=True,
         ),
     ]
@@ -100,7 +101,7 @@ def panels_for(runs: list[Run]) -> list[Panel]:
         have = eval_keys if p.source == "eval" else keys
         series = tuple(s for s in p.series if s[0] in have)
         if p.name == "policy_loss" and len(series) == 2 and all(
-            run.series("train/loss") == run.series("train/pg_loss") for run in runs
+            run.series(M.LOSS) == run.series(M.PG_LOSS) for run in runs
         ):
             series = series[:1]  # no KL or entropy term: the total loss is the policy loss
         if series:
@@ -159,7 +160,7 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
                     ax.plot(xs, ys, color=color, linestyle=style, marker=".", label=text)
             drawn += 1
         if panel.name == "accuracy":  # held-out accuracy on the same axes, as markers
-            xs, ys = run.eval_series("eval/accuracy")
+            xs, ys = run.eval_series(M.EVAL_ACCURACY)
             if xs:
                 color = colors[ri] if many else "black"
                 ax.plot(xs, ys, "D", color=color, markersize=6, label=f"{label}: eval accuracy" if many else "eval accuracy (held-out)")

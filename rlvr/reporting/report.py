@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from rlvr import metric_names as M
 from rlvr.errors import UserError
 from rlvr.reporting import aha
 from rlvr.reporting.document import Doc, Sample
@@ -42,13 +43,13 @@ CONFIG_ROWS = [
 
 # (metric key, label, format) of the first-vs-last table
 TREND_ROWS = [
-    ("rollout/reward_mean", "total reward", "{:.3f}"),
-    ("rollout/accuracy", "accuracy", "{:.3f}"),
-    ("rollout/format_rate", "format rate", "{:.3f}"),
-    ("rollout/response_len_mean", "response length (tokens)", "{:.1f}"),
-    ("rollout/truncated_frac", "truncated fraction", "{:.3f}"),
-    ("train/entropy", "entropy (nats/token)", "{:.3f}"),
-    ("train/kl", "KL to reference", "{:.4f}"),
+    (M.REWARD_MEAN, "total reward", "{:.3f}"),
+    (M.ACCURACY, "accuracy", "{:.3f}"),
+    (M.FORMAT_RATE, "format rate", "{:.3f}"),
+    (M.RESPONSE_LEN_MEAN, "response length (tokens)", "{:.1f}"),
+    (M.TRUNCATED_FRAC, "truncated fraction", "{:.3f}"),
+    (M.ENTROPY, "entropy (nats/token)", "{:.3f}"),
+    (M.KL, "KL to reference", "{:.4f}"),
 ]
 
 
@@ -81,27 +82,27 @@ def first_last(run: Run, key: str) -> tuple[float | None, float | None, int]:
 def timings(run: Run) -> list[tuple[str, str]]:
     """(label, value) rows: steps done, training time, per-phase means, eval time, throughput, peak memory."""
     rows = []
-    _, step_s = run.series("time/step_s")
+    _, step_s = run.series(M.TIME_STEP_S)
     rows.append(("steps logged", f"{run.last_step}" + (f" of {run.total_steps}" if run.total_steps else "")))
     if step_s:
         total = sum(step_s)
         rows.append(("training time (sum of step times)", f"{total / 60:.1f} min"))
         rows.append(("time per step (mean)", f"{total / len(step_s):.1f} s"))
-    for key, label in [("time/rollout_s", "rollout"), ("time/reward_s", "rewards"),
-                       ("time/reference_s", "ref/old log-probs"), ("time/update_s", "update")]:
+    for key, label in [(M.TIME_ROLLOUT_S, "rollout"), (M.TIME_REWARD_S, "rewards"),
+                       (M.TIME_REFERENCE_S, "ref/old log-probs"), (M.TIME_UPDATE_S, "update")]:
         _, ys = run.series(key)
         if ys:
             rows.append((f"{label} phase (mean per step)", f"{_mean(ys):.2f} s"))
-    _, ev = run.eval_series("eval/time_s")
+    _, ev = run.eval_series(M.EVAL_TIME_S)
     if ev:
         rows.append(("evaluation time (all evaluations)", f"{sum(ev):.1f} s"))
-    for key, label in [("perf/gen_tokens_per_s", "generation throughput (mean)"),
-                       ("perf/step_tokens_per_s", "end-to-end throughput (mean)")]:
+    for key, label in [(M.GEN_TOKENS_PER_S, "generation throughput (mean)"),
+                       (M.STEP_TOKENS_PER_S, "end-to-end throughput (mean)")]:
         _, ys = run.series(key)
         if ys:
             rows.append((label, f"{_mean(ys):.1f} tokens/s"))
-    for key, label in [("perf/peak_rss_mib", "peak memory, process RSS"),
-                       ("perf/cuda_max_allocated_mib", "peak memory, CUDA allocated")]:
+    for key, label in [(M.PEAK_RSS_MIB, "peak memory, process RSS"),
+                       (M.CUDA_MAX_ALLOCATED_MIB, "peak memory, CUDA allocated")]:
         _, ys = run.series(key)
         rows.append((label, f"{max(ys):.0f} MiB" if ys else "n/a (not logged by this run)"))
     return rows
@@ -112,8 +113,8 @@ def eval_table(run: Run) -> tuple[list[str], list[list]] | None:
     if not run.evals:
         return None
     first, last = run.evals[0], run.evals[-1]
-    keys = [k for k in first if k.startswith("eval/") and k != "eval/time_s"]
-    keys += [k for k in last if k.startswith("eval/") and k != "eval/time_s" and k not in keys]
+    keys = [k for k in first if k.startswith(M.EVAL) and k != M.EVAL_TIME_S]
+    keys += [k for k in last if k.startswith(M.EVAL) and k != M.EVAL_TIME_S and k not in keys]
     headers = ["metric", f"before (step {first['step']})", f"after (step {last['step']})", "change"]
     rows = []
     for k in keys:
@@ -122,7 +123,7 @@ def eval_table(run: Run) -> tuple[list[str], list[list]] | None:
         change = spec.format(b - a) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else ""
         if change and not change.startswith("-"):
             change = "+" + change
-        rows.append([k.removeprefix("eval/"), _fmt(a, spec), _fmt(b, spec), change])
+        rows.append([k.removeprefix(M.EVAL), _fmt(a, spec), _fmt(b, spec), change])
     if len(run.evals) == 1:
         headers, rows = headers[:2], [r[:2] for r in rows]
     return headers, rows

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr import metric_names as M
 from rlvr.errors import UserError
 from rlvr.jsonl import read_jsonl
 from rlvr.run_dir import RunDir, step_of
@@ -156,7 +157,7 @@ def _read_evals(run: RunDir) -> list[dict]:
         except (json.JSONDecodeError, UnicodeDecodeError, OSError):
             continue
         if isinstance(summary, dict):
-            row = {f"eval/{k}": v for k, v in summary.items() if isinstance(v, (int, float)) and k != "step"}
+            row = {M.eval_key(k): v for k, v in summary.items() if isinstance(v, (int, float)) and k != "step"}
             rows.append({"step": step, **row})
     return _by_step(rows)
 
@@ -195,6 +196,6 @@ def _add_derived(run: Run) -> None:
     if not seqs:
         return
     for r in run.metrics:
-        n, t = r.get("rollout/response_len_mean"), r.get("time/step_s")
-        if isinstance(n, (int, float)) and isinstance(t, (int, float)) and t > 0 and "perf/step_tokens_per_s" not in r:
-            r["perf/step_tokens_per_s"] = n * seqs / t
+        n, t = r.get(M.RESPONSE_LEN_MEAN), r.get(M.TIME_STEP_S)
+        if isinstance(n, (int, float)) and isinstance(t, (int, float)) and t > 0 and M.STEP_TOKENS_PER_S not in r:
+            r[M.STEP_TOKENS_PER_S] = n * seqs / t

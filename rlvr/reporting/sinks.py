@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from rlvr import metric_names as M
 from rlvr.jsonl import JsonlWriter, plain
 from rlvr.run_dir import RunDir
 
@@ -31,10 +32,10 @@ def peak_memory(device: torch.device | str = "cpu") -> dict[str, float]:
         pass
     else:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        out["perf/peak_rss_mib"] = rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+        out[M.PEAK_RSS_MIB] = rss / 2**20 if sys.platform == "darwin" else rss / 2**10
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():
-        out["perf/cuda_max_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        out[M.CUDA_MAX_ALLOCATED_MIB] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
 
 

@@ -1,5 +1,5 @@
-"""The training loop, checkpoints and resume."""
+"""The trainer (setup / step / save / finish), one update, checkpoints and resume."""
 
-from rlvr.training.loop import train
+from rlvr.training.trainer import Trainer, train
 
-__all__ = ["train"]
+__all__ = ["Trainer", "train"]

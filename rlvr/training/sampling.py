@@ -2,9 +2,10 @@
 
 The trainer calls :func:`collect` once per step. With ``algo.dynamic_sampling`` off it is one
 rollout of the step's prompts; with it on, groups whose rewards are all equal (no learning
-signal) are dropped and more prompts are drawn until ``train.prompts_per_step`` groups carry
-signal or ``algo.dynamic_sampling_max_batches`` extra batches were drawn. Extra prompts are a
-pure function of ``(seed, step, attempt)``, like the step's own prompts, so resume stays exact.
+signal) are dropped and more prompts are drawn until as many groups as the step has prompts
+carry signal or ``algo.dynamic_sampling_max_batches`` extra batches were drawn. Extra prompts
+are a pure function of ``(seed, step, attempt)``, like the step's own prompts, so resume stays
+exact. :func:`rollout_metrics` summarises everything sampled.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr import algos
+from rlvr import metric_names as M
 from rlvr.config import Config
 from rlvr.rewards.registry import RewardResult
 from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
@@ -101,18 +103,21 @@ def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str
     return Scored(rows, batch, said, answers, result, acc, fmt, rewards)
 
 
-def collect(engine, scorer, train_rows: list[dict], stream, step: int, cfg: Config, *, prefix: str):
+def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: int, cfg: Config, *, prefix: str):
     """Samples and scores the step's groups.
 
+    Args:
+        prompts: row indices of the step's prompts (one group of G samples each).
+
     Returns:
-        (trained, sampled, info): ``trained`` holds ``train.prompts_per_step`` groups to train on;
+        (trained, sampled, info): ``trained`` holds ``len(prompts)`` groups to train on;
         ``sampled`` every group sampled this step (the same object without dynamic sampling);
         ``info`` the metrics ``rollout/dropped_groups`` and ``rollout/extra_batches`` (dynamic
         sampling only) and the phase times ``rollout_s`` / ``reward_s``.
     """
-    G, P, algo = cfg.rollout.samples_per_prompt, cfg.train.prompts_per_step, cfg.algo
+    G, P, algo = cfg.rollout.samples_per_prompt, len(prompts), cfg.algo
     timing = {"rollout": 0.0, "reward": 0.0}
-    parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in stream.batch(step)], cfg, prefix, timing)]
+    parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in prompts], cfg, prefix, timing)]
     info: dict = {}
     if algo.dynamic_sampling:
         informative = lambda: sum(int(algos.informative_groups(p.rewards, G).sum()) for p in parts)  # noqa: E731
@@ -128,7 +133,34 @@ def collect(engine, scorer, train_rows: list[dict], stream, step: int, cfg: Conf
         # short of signal after the cap: zero-variance groups fill up (they add no policy gradient)
         groups = (signal + flat)[:P]
         trained = sampled.select(sorted(groups))
-        info["rollout/dropped_groups"] = sum(1 for g in flat if g not in groups)
-        info["rollout/extra_batches"] = len(parts) - 1
+        info[M.DROPPED_GROUPS] = sum(1 for g in flat if g not in groups)
+        info[M.EXTRA_BATCHES] = len(parts) - 1
     info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
     return trained, sampled, info
+
+
+def rollout_metrics(sampled: Scored, info: dict, *, overlong: bool) -> dict:
+    """``rollout/*`` and ``reward/*`` metrics of everything sampled this step (tensors and floats).
+
+    Args:
+        sampled: every group sampled this step (:func:`collect`'s second value).
+        info: :func:`collect`'s dynamic-sampling metrics (its phase times already taken out).
+        overlong: the DAPO overlong penalty is on (``rollout/overlong_penalty_mean``).
+    """
+    G = sampled.batch.group_size
+    result, total = sampled.result, torch.tensor(sampled.result.total)
+    lengths = sampled.batch.response_lengths.float()
+    return {
+        M.REWARD_MEAN: total.mean(),
+        M.REWARD_STD: total.std(),
+        M.ACCURACY: sum(sampled.acc) / len(sampled.acc),
+        M.FORMAT_RATE: sum(sampled.fmt) / len(sampled.fmt),
+        M.ZERO_STD_GROUPS: 1 - algos.informative_groups(sampled.rewards, G).float().mean(),
+        M.RESPONSE_LEN_MEAN: lengths.mean(),
+        M.RESPONSE_LEN_MAX: lengths.max(),
+        M.TRUNCATED_FRAC: sampled.batch.truncated.float().mean(),
+        **info,
+        **{M.reward_mean(name): sum(v) / len(v) for name, v in result.per_rule.items()},
+        **{M.reward_errors(name): n for name, n in result.errors.items()},
+        **({M.OVERLONG_PENALTY_MEAN: (sampled.rewards - total).mean()} if overlong else {}),
+    }

@@ -9,7 +9,7 @@ from collections import namedtuple
 import pytest
 
 from rlvr.errors import UserError
-from rlvr.training import checkpoint, loop, train
+from rlvr.training import checkpoint, train, trainer
 
 from test_tiny_training import tiny_config  # noqa: E402 (pytest puts this folder on sys.path)
 
@@ -25,7 +25,7 @@ def test_unwritable_run_dir_is_one_line(tiny_dir, tmp_path):
 
 def test_too_little_room_for_two_checkpoints(tiny_dir, tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(loop.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    monkeypatch.setattr(trainer.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
     need = 2 * checkpoint.checkpoint_bytes(tiny_dir)
     assert need > 1000
     with pytest.raises(UserError, match="GiB free but two checkpoints of this model need about"):

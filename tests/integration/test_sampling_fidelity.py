@@ -17,7 +17,7 @@ from rlvr.models import precision
 from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.base import cut_at_stop, response_mask_from_eos
-from rlvr.training.loop import _update, batch_logprobs
+from rlvr.training.loop import batch_logprobs, update_policy
 
 PROMPTS = ["what is 3 + 4 ?", "what is 2 + 2 ?"]
 
@@ -110,7 +110,7 @@ def test_update_leaves_the_policy_in_eval_mode():
     opt = torch.optim.SGD(policy.parameters(), lr=0.0)  # lr 0: the weights stay, only the mode may change
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)
-    _update(policy, opt, sched, batch, adv, None, None, cfg, contextlib.nullcontext)
+    update_policy(policy, opt, sched, batch, adv, None, None, cfg, contextlib.nullcontext)
     assert not policy.training
     lp = dict(micro_batch_seqs=4, group_size=4, temperature=1.0, autocast=contextlib.nullcontext)
     a, b = batch_logprobs(policy, batch, **lp), batch_logprobs(policy, batch, **lp)

@@ -24,6 +24,7 @@ from rlvr.algos import (
     token_logprobs,
     truncated_importance_weights,
 )
+from rlvr.algos.losses import token_loss
 
 # ---------------------------------------------------------------- advantages
 
@@ -601,6 +602,66 @@ def test_entropy_from_logits_matches_naive(temperature):
 def test_entropy_uniform_is_log_vocab():
     # uniform over V=17 -> H = ln 17 = 2.8332
     torch.testing.assert_close(entropy_from_logits(torch.zeros(2, 3, 17)), torch.full((2, 3), math.log(17)))
+
+
+# ---------------------------------------------------------------- the per-token loss
+
+
+def test_token_loss_golden():
+    # pg = [1, -2], w = [.5, 2], KL = [.1, .2], beta = .5, H = [1, 3], c_H = .1
+    # weighted pg = [1*.5, -2*2] = [.5, -4]
+    # loss = pg_w + .5*KL - .1*H = [.5 + .05 - .1, -4 + .1 - .3] = [.45, -4.2]
+    pg, w, kl, ent = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.5, 2.0]]), torch.tensor([[0.1, 0.2]]), torch.tensor([[1.0, 3.0]])
+    loss, pg_w = token_loss(pg, tis_weight=w, kl=kl, kl_coef=0.5, entropy=ent, entropy_coef=0.1)
+    torch.testing.assert_close(pg_w, torch.tensor([[0.5, -4.0]]))
+    torch.testing.assert_close(loss, torch.tensor([[0.45, -4.2]]))
+    # only the policy gradient: loss = pg, no term added (not even 0 * inf)
+    loss, pg_w = token_loss(pg, entropy=None, entropy_coef=0.1)
+    assert torch.equal(loss, pg) and torch.equal(pg_w, pg)
+    # KL only: [1 + .5*.1, -2 + .5*.2] = [1.05, -1.9]
+    torch.testing.assert_close(token_loss(pg, kl=kl, kl_coef=0.5)[0], torch.tensor([[1.05, -1.9]]))
+
+
+def test_token_loss_gradients():
+    # d loss / d pg = w; d loss / d KL = beta; d loss / d H = -c_H
+    pg, kl, ent = (torch.randn(2, 3).requires_grad_() for _ in range(3))
+    w = torch.rand(2, 3) + 0.5
+    loss, _ = token_loss(pg, tis_weight=w, kl=kl, kl_coef=0.04, entropy=ent, entropy_coef=0.01)
+    loss.sum().backward()
+    torch.testing.assert_close(pg.grad, w)
+    torch.testing.assert_close(kl.grad, torch.full((2, 3), 0.04))
+    torch.testing.assert_close(ent.grad, torch.full((2, 3), -0.01))
+
+
+def _token_loss_inline(pg_tok, weight, kl_tok, kl_coef, entropy, entropy_coef):
+    """The per-token loss as the training loop built it inline before it moved to rlvr.algos
+    (naive reference): TIS weight, + beta * KL, - c_H * entropy, each only when on."""
+    if weight is not None:
+        pg_tok = pg_tok * weight
+    loss_tok = pg_tok
+    if kl_tok is not None:
+        loss_tok = loss_tok + kl_coef * kl_tok
+    if entropy_coef:
+        loss_tok = loss_tok - entropy_coef * entropy
+    return loss_tok, pg_tok
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("tis, kl, entropy_coef", [(False, False, 0.0), (True, False, 0.0), (False, True, 0.0),
+                                                   (False, False, 0.01), (True, True, 0.02)])
+def test_token_loss_equals_the_old_inline_loss(seed, tis, kl, entropy_coef):
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(4, 6, generator=g) * 3
+    old, ref, rollout = (logp + 0.3 * torch.randn(4, 6, generator=g) for _ in range(3))
+    adv, mask = torch.randn(4, generator=g), (torch.rand(4, 6, generator=g) > 0.2).float()
+    pg, _ = policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    weight = truncated_importance_weights(old, rollout, cap=2.0) if tis else None
+    kl_tok = kl_divergence(logp, ref, estimator=KLEstimator.K3) if kl else None
+    ent = torch.rand(4, 6, generator=g) * 2
+    want = _token_loss_inline(pg, weight, kl_tok, 0.05, ent, entropy_coef)
+    got = token_loss(pg, tis_weight=weight, kl=kl_tok, kl_coef=0.05, entropy=ent if entropy_coef else None,
+                     entropy_coef=entropy_coef)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # bit for bit: the same operations
 
 
 # ---------------------------------------------------------------- import hygiene

@@ -1,0 +1,110 @@
+"""Every metric key a training run writes, named once: the trainer and every reader import them.
+
+Keys have a namespace: ``rollout/`` (everything sampled this step), ``reward/`` (one reward
+rule), ``train/`` (the update), ``eval/`` (held-out evaluation), ``time/`` (phase wall times,
+seconds) and ``perf/`` (throughput, memory). Rows of ``metrics.jsonl`` also hold ``step``.
+Standard library only: the light readers (report, compare) import it without torch.
+"""
+
+from __future__ import annotations
+
+# -- rollout/: everything sampled this step (with DAPO dynamic sampling, the dropped groups too)
+REWARD_MEAN = "rollout/reward_mean"
+REWARD_STD = "rollout/reward_std"
+ACCURACY = "rollout/accuracy"
+FORMAT_RATE = "rollout/format_rate"
+ZERO_STD_GROUPS = "rollout/zero_std_groups"
+RESPONSE_LEN_MEAN = "rollout/response_len_mean"
+RESPONSE_LEN_MAX = "rollout/response_len_max"
+TRUNCATED_FRAC = "rollout/truncated_frac"
+OVERLONG_PENALTY_MEAN = "rollout/overlong_penalty_mean"
+DROPPED_GROUPS = "rollout/dropped_groups"
+EXTRA_BATCHES = "rollout/extra_batches"
+
+# -- reward/: one reward rule
+REWARD = "reward/"
+
+
+def reward_mean(rule: str) -> str:
+    """``reward/<rule>_mean``: the rule's mean score over the step's completions."""
+    return f"{REWARD}{rule}_mean"
+
+
+def reward_errors(rule: str) -> str:
+    """``reward/<rule>_errors``: completions whose score raised, timed out or was not finite."""
+    return f"{REWARD}{rule}_errors"
+
+
+def rule_of_mean(key: str) -> str | None:
+    """The rule named by a :func:`reward_mean` key, else None."""
+    if key.startswith(REWARD) and key.endswith("_mean"):
+        return key.removeprefix(REWARD).removesuffix("_mean")
+    return None
+
+
+# -- train/: the update. accumulate_gradients returns its statistics without the prefix
+TRAIN = "train/"
+ADV_MEAN = "train/adv_mean"
+ADV_STD = "train/adv_std"
+LOSS = "train/loss"
+PG_LOSS = "train/pg_loss"
+KL = "train/kl"
+ENTROPY = "train/entropy"
+CLIP_FRAC = "train/clip_frac"
+CLIP_FRAC_LOW = "train/clip_frac_low"
+CLIP_FRAC_HIGH = "train/clip_frac_high"
+DUAL_CLIP_FRAC = "train/dual_clip_frac"
+RATIO_MEAN = "train/ratio_mean"
+RATIO_MIN = "train/ratio_min"
+RATIO_MAX = "train/ratio_max"
+TIS_WEIGHT_MEAN = "train/tis_weight_mean"
+TIS_WEIGHT_MIN = "train/tis_weight_min"
+TIS_WEIGHT_MAX = "train/tis_weight_max"
+TIS_CAPPED_FRAC = "train/tis_capped_frac"
+GRAD_NORM = "train/grad_norm"
+LR = "train/lr"
+SKIPPED_UPDATES = "train/skipped_updates"
+SKIPPED_STEPS = "train/skipped_steps"
+
+
+def train(stat: str) -> str:
+    """``train/<stat>``: the key of one statistic of the update."""
+    return TRAIN + stat
+
+
+def stat(key: str) -> str:
+    """The statistic a ``train/`` key names (the inverse of :func:`train`)."""
+    return key.removeprefix(TRAIN)
+
+
+# -- eval/: held-out evaluation (RUN/eval/history.jsonl; in metrics.jsonl on evaluated steps)
+EVAL = "eval/"
+EVAL_ACCURACY = "eval/accuracy"
+EVAL_ACCURACY_LENIENT = "eval/accuracy_lenient"
+EVAL_FORMAT_RATE = "eval/format_rate"
+EVAL_RESPONSE_LEN_MEAN = "eval/response_len_mean"
+EVAL_PASS_AT = "eval/pass@"
+"""Prefix of ``eval/pass@<k>``."""
+EVAL_MAJ_AT = "eval/maj@"
+"""Prefix of ``eval/maj@<k>``."""
+EVAL_TIME_S = "eval/time_s"
+
+
+def eval_key(name: str) -> str:
+    """``eval/<name>``: one field of an evaluation summary."""
+    return EVAL + name
+
+
+# -- time/: wall time of the step's phases, seconds
+TIME_ROLLOUT_S = "time/rollout_s"
+TIME_REWARD_S = "time/reward_s"
+TIME_REFERENCE_S = "time/reference_s"
+TIME_UPDATE_S = "time/update_s"
+TIME_STEP_S = "time/step_s"
+
+# -- perf/: throughput and memory
+GEN_TOKENS_PER_S = "perf/gen_tokens_per_s"
+STEP_TOKENS_PER_S = "perf/step_tokens_per_s"
+"""Derived by the run reader (response tokens of the step / its wall time), not written by the trainer."""
+PEAK_RSS_MIB = "perf/peak_rss_mib"
+CUDA_MAX_ALLOCATED_MIB = "perf/cuda_max_allocated_mib"

@@ -1,0 +1,453 @@
+"""The GRPO trainer: ``setup()``, then ``step()`` per step, ``save()`` and ``finish()``; :func:`train` loops over them.
+
+One step reads top to bottom like nanoGPT's train.py: prompts -> rollout -> rewards ->
+advantages -> fixed log-probs -> updates -> metrics. :meth:`Trainer.step` is the compute that a
+data-parallel worker runs on its shard of prompts; :meth:`Trainer.record` is the bookkeeping of
+the process that logs (evaluation, metrics, samples, checkpoints). The math lives in
+:mod:`rlvr.algos`, one update in :mod:`rlvr.training.loop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr import algos
+from rlvr import metric_names as M
+from rlvr.config import Config, Switch, to_yaml
+from rlvr.data import PromptStream, prepare_rows
+from rlvr.data.loading import load_split
+from rlvr.errors import UserError
+from rlvr.evaluation.during_training import TrainingEval
+from rlvr.evaluation.during_training import describe as eval_line
+from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path
+from rlvr.models.forward import shared_prompt_group
+from rlvr.models.precision import needs_resolving, resolve_precision
+from rlvr.reporting import JsonlWriter, MetricsLogger, peak_memory, truncate_jsonl
+from rlvr.reporting.console import StepPrinter
+from rlvr.reporting.report import build_report
+from rlvr.rewards import Scorer, get as get_reward
+from rlvr.rollout import HFRolloutEngine, RolloutBatch
+from rlvr.training import checkpoint as ckpt
+from rlvr.training.loop import batch_logprobs, lr_scheduler, update_policy
+from rlvr.training.sampling import Scored, collect, rollout_metrics
+from rlvr.training.signals import GracefulStop
+
+
+def train(cfg: Config, *, console=None) -> Path:
+    """Run GRPO as configured; returns the run directory.
+
+    SIGINT/SIGTERM finish the step, save a checkpoint and return; a second one stops at once
+    (``KeyboardInterrupt``), with what the last checkpoint holds noted."""
+    trainer = Trainer(cfg, console=console)
+    if not trainer.setup():
+        return trainer.run_dir
+    steps, step = trainer.cfg.train.steps, trainer.start_step
+    stopper = GracefulStop(trainer.printer.note)
+    try:
+        stopper.install()
+        trainer.evaluate_start()
+        if stopper.requested:  # during the first evaluation: it finished, and step 0 is saved
+            return trainer.stop(step, stopper.requested)
+        for step in range(trainer.start_step, steps):
+            trainer.record(step + 1, trainer.step(step))
+            if stopper.requested and step + 1 < steps:
+                return trainer.stop(step + 1, stopper.requested)
+        trainer.finish()
+    except KeyboardInterrupt:
+        trainer.interrupted(step)
+        raise
+    finally:
+        stopper.restore()
+        trainer.close()
+    return trainer.run_dir
+
+
+RUN_OUTPUTS = ("metrics.jsonl", "samples.jsonl", "checkpoints", "eval", "tensorboard", "report", "wandb")
+"""What a run writes into its directory (``overwrite=true`` removes these before starting again)."""
+
+
+def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
+    """The run directory, checked before any model loads: refuses to write a new run over an
+    existing one (unless ``overwrite=true``), and needs to be writable with room for two checkpoints."""
+    run_dir = Path(cfg.resume or cfg.run_dir)
+    if not cfg.resume and (run_dir / "metrics.jsonl").exists():
+        if not cfg.overwrite:
+            raise UserError(
+                f"{run_dir} already holds a run; continue it with resume={run_dir}, start a new one with "
+                f"run_dir=runs/NEW_NAME, or replace it with overwrite=true"
+            )
+        for name in RUN_OUTPUTS:
+            target = run_dir / name
+            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / "config.yaml.tmp"
+        tmp.write_text(to_yaml(cfg), encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
+    if model_path is not None:
+        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype)
+        free = shutil.disk_usage(run_dir).free
+        if free < need:
+            tmp.unlink(missing_ok=True)
+            raise UserError(
+                f"run_dir={run_dir} has {free / 2**30:.1f} GiB free but two checkpoints of this model need about "
+                f"{need / 2**30:.1f} GiB; free space there or pick another run_dir="
+            )
+    tmp.replace(run_dir / "config.yaml")
+    return run_dir
+
+
+class Trainer:
+    """One GRPO run: :meth:`setup`; :meth:`step` then :meth:`record` per step; :meth:`finish`; :meth:`close`.
+
+    :meth:`step` is what a data-parallel worker runs on its shard: its prompts (``prompts=``)
+    and the loss denominators (:meth:`loss_denominators`) are inputs, not buried in it.
+    :meth:`evaluate_start`, :meth:`record`, :meth:`save`, :meth:`stop` and :meth:`finish` are the
+    logging process's: evaluation, metrics and samples, console, checkpoints.
+
+    Args:
+        cfg: the run's config (``model.device`` precision is resolved in :meth:`setup` if still ``auto``).
+        console: where the progress and notes go (a rich Console; default stderr).
+    """
+
+    def __init__(self, cfg: Config, console=None) -> None:
+        self.cfg = cfg
+        self.console = console
+        self.samples: list[dict] = []
+        """The last step's rows for samples.jsonl (only on steps that ``log.samples_every`` picks)."""
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def setup(self) -> bool:
+        """Checks the inputs (before anything is written), prepares the run directory, loads the
+        policy, reference and rollout engine, builds the optimizer and lr schedule, and resumes.
+
+        Returns:
+            False when the run already holds ``train.steps`` steps: nothing to do.
+        """
+        train_split = self._check_inputs()
+        state = self._load_models(train_split)
+        self._build_optimizer(state)
+        cfg = self.cfg
+        if self.start_step >= cfg.train.steps:
+            self.printer.note(f"{self.run_dir} already finished {self.start_step} steps (train.steps={cfg.train.steps}); nothing to do")
+            return False
+        self.stream = PromptStream(len(self.train_rows), cfg.train.prompts_per_step, cfg.seed)
+        self.metrics_log = MetricsLogger.from_config(self.run_dir, cfg.log)  # jsonl + TensorBoard/W&B, each failure-isolated
+        self.samples_log = JsonlWriter(self.run_dir / "samples.jsonl")
+        self.bad_in_row = 0  # steps in a row whose every update was skipped
+        self.last_save = (self.start_step, time.monotonic())  # (step, monotonic time) of the last checkpoint
+        # reward workers started, warm and plugins imported before any time limit runs
+        self.scorer.warm((cfg.reward.accuracy_rule,))
+        self.printer.start(self.start_step)
+        return True
+
+    def _check_inputs(self):
+        """Config, data, reward and model path errors, then the run directory; returns the train split."""
+        cfg = self.cfg
+        self.device = resolve_device(cfg.model.device)
+        precision_notes = []
+        if needs_resolving(cfg):  # `rlvr train` resolves (and prints) it before the config dump
+            cfg, precision_notes = resolve_precision(cfg, self.device)
+            self.cfg = cfg
+        train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows  # file and row errors
+        self.scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
+        self.evaluator = TrainingEval(
+            cfg.eval, cfg.data, test_rows, Path(cfg.resume or cfg.run_dir),
+            rollout_max_new_tokens=cfg.rollout.max_new_tokens, total_steps=cfg.train.steps, scorer=self.scorer,
+        )
+        self.model_path = resolve_model_path(cfg.model.path)
+        get_reward(cfg.reward.accuracy_rule)
+        self.resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
+        self.run_dir = prepare_run_dir(cfg, self.model_path)
+        self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=self.console)
+        for name in ckpt.remove_stale(self.run_dir):  # left by a process killed mid-checkpoint
+            self.printer.note(f"removed {self.run_dir / 'checkpoints' / name}, a checkpoint a killed run had not finished")
+        for note in precision_notes:
+            self.printer.note(note)
+        random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        return train_split
+
+    def _load_models(self, train_split) -> dict | None:
+        """Tokenizer and prompts, the policy (from the last checkpoint when resuming), the reference,
+        the engine; returns the checkpoint's trainer state when resuming."""
+        cfg, note = self.cfg, self.printer.note
+        self.tokenizer = load_tokenizer(self.model_path)
+        prepared = prepare_rows(train_split, cfg.data, self.tokenizer)  # rendered prompts + token counts, cached
+        self.train_rows, self.prefix = prepared.rows, prepared.template.assistant_prefix
+        for line in prepared.notes:
+            note(line)
+        self.start_step, state = 0, None
+        if self.resume_from is not None:
+            state = ckpt.load_trainer_state(self.resume_from)
+            self.start_step = state["step"]
+            self.policy = load_model(self.resume_from, dtype=cfg.model.dtype, device=cfg.model.device)
+            note(f"resuming {self.run_dir} from {self.resume_from.name} (step {self.start_step})")
+        else:
+            self.policy = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device)
+        if cfg.model.gradient_checkpointing:
+            self.policy.gradient_checkpointing_enable()
+            if cfg.train.shared_prompt_forward:
+                note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); old/ref log-probs still share it")
+        self.ref = None
+        if cfg.algo.kl_coef > 0:  # kl_coef == 0: no reference model is loaded at all
+            self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
+        self.engine = HFRolloutEngine(
+            self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, dtype=cfg.rollout.dtype, batch_seqs=cfg.rollout.batch_seqs,
+            logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
+            stop=cfg.rollout.stop,
+        )
+        return state
+
+    def _build_optimizer(self, state: dict | None) -> None:
+        """AdamW and the lr schedule; on resume their state, the RNG, a refreshed reference, and the
+        metrics/samples lines past the checkpoint removed."""
+        cfg = self.cfg
+        self.optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay
+        )
+        self.scheduler = lr_scheduler(
+            self.optimizer, schedule=cfg.train.lr_schedule, warmup_steps=cfg.train.warmup_steps,
+            total_steps=cfg.train.steps * cfg.algo.num_iterations, min_lr_ratio=cfg.train.min_lr_ratio,
+        )
+        self.skipped_steps = 0  # steps with a skipped update
+        if state is None:
+            return
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        ckpt.set_rng_state(state["rng"])
+        if "ref" in state:  # a reference refreshed from the policy (algo.ref_sync_every)
+            self.ref.load_state_dict(state["ref"])
+        truncate_jsonl(self.run_dir / "metrics.jsonl", self.start_step)
+        truncate_jsonl(self.run_dir / "samples.jsonl", self.start_step)
+        self.skipped_steps = state.get("skipped_steps", 0)
+
+    def autocast(self):
+        """The update's and log-probs' autocast context (bf16 with ``model.autocast_bf16``)."""
+        if self.cfg.model.autocast_bf16 != Switch.ON:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    # -- one step --------------------------------------------------------------------------
+
+    def step(self, step: int, prompts: list[int] | None = None) -> dict:
+        """One GRPO step: rollout and rewards, fixed log-probs, advantages, ``algo.num_iterations`` updates.
+
+        Args:
+            step: 0-based step; with ``seed`` it picks the step's prompts (and dynamic-sampling extras).
+            prompts: row indices of the prompts to sample, G samples each; default the step's batch
+                of the prompt stream. A data-parallel worker passes its shard (whole groups).
+
+        Returns:
+            The step's metrics (:mod:`rlvr.metric_names`), tensors and floats; the sinks make floats.
+        """
+        cfg, G, t_step = self.cfg, self.cfg.rollout.samples_per_prompt, time.perf_counter()
+        # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
+        #      may draw extra prompts; the rollout/* metrics cover everything sampled)
+        self.engine.sync_weights()
+        prompts = self.stream.batch(step) if prompts is None else prompts
+        got, sampled, info = collect(self.engine, self.scorer, self.train_rows, prompts, step, cfg, prefix=self.prefix)
+        t_rollout, t_reward = info.pop("rollout_s"), info.pop("reward_s")
+        batch = self._to_device(got.batch)
+
+        # 3. log-probs that stay fixed during the updates; KL in the reward; advantages
+        t0 = time.perf_counter()
+        rewards, old_logp, loss_ref, kl_metrics = self._fixed_logprobs(batch, got.rewards)
+        adv = algos.group_advantages(rewards, G, method=cfg.algo.adv_method, eps=cfg.algo.adv_eps).to(self.device)
+        t_ref = time.perf_counter() - t0
+
+        # 4. updates: each iteration is one optimizer step over the whole batch
+        t0 = time.perf_counter()
+        update = self._update(step, batch, adv, old_logp, loss_ref)
+        t_update = time.perf_counter() - t0
+
+        # 5. metrics (rollout/*: everything sampled this step); samples (the trained batch)
+        self.samples = self._sample_rows(step + 1, got, adv)
+        return {
+            **rollout_metrics(sampled, info, overlong=bool(cfg.algo.overlong_buffer)),
+            M.ADV_MEAN: adv.mean(),
+            M.ADV_STD: adv.std(),
+            **kl_metrics,
+            **update,
+            M.TIME_ROLLOUT_S: t_rollout,
+            M.TIME_REWARD_S: t_reward,
+            M.TIME_REFERENCE_S: t_ref,
+            M.TIME_UPDATE_S: t_update,
+            M.TIME_STEP_S: time.perf_counter() - t_step,
+            M.GEN_TOKENS_PER_S: sampled.batch.response_lengths.float().sum() / max(t_rollout, 1e-9),
+            **peak_memory(self.device),
+        }
+
+    def _to_device(self, batch: RolloutBatch) -> RolloutBatch:
+        batch.input_ids, batch.attention_mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)
+        batch.response_mask = batch.response_mask.to(self.device)
+        if batch.logprobs is not None:
+            batch.logprobs = batch.logprobs.to(self.device)
+        return batch
+
+    def _fixed_logprobs(self, batch: RolloutBatch, rewards):
+        """(rewards, old_logp, ref_logp for the loss, KL metrics): the reference's and the sampling
+        policy's [B, T] log-probs (each None when nothing needs it); with ``algo.kl_placement=reward``
+        the KL is subtracted from the rewards and the loss gets no reference."""
+        cfg, mb = self.cfg, self.cfg.train.micro_batch_seqs
+        share = shared_prompt_group(mb, cfg.rollout.samples_per_prompt) if cfg.train.shared_prompt_forward else 1
+        lp = dict(micro_batch_seqs=mb, group_size=share, temperature=cfg.rollout.temperature, autocast=self.autocast)
+        ref_logp = batch_logprobs(self.ref, batch, **lp) if self.ref is not None else None
+        kl_in_reward = self.ref is not None and cfg.algo.kl_placement == algos.KLPlacement.REWARD
+        need_old = cfg.algo.num_iterations > 1 or kl_in_reward
+        old_logp = batch_logprobs(self.policy, batch, **lp) if need_old else None
+        if not kl_in_reward:
+            return rewards, old_logp, ref_logp, {}
+        mask, estimator = batch.response_mask, cfg.algo.kl_estimator
+        kl = algos.masked_mean(algos.kl_divergence(old_logp, ref_logp, estimator=estimator), mask)
+        rewards = algos.kl_shaped_rewards(
+            rewards.to(self.device), old_logp, ref_logp, mask, coef=cfg.algo.kl_coef, estimator=estimator
+        )
+        return rewards, old_logp, None, {M.KL: kl}
+
+    def loss_denominators(self, batch: RolloutBatch):
+        """(response tokens, sequences) of the step, what every micro-batch's loss divides by.
+
+        One process: its own batch. A data-parallel worker returns the sums over all workers, so
+        that N workers take the update of one process with the same global batch."""
+        return batch.response_mask.float().sum(), batch.response_mask.shape[0]
+
+    def _update(self, step: int, batch: RolloutBatch, adv, old_logp, ref_logp) -> dict:
+        """The step's updates, counting the skipped (non-finite) ones; refreshes the reference when due."""
+        cfg = self.cfg
+        num_tokens, num_seqs = self.loss_denominators(batch)
+        update = update_policy(
+            self.policy, self.optimizer, self.scheduler, batch, adv, old_logp, ref_logp, cfg, self.autocast,
+            num_tokens=num_tokens, num_seqs=num_seqs,
+        )
+        skipped = update[M.SKIPPED_UPDATES]
+        if skipped:
+            self.skipped_steps += 1
+            self.printer.note(
+                f"step {step + 1}: non-finite loss or gradient (NaN/inf); {skipped} of "
+                f"{cfg.algo.num_iterations} updates skipped, weights unchanged by them"
+            )
+        self.bad_in_row = self.bad_in_row + 1 if skipped == cfg.algo.num_iterations else 0
+        update[M.SKIPPED_STEPS] = self.skipped_steps
+        if cfg.algo.ref_sync_every and (step + 1) % cfg.algo.ref_sync_every == 0:
+            self.ref.load_state_dict(self.policy.state_dict())  # MindRLHF sync_ref_model: the KL anchor moves
+        return update
+
+    def _sample_rows(self, step: int, got: Scored, adv) -> list[dict]:
+        """samples.jsonl rows of the trained batch after ``step`` steps, on the steps ``log.samples_every`` picks."""
+        every, G = self.cfg.log.samples_every, self.cfg.rollout.samples_per_prompt
+        if not (every and step % every == 0):
+            return []
+        batch = got.batch
+        return [
+            {
+                "step": step,
+                "question": got.rows[i // G]["question"],
+                "answer": got.answers[i],
+                "completion": got.said[i],
+                "reward": got.result.total[i],
+                "rewards": {name: v[i] for name, v in got.result.per_rule.items()},
+                "advantage": adv[i],
+                "length": int(batch.response_lengths[i]),
+                "truncated": bool(batch.truncated[i]),
+            }
+            for i in range(len(batch.texts))
+        ]
+
+    # -- what the logging process does around the steps ------------------------------------
+
+    def evaluate_start(self) -> None:
+        """The before of before/after: RUN/eval/step_000000 and TensorBoard step 0 (not a resume)."""
+        if self.resume_from is None and self.evaluator.due(0):
+            before = self.evaluator.run(self.engine, self.tokenizer, 0)
+            for k, v in before.items():  # not a metrics.jsonl row: its rows are training steps 1..N
+                self.metrics_log.tb.add_scalar(k, v, 0)
+            self.printer.note(eval_line(0, before))
+
+    def record(self, step: int, metrics: dict) -> None:
+        """After ``step`` steps: evaluation when due, the metrics line, samples, the console line,
+        the bad-step limit, and the periodic checkpoint.
+
+        Raises:
+            UserError: ``train.max_bad_steps`` steps in a row had only non-finite updates (saved first).
+        """
+        cfg = self.cfg
+        if self.evaluator.due(step):  # after the update: evaluates the weights saved as step_{step}
+            metrics.update(self.evaluator.run(self.engine, self.tokenizer, step))
+            self.printer.note(eval_line(step, metrics))
+        logged = self.metrics_log.log(step, metrics)
+        for row in self.samples:
+            self.samples_log.write(row)
+        self.printer.step(step, logged)
+        if self.bad_in_row >= cfg.train.max_bad_steps:
+            saved = self.save(step)  # the skipped updates left the last good weights in place
+            raise UserError(
+                f"stopped at step {step}: {self.bad_in_row} steps in a row had a non-finite loss or gradient "
+                f"(NaN/inf); the last good weights are saved in {saved}; check reward/*_errors and the rewards' "
+                f"range, or lower train.lr, then resume={self.run_dir}"
+            )
+        due = (cfg.train.save_every and step % cfg.train.save_every == 0) or (
+            cfg.train.save_every_min and time.monotonic() - self.last_save[1] >= 60 * cfg.train.save_every_min
+        )
+        if due and step < cfg.train.steps:
+            self.save(step)
+
+    def save(self, step: int) -> Path:
+        """Checkpoint after ``step`` steps: weights, tokenizer, optimizer, schedule, RNG, counters."""
+        self.last_save = (step, time.monotonic())
+        trainer_state = {
+            "step": step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": ckpt.rng_state(),
+            "skipped_steps": self.skipped_steps,
+        }
+        if self.cfg.algo.ref_sync_every:  # the reference is no longer the starting model: keep it
+            trainer_state["ref"] = self.ref.state_dict()
+        return ckpt.save_checkpoint(
+            self.run_dir, step, self.policy, self.tokenizer, trainer_state, keep=self.cfg.train.keep_checkpoints
+        )
+
+    def stop(self, step: int, signal_name: str) -> Path:
+        """Stopped by a signal after ``step`` steps: saves them (unless just saved) and says how to continue."""
+        saved = self.save(step) if self.last_save[0] != step or step == 0 else ckpt.last_checkpoint(self.run_dir)
+        self.printer.note(
+            f"stopped by {signal_name} after step {step}; checkpoint {saved}; continue with: rlvr train resume={self.run_dir}"
+        )
+        return self.run_dir
+
+    def interrupted(self, step: int) -> None:
+        """A second signal (or Ctrl-C outside the handlers) during ``step``: notes what is saved."""
+        saved = ckpt.list_checkpoints(self.run_dir)
+        where = f"last checkpoint {saved[-1]}" if saved else "no checkpoint saved yet"
+        self.printer.note(f"interrupted at step {step + 1}; {where}; metrics are in {self.run_dir / 'metrics.jsonl'}")
+
+    def finish(self) -> Path:
+        """The final checkpoint, the summary, and RUN/report/ unless ``log.report=false``; returns the checkpoint."""
+        final = self.save(self.cfg.train.steps)
+        self.printer.done(self.run_dir, final)
+        if not self.cfg.log.report:
+            self.printer.note(f"report: not written (log.report=false); `rlvr report {self.run_dir}` writes it")
+            return final
+        try:
+            out = build_report(self.run_dir)
+        except Exception as e:  # the run is saved; a failed report must not turn it into a failure
+            self.printer.note(f"warning: the report failed ({type(e).__name__}: {e}); retry with `rlvr report {self.run_dir}`")
+        else:
+            self.printer.note(f"report: {out / 'report.html'} (and report.md; plots in {out / 'plots'})")
+        return final
+
+    def close(self) -> None:
+        """Closes the metrics and samples sinks and the progress bar."""
+        self.metrics_log.close()
+        self.samples_log.close()
+        self.printer.stop()
