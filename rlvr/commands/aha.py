@@ -19,10 +19,10 @@ def cmd_aha(args) -> int:
     from rich.text import Text
 
     from rlvr.errors import UserError
-    from rlvr.reporting import aha
-    from rlvr.reporting.plots import save_aha_curve
-    from rlvr.reporting.report import aha_hits
-    from rlvr.reporting.run import load_run
+    from rlvr.analysis import aha
+    from rlvr.analysis.plots import save_aha_curve
+    from rlvr.analysis.report import aha_hits
+    from rlvr.analysis.run import load_run
 
     if args.top < 0:
         raise UserError(f"--top {args.top}: must be >= 0")

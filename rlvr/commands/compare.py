@@ -14,7 +14,7 @@ def cmd_compare(args) -> int:
     from pathlib import Path
 
     from rlvr.errors import UserError
-    from rlvr.reporting.compare import compare_runs, default_output
+    from rlvr.analysis.compare import compare_runs, default_output
 
     paths = []
     for p in map(Path, args.runs):

@@ -12,7 +12,7 @@ EXAMPLES = """examples:
 
 def cmd_report(args) -> int:
     from rlvr.errors import UserError
-    from rlvr.reporting.report import build_report
+    from rlvr.analysis.report import build_report
 
     if args.top < 0:
         raise UserError(f"--top {args.top}: must be >= 0")

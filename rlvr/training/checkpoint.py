@@ -131,16 +131,6 @@ def checkpoint_bytes(model_path: Path, dtype: str = "float32") -> int:
     return 3 * per * params
 
 
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Step checkpoint directories, oldest first (:meth:`RunDir.checkpoints`; kept for the trainer)."""
-    return RunDir(run_dir).checkpoints()
-
-
-def last_checkpoint(run_dir: Path) -> Path:
-    """The checkpoint ``resume=RUN`` continues from (:meth:`RunDir.resume_checkpoint`; kept for the trainer)."""
-    return RunDir(run_dir).resume_checkpoint()
-
-
 def load_trainer_state(ckpt: Path) -> dict:
     return torch.load(Path(ckpt) / STATE_FILE, map_location="cpu", weights_only=False)
 

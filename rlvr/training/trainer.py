@@ -28,9 +28,11 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path
 from rlvr.models.forward import shared_prompt_group
 from rlvr.models.precision import needs_resolving, resolve_precision
-from rlvr.reporting import JsonlWriter, MetricsLogger, peak_memory, truncate_jsonl
-from rlvr.reporting.console import StepPrinter
-from rlvr.reporting.report import build_report
+from rlvr.jsonl import JsonlWriter, truncate_jsonl
+from rlvr.tracking import MetricsLogger, peak_memory
+from rlvr.run_dir import RunDir
+from rlvr.tracking.console import StepPrinter
+from rlvr.analysis.report import build_report
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.training import checkpoint as ckpt
@@ -68,26 +70,21 @@ def train(cfg: Config, *, console=None) -> Path:
     return trainer.run_dir
 
 
-RUN_OUTPUTS = ("metrics.jsonl", "samples.jsonl", "checkpoints", "eval", "tensorboard", "report", "wandb")
-"""What a run writes into its directory (``overwrite=true`` removes these before starting again)."""
-
-
 def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
     """The run directory, checked before any model loads: refuses to write a new run over an
     existing one (unless ``overwrite=true``), and needs to be writable with room for two checkpoints."""
-    run_dir = Path(cfg.resume or cfg.run_dir)
-    if not cfg.resume and (run_dir / "metrics.jsonl").exists():
+    run = RunDir(Path(cfg.resume or cfg.run_dir))
+    run_dir = run.path
+    if not cfg.resume and run.metrics_file.exists():
         if not cfg.overwrite:
             raise UserError(
                 f"{run_dir} already holds a run; continue it with resume={run_dir}, start a new one with "
                 f"run_dir=runs/NEW_NAME, or replace it with overwrite=true"
             )
-        for name in RUN_OUTPUTS:
-            target = run_dir / name
-            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+        run.remove_outputs()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = run_dir / "config.yaml.tmp"
+        tmp = run.config_file.with_name(run.config_file.name + ".tmp")
         tmp.write_text(to_yaml(cfg), encoding="utf-8")
     except OSError as e:
         raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
@@ -100,7 +97,7 @@ def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
                 f"run_dir={run_dir} has {free / 2**30:.1f} GiB free but two checkpoints of this model need about "
                 f"{need / 2**30:.1f} GiB; free space there or pick another run_dir="
             )
-    tmp.replace(run_dir / "config.yaml")
+    tmp.replace(run.config_file)
     return run_dir
 
 
@@ -141,7 +138,7 @@ class Trainer:
             return False
         self.stream = PromptStream(len(self.train_rows), cfg.train.prompts_per_step, cfg.seed)
         self.metrics_log = MetricsLogger.from_config(self.run_dir, cfg.log)  # jsonl + TensorBoard/W&B, each failure-isolated
-        self.samples_log = JsonlWriter(self.run_dir / "samples.jsonl")
+        self.samples_log = JsonlWriter(self.run.samples_file)
         self.bad_in_row = 0  # steps in a row whose every update was skipped
         self.last_save = (self.start_step, time.monotonic())  # (step, monotonic time) of the last checkpoint
         # reward workers started, warm and plugins imported before any time limit runs
@@ -165,11 +162,12 @@ class Trainer:
         )
         self.model_path = resolve_model_path(cfg.model.path)
         get_reward(cfg.reward.accuracy_rule)
-        self.resume_from = ckpt.last_checkpoint(Path(cfg.resume)) if cfg.resume else None
+        self.resume_from = RunDir(Path(cfg.resume)).resume_checkpoint() if cfg.resume else None
         self.run_dir = prepare_run_dir(cfg, self.model_path)
+        self.run = RunDir(self.run_dir)
         self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=self.console)
         for name in ckpt.remove_stale(self.run_dir):  # left by a process killed mid-checkpoint
-            self.printer.note(f"removed {self.run_dir / 'checkpoints' / name}, a checkpoint a killed run had not finished")
+            self.printer.note(f"removed {self.run.checkpoints_root / name}, a checkpoint a killed run had not finished")
         for note in precision_notes:
             self.printer.note(note)
         random.seed(cfg.seed)
@@ -227,8 +225,8 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         if "ref" in state:  # a reference refreshed from the policy (algo.ref_sync_every)
             self.ref.load_state_dict(state["ref"])
-        truncate_jsonl(self.run_dir / "metrics.jsonl", self.start_step)
-        truncate_jsonl(self.run_dir / "samples.jsonl", self.start_step)
+        truncate_jsonl(self.run.metrics_file, self.start_step)
+        truncate_jsonl(self.run.samples_file, self.start_step)
         self.skipped_steps = state.get("skipped_steps", 0)
 
     def autocast(self):
@@ -419,7 +417,7 @@ class Trainer:
 
     def stop(self, step: int, signal_name: str) -> Path:
         """Stopped by a signal after ``step`` steps: saves them (unless just saved) and says how to continue."""
-        saved = self.save(step) if self.last_save[0] != step or step == 0 else ckpt.last_checkpoint(self.run_dir)
+        saved = self.save(step) if self.last_save[0] != step or step == 0 else self.run.resume_checkpoint()
         self.printer.note(
             f"stopped by {signal_name} after step {step}; checkpoint {saved}; continue with: rlvr train resume={self.run_dir}"
         )
@@ -427,9 +425,9 @@ class Trainer:
 
     def interrupted(self, step: int) -> None:
         """A second signal (or Ctrl-C outside the handlers) during ``step``: notes what is saved."""
-        saved = ckpt.list_checkpoints(self.run_dir)
+        saved = self.run.checkpoints()
         where = f"last checkpoint {saved[-1]}" if saved else "no checkpoint saved yet"
-        self.printer.note(f"interrupted at step {step + 1}; {where}; metrics are in {self.run_dir / 'metrics.jsonl'}")
+        self.printer.note(f"interrupted at step {step + 1}; {where}; metrics are in {self.run.metrics_file}")
 
     def finish(self) -> Path:
         """The final checkpoint, the summary, and RUN/report/ unless ``log.report=false``; returns the checkpoint."""

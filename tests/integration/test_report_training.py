@@ -8,7 +8,7 @@ import pytest
 
 from rlvr.config import load_config
 from rlvr.models.tiny import save_tiny_model
-from rlvr.reporting import sinks
+from rlvr.tracking import sinks
 from rlvr.rewards import registry
 from rlvr.training import train
 

@@ -12,8 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 # Packages that run or present training. Nothing in LAYERS imports them; they import anything.
-# A new top-level package of that kind (e.g. tracking/, analysis/ when reporting/ splits) goes here.
-UPPER = ["training", "evaluation", "reporting", "tracking", "analysis", "distributed", "commands", "cli"]
+# A new top-level package of that kind goes here.
+UPPER = ["training", "evaluation", "tracking", "analysis", "distributed", "commands", "cli"]
 # The entry point (argv -> a command module): no module imports it.
 ENTRY = "cli"
 

@@ -13,13 +13,14 @@ import pytest
 from rlvr.cli import main
 from rlvr.config import load_config, to_yaml
 from rlvr.errors import UserError
-from rlvr.reporting import MetricsLogger, aha
-from rlvr.reporting import sinks as sinks_mod
-from rlvr.reporting.compare import compare_runs, run_labels
-from rlvr.reporting.plots import smooth, smoothing_window
-from rlvr.reporting.report import build_report
-from rlvr.reporting.run import load_run
-from rlvr.reporting.sweep import Sweep, load_spec, parse_grid, run_sweep, split_values
+from rlvr.analysis import aha
+from rlvr.tracking import MetricsLogger
+from rlvr.tracking import sinks as sinks_mod
+from rlvr.analysis.compare import compare_runs, run_labels
+from rlvr.analysis.plots import smooth, smoothing_window
+from rlvr.analysis.report import build_report
+from rlvr.analysis.run import load_run
+from rlvr.commands.sweep import Sweep, load_spec, parse_grid, run_sweep, split_values
 
 PLANTED = "<think>3 + 5 = 9. Wait, let me check: 3 + 5 = 8.</think><answer>\\boxed{8}</answer>"
 

@@ -1,7 +1,7 @@
 """``rlvr report RUN``: plots, ``report.md`` and a self-contained ``report.html`` for one run.
 
 Works on a finished run, one that is still writing, and one that crashed: it reads whatever
-complete lines are on disk (see :mod:`rlvr.reporting.run`).
+complete lines are on disk (see :mod:`rlvr.analysis.run`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from rlvr import metric_names as M
 from rlvr.errors import UserError
-from rlvr.reporting import aha
-from rlvr.reporting.document import Doc, Sample
-from rlvr.reporting.plots import panels_for, save_aha_curve, save_overview, save_panel
-from rlvr.reporting.run import Run, load_run
+from rlvr.analysis import aha
+from rlvr.analysis.document import Doc, Sample
+from rlvr.analysis.plots import panels_for, save_aha_curve, save_overview, save_panel
+from rlvr.analysis.run import Run, load_run
 
 # (dotted config key, label) shown in the config summary
 CONFIG_ROWS = [

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from rlvr import metric_names as M
 from rlvr.errors import UserError
-from rlvr.reporting import aha
-from rlvr.reporting.document import Doc
-from rlvr.reporting.plots import panels_for, save_aha_curve, save_panel
-from rlvr.reporting.report import first_last
-from rlvr.reporting.run import Run, flatten, load_run
+from rlvr.analysis import aha
+from rlvr.analysis.document import Doc
+from rlvr.analysis.plots import panels_for, save_aha_curve, save_panel
+from rlvr.analysis.report import first_last
+from rlvr.analysis.run import Run, flatten, load_run
 
 IGNORED_KEYS = ("run_dir", "resume")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr import metric_names as M
-from rlvr.reporting.run import Run
+from rlvr.analysis.run import Run
 
 DPI = 110
 LINESTYLES = ["-", "--", ":", "-."]

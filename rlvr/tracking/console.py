@@ -67,8 +67,8 @@ class StepPrinter:
 
 def summary_lines(run_dir, final) -> list[str]:
     """Steps and time, reward/accuracy first -> last, eval before -> after, final checkpoint."""
-    from rlvr.reporting.report import first_last
-    from rlvr.reporting.run import load_run
+    from rlvr.analysis.report import first_last
+    from rlvr.analysis.run import load_run
 
     run = load_run(run_dir)
     _, step_s = run.series(M.TIME_STEP_S)
