@@ -24,6 +24,7 @@ from rlvr.algos.losses import (
     kl_divergence,
     masked_mean,
     policy_loss,
+    token_loss,
     truncated_importance_weights,
 )
 from rlvr.algos.shaping import kl_shaped_rewards, overlong_penalty
@@ -45,5 +46,6 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "token_logprobs",
+    "token_loss",
     "truncated_importance_weights",
 ]

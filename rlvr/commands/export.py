@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+from rlvr import metric_names as M
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
 
@@ -36,8 +37,8 @@ def model_card(resolved, dtype: str) -> str:
                   f"assistant prefix `{data.get('assistant_prefix')}` (see rlvr.data.templates).", ""]
     history = RunDir(resolved.run_dir).read_eval_history() if resolved.run_dir is not None else []
     if history:
-        keys = [k for k in history[-1] if k.startswith("eval/") and k != "eval/time_s"]
-        lines += ["## Evaluation during training", "", "| step | " + " | ".join(k.removeprefix("eval/") for k in keys) + " |",
+        keys = [k for k in history[-1] if k.startswith(M.EVAL) and k != M.EVAL_TIME_S]
+        lines += ["## Evaluation during training", "", "| step | " + " | ".join(k.removeprefix(M.EVAL) for k in keys) + " |",
                   "| --- |" + " --- |" * len(keys)]
         for row in history:
             lines.append(f"| {row['step']} | " + " | ".join(f"{row.get(k, float('nan')):.3f}" for k in keys) + " |")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr import metric_names as M
 from rlvr.evaluation.evaluate import PromptStyle, evaluate, load_eval_rows, metric_keys, write_result
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.run_dir import RunDir
@@ -80,8 +81,8 @@ class TrainingEval:
                 scorer=self.scorer,
             )
         write_result(result, self.run_dir.eval_dir(step), step=step)
-        metrics = {f"eval/{k}": float(result.summary[k]) for k in metric_keys(result.summary)}
-        metrics["eval/time_s"] = float(result.summary["time_s"])
+        metrics = {M.eval_key(k): float(result.summary[k]) for k in metric_keys(result.summary)}
+        metrics[M.EVAL_TIME_S] = float(result.summary["time_s"])
         history = self.run_dir.eval_history_file
         truncate_jsonl(history, step - 1)  # a resumed run redoes evaluations past its checkpoint
         with JsonlWriter(history) as writer:
@@ -93,6 +94,6 @@ def describe(step: int, metrics: dict[str, float]) -> str:
     """One console line for an evaluation's metrics."""
     shown = "  ".join(
         f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items()
-        if k.startswith("eval/") and k not in ("eval/time_s", "eval/response_len_mean")
+        if k.startswith(M.EVAL) and k not in (M.EVAL_TIME_S, M.EVAL_RESPONSE_LEN_MEAN)
     )
     return f"eval after step {step}: {shown}  ({metrics.get('eval/time_s', 0):.1f} s)"

@@ -17,7 +17,6 @@ from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmu
 
 from rlvr import algos
 from rlvr import metric_names as M
-from rlvr.algos.losses import token_loss
 from rlvr.config import Config
 from rlvr.models import eval_mode, response_logits
 from rlvr.models.forward import shared_prompt_group
@@ -135,7 +134,7 @@ def _micro_batch_loss(logits, batch: RolloutBatch, rows: slice, m: Tensor, adv, 
     else:  # a metric only: no graph
         with torch.no_grad():
             entropy = algos.entropy_from_logits(logits.detach(), temperature=temperature)
-    loss_tok, pg_tok = token_loss(
+    loss_tok, pg_tok = algos.token_loss(
         pg_tok, tis_weight=weight, kl=kl_tok, kl_coef=algo.kl_coef,
         entropy=entropy if algo.entropy_coef else None, entropy_coef=algo.entropy_coef,
     )
