@@ -222,6 +222,11 @@ class Trainer:
             return
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        # the saved lr is the old schedule's: a resume that changes train.steps (the cosine's horizon)
+        # trains its next step at the new schedule's value (unchanged settings give the same number)
+        for group, base, fn in zip(self.optimizer.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas):
+            group["lr"] = base * fn(self.scheduler.last_epoch)
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
         ckpt.set_rng_state(state["rng"])
         if "ref" in state:  # a reference refreshed from the policy (algo.ref_sync_every)
             self.ref.load_state_dict(state["ref"])

@@ -220,3 +220,16 @@ def test_second_iteration_moves_the_ratio(tiny_dir, tmp_path):
     # iterations 2 and 3 see a policy that moved away from old_logp and from the reference
     assert m["train/kl"] > 0
     assert abs(m["train/ratio_mean"] - 1) > 1e-6
+
+
+def test_resume_with_more_steps_follows_the_new_schedule_at_once(tiny_dir, tmp_path):
+    """Found while splitting the trainer: resuming with a larger train.steps trained the first resumed
+    step at the old cosine's lr (restored from the optimizer state)."""
+    extra = ("train.lr_schedule=cosine", "train.warmup_steps=0", "train.min_lr_ratio=0.1")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(tiny_config(tiny_dir, straight, "train.steps=6", *extra))
+    train(tiny_config(tiny_dir, resumed, "train.steps=3", *extra))
+    train(tiny_config(tiny_dir, resumed, "train.steps=6", f"resume={resumed}", *extra))
+    lrs = [m["train/lr"] for m in read_metrics(resumed)]
+    assert lrs[3:] == [m["train/lr"] for m in read_metrics(straight)][3:]
+    assert lrs[2] < lrs[3]  # step 3 ended the 3-step cosine at its floor; step 4 is on the 6-step one
