@@ -20,12 +20,11 @@ Dotted paths reach into nested records: ``reward_model.ground_truth``, ``prompt.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlvr.data.tasks import last_boxed
 from rlvr.errors import UserError
+from rlvr.rewards.extract import last_boxed
 
 MISSING = object()
 

@@ -109,19 +109,3 @@ def countdown(n: int, *, seed: int, difficulty: int = 1) -> list[dict]:
         fields = {"numbers": numbers, "target": target, "solution": solution}
         rows.append({"question": countdown_question(numbers, target), "answer": str(target), "fields": fields})
     return rows
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` in ``text`` (nested braces balanced), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
-    return None
