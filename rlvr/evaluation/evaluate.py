@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.choices import BUILTIN_TASKS
+from rlvr.config import DataConfig
+from rlvr.data import load_split, render_prompt
+from rlvr.data.templates import get_template
 from rlvr.errors import UserError
 from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
+from rlvr.rewards import Scorer, extract_answer, normalize_number
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,6 @@ class PromptStyle:
 
     def resolve(self):
         """The :class:`rlvr.data.templates.PromptTemplate` with the overrides applied."""
-        from rlvr.data.templates import get_template
-
         return get_template(self.template, system_prompt=self.system_prompt, assistant_prefix=self.assistant_prefix)
 
 
@@ -51,8 +53,6 @@ def _judge(scorer, completions: list[str], golds: list[str], fields: dict) -> li
 
     An item whose rule failed (verifier time-out or crash) is not correct and says why in ``error``.
     """
-    from rlvr.rewards import extract_answer
-
     (acc, acc_err), (len_, len_err), (fmt, fmt_err) = (
         scorer.rule_items(name, completions, golds, fields) for name in EVAL_RULES
     )
@@ -77,8 +77,6 @@ def _fields(rows: list[dict], repeat: int = 1) -> dict:
 
 
 def _vote_key(answer: str) -> str:
-    from rlvr.rewards import normalize_number
-
     return normalize_number(answer) or answer.strip()
 
 
@@ -95,9 +93,6 @@ def load_eval_rows(data: str, *, preset: str | None = None, limit: int | None = 
     Raises:
         UserError: unknown task/file, unknown preset, or rows without gold answers.
     """
-    from rlvr.config import DataConfig
-    from rlvr.data import load_split
-
     if data in BUILTIN_TASKS:
         size = max(limit or 0, DataConfig().test_size)  # the generator is prefix-stable: any size agrees on the first N
         rows = load_split(DataConfig(task=data, difficulty=difficulty, test_size=size), "test").rows
@@ -147,9 +142,6 @@ def evaluate(
         truncated_frac, scoring_errors (items a rule failed on: scored as not correct), and with K > 1: pass@k,
         maj@K, sample_accuracy (mean over all K samples), sample_format_rate.
     """
-    from rlvr.data import render_prompt
-    from rlvr.rewards import Scorer
-
     if samples < 1:
         raise UserError(f"--samples {samples}: must be >= 1")
     t0 = time.perf_counter()

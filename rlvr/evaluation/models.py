@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.errors import UserError
+from rlvr.evaluation.evaluate import PromptStyle
+from rlvr.models import BUILTIN_MODELS, load_model, load_tokenizer, resolve_device, resolve_model_path
+from rlvr.models.loading import DTYPES
+from rlvr.models.precision import bf16_support, choose_dtype
 from rlvr.run_dir import RunDir
 
 
@@ -64,8 +68,6 @@ def resolve(spec: str) -> ResolvedModel:
         return ResolvedModel(spec, ckpt, path.resolve(), run.read_config() or {})
     if path.is_dir() and run.config_file.is_file():
         raise UserError(f"--model {spec}: the run has no checkpoint yet")
-    from rlvr.models import BUILTIN_MODELS, resolve_model_path
-
     if not path.exists() and spec not in BUILTIN_MODELS:
         raise UserError(
             f"--model {spec}: not found; give a built-in name ({', '.join(BUILTIN_MODELS)}), a Hugging Face "
@@ -76,16 +78,12 @@ def resolve(spec: str) -> ResolvedModel:
 
 def load(resolved: ResolvedModel, *, dtype: str = "float32", device: str = "cpu"):
     """(model in eval mode, tokenizer); a LoRA adapter directory is merged into its base model."""
-    from rlvr.models import load_model, load_tokenizer, resolve_device
-
     path = resolved.path
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
         try:
             from peft import AutoPeftModelForCausalLM
         except ImportError:
             raise UserError(f"{path} is a LoRA adapter; merging it needs `pip install peft`") from None
-        from rlvr.models.loading import DTYPES
-
         try:
             model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype]).merge_and_unload()
         except (OSError, ValueError) as e:
@@ -104,9 +102,6 @@ def generation_dtype(device: str, dtype: str = "auto") -> tuple[str, str]:
     """(dtype to load and generate in, the line that says why) for ``--dtype`` on ``--device``;
     ``auto`` is chosen from the hardware. Callers print the line once the model has loaded, so a
     bad input stays one line."""
-    from rlvr.models import resolve_device  # torch: only once a command has checked its inputs
-    from rlvr.models.precision import bf16_support, choose_dtype
-
     dev = resolve_device(device)
     chosen, warning = choose_dtype(dtype, dev)
     line = f"generation dtype: {chosen} ({bf16_support(dev).why})"
@@ -126,8 +121,6 @@ def prompt_settings(
     """(PromptStyle, max_new_tokens, stop strings): what the user gave first, then the first run's
     config, then defaults. One setting for all models, so a before/after comparison asks both the
     same way."""
-    from rlvr.evaluation.evaluate import PromptStyle
-
     run = next((r.prompt_defaults() for r in resolved if r.run_config), {})
     style = PromptStyle(
         template=template or run.get("template", default_template),

@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from rlvr import metric_names as M
+from rlvr.analysis.report import first_last
+from rlvr.analysis.run import load_run
 
 # (metric key, label, format) shown on every step line
 STEP_FIELDS = [
@@ -67,9 +69,6 @@ class StepPrinter:
 
 def summary_lines(run_dir, final) -> list[str]:
     """Steps and time, reward/accuracy first -> last, eval before -> after, final checkpoint."""
-    from rlvr.analysis.report import first_last
-    from rlvr.analysis.run import load_run
-
     run = load_run(run_dir)
     _, step_s = run.series(M.TIME_STEP_S)
     total = sum(step_s)

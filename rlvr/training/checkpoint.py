@@ -8,13 +8,16 @@ previous checkpoint intact.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import random
 import re
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from rlvr.errors import UserError
 from rlvr.run_dir import STATE_FILE, RunDir, step_name
@@ -30,8 +33,6 @@ def _fsync_dir(path: Path) -> None:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
-    import ctypes
-
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
@@ -115,8 +116,6 @@ def checkpoint_bytes(model_path: Path, dtype: str = "float32") -> int:
     """About how many bytes one checkpoint of this model takes: the weights in ``dtype`` plus AdamW's
     two moment tensors of the same size (tokenizer and config files are small). Parameters are
     counted from the safetensors headers, without loading the weights; other formats by file size."""
-    from safetensors import safe_open
-
     per = 2 if dtype in ("bfloat16", "float16") else 4
     params = 0
     for f in Path(model_path).glob("*.safetensors"):
@@ -137,8 +136,6 @@ def load_trainer_state(ckpt: Path) -> dict:
 
 def rng_state() -> dict:
     """Every RNG the run draws from: torch (CPU and CUDA) and Python's ``random``."""
-    import random
-
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -146,8 +143,6 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    import random
-
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
