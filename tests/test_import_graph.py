@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 # Packages that run or present training. Nothing in LAYERS imports them; they import anything.
 # A new top-level package of that kind goes here.

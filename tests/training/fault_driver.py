@@ -1,4 +1,4 @@
-"""Run ``rlvr train`` with one fault fired at a named point (used by test_fault_points.py).
+"""Run ``rlvr train`` with one fault fired at a named point (used by test_fault_injection.py).
 
     python fault_driver.py POINT N SIGNAL MARKER -- rlvr-train-args...
 

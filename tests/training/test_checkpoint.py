@@ -1,5 +1,5 @@
 """Checkpoints (atomic HF dirs, ``last`` link, pruning) and RNG state. Finding checkpoints and the
-run's JSONL files are tests/unit/test_run_dir.py's."""
+run's JSONL files are tests/test_run_dir.py's."""
 
 import os
 import random

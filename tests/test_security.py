@@ -11,7 +11,7 @@ import pytest
 
 from rlvr.data import tasks
 
-PACKAGE = Path(__file__).resolve().parents[2] / "rlvr"
+PACKAGE = Path(__file__).resolve().parents[1] / "rlvr"
 BUILTINS = {"eval", "exec", "compile", "__import__"}  # as bare names (re.compile is fine)
 PARSERS = {"sympify", "parse_expr", "parse_latex"}  # sympy's string parsers, however reached
 
