@@ -2,44 +2,26 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from rlvr.config import load_config
-from rlvr.models.tiny import save_tiny_model
 from rlvr.tracking import sinks
-from rlvr.rewards import registry
 from rlvr.training import train
+
+from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
 
-def sevens(completions: list[str], labels: list[str], **fields) -> list[float]:
-    """Fraction of each completion's words that are '7' (the reward of tests/integration/test_tiny_training.py)."""
-    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
-
-
-def test_broken_sink_does_not_stop_training_and_the_report_renders(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(registry.REWARDS, "sevens", sevens)
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
-    model_dir = save_tiny_model(tmp_path / "tiny")
-
+def test_broken_sink_does_not_stop_training_and_the_report_renders(tiny_dir, tmp_path, monkeypatch, capsys):
     def broken(self, step, row):
         raise OSError("no space left on device")
 
     monkeypatch.setattr(sinks.TensorBoardSink, "write", broken)
     run_dir = tmp_path / "run"
-    cfg = load_config(None, [
-        f"model.path={model_dir}", "model.device=cpu", f"run_dir={run_dir}",
-        "data.template=plain", "data.system_prompt=", "data.assistant_prefix=",
-        "rollout.max_new_tokens=8", "rollout.samples_per_prompt=4", "rollout.dtype=float32",
-        "reward.rules=[sevens]", "reward.weights=[1.0]", "reward.accuracy_rule=sevens",
-        "train.prompts_per_step=2", "train.micro_batch_seqs=8", "train.lr=1e-2", "train.steps=3",
-        "eval.limit=4", "log.tensorboard=true", "log.progress=false",
-    ])
+    cfg = tiny_config(tiny_dir, run_dir, "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.steps=3",
+                      "eval.limit=4", "log.tensorboard=true", "log.report=true")
     train(cfg)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["perf/peak_rss_mib"] > 10 for r in rows)
     err = capsys.readouterr().err

@@ -10,6 +10,9 @@ import torch
 
 from rlvr.cli import main
 from rlvr.models.tiny import save_tiny_model
+from rlvr.run_dir import RunDir
+
+import tiny_run
 
 pytestmark = pytest.mark.slow
 
@@ -122,22 +125,17 @@ def test_think_part_is_dimmed():
 def test_training_evaluates_and_export_reloads_with_identical_logits(cwd, tiny, capsys):
     from transformers import AutoModelForCausalLM
 
-    from rlvr.config import load_config
     from rlvr.training import train
 
     run = cwd / "run"
-    cfg = load_config(None, [
-        f"model.path={tiny}", "model.device=cpu", f"run_dir={run}", "data.template=plain", "data.system_prompt=",
-        "data.assistant_prefix=", "rollout.max_new_tokens=6", "rollout.samples_per_prompt=4", "rollout.dtype=float32",
-        "reward.rules=[format_partial]", "reward.weights=[1.0]", "reward.workers=0",
-        "train.prompts_per_step=2", "train.micro_batch_seqs=8", "train.steps=3",
-        "eval.every_steps=2", "eval.limit=4", "log.tensorboard=false", "log.progress=false",
-    ])
+    cfg = tiny_run.tiny_config(tiny, run, *tiny_run.FORMAT_REWARD, "reward.workers=0", "rollout.max_new_tokens=6",
+                               "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.steps=3",
+                               "eval.every_steps=2", "eval.limit=4")
     train(cfg)
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    metrics = tiny_run.metrics(run)
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert "eval/accuracy" not in metrics[0] and "eval/accuracy" in metrics[1] and "eval/accuracy" in metrics[2]
-    history = [json.loads(line) for line in (run / "eval" / "history.jsonl").read_text().splitlines()]
+    history = RunDir(run).read_eval_history()
     assert [h["step"] for h in history] == [0, 2, 3]  # at start, every 2 steps, at the end
     assert json.loads((run / "eval" / "step_000000" / "summary.json").read_text())["n"] == 4
     assert len((run / "eval" / "step_000003" / "predictions.jsonl").read_text().splitlines()) == 4

@@ -19,6 +19,8 @@ from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.base import cut_at_stop, response_mask_from_eos
 from rlvr.training.loop import batch_logprobs, update_policy
 
+from tiny_run import tiny_args
+
 PROMPTS = ["what is 3 + 4 ?", "what is 2 + 2 ?"]
 
 
@@ -82,11 +84,9 @@ def test_aten_avx2_dispatch_reads_as_no_native_bf16():
 def test_train_prints_the_choice_first_and_saves_it(tiny_dir, tmp_path, capsys, cpu_without_bf16):
     run = tmp_path / "run"
     rc = main([
-        "train", f"model.path={tiny_dir}", "model.device=cpu", f"run_dir={run}", "data.template=plain",
-        "data.system_prompt=", "data.assistant_prefix=", "rollout.max_new_tokens=4", "rollout.samples_per_prompt=2",
-        "reward.rules=[sevens]", "reward.weights=[1.0]", "reward.accuracy_rule=sevens", "train.steps=1",
-        "train.prompts_per_step=2", "train.micro_batch_seqs=4", "log.tensorboard=false", "log.progress=false",
-        "log.report=false", "eval.at_start=false", "eval.at_end=false",
+        "train", *tiny_args(tiny_dir, run, "rollout.dtype=auto", "rollout.max_new_tokens=4",
+                            "rollout.samples_per_prompt=2", "train.steps=1", "train.prompts_per_step=2",
+                            "train.micro_batch_seqs=4", "eval.at_start=false", "eval.at_end=false"),
     ])
     assert rc == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("rollout dtype: float32, training autocast bf16: off")

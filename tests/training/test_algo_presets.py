@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 
 import pytest
@@ -16,34 +15,23 @@ from rlvr.rollout import HFRolloutEngine
 from rlvr.training import train
 from rlvr.training.loop import accumulate_gradients
 
+from tiny_run import metrics, tiny_config
+
 pytestmark = pytest.mark.slow
 
-TINY = [
-    "model.device=cpu",
-    "data.template=plain",
-    "data.system_prompt=",
-    "data.assistant_prefix=",
-    "rollout.max_new_tokens=8",
+# the tiny run at 2 prompts x 4 samples, without evaluation
+SMALL = (
     "rollout.samples_per_prompt=4",
-    "rollout.dtype=float32",
-    "reward.rules=[sevens]",
-    "reward.weights=[1.0]",
-    "reward.accuracy_rule=sevens",
     "train.prompts_per_step=2",
     "train.micro_batch_seqs=4",
-    "train.lr=1e-2",
-    "train.save_every=0",
-    "log.tensorboard=false",
-    "log.progress=false",
-    "log.report=false",
     "eval.at_start=false",
     "eval.at_end=false",
-]
+)
 
 
 def run(preset, model_dir, run_dir, *extra):
-    train(load_config(preset, [f"model.path={model_dir}", f"run_dir={run_dir}", *TINY, *extra]))
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train(tiny_config(model_dir, run_dir, *SMALL, *extra, preset=preset))
+    return metrics(run_dir)
 
 
 @pytest.mark.parametrize("preset", ["grpo", "dapo", "dr_grpo", "gspo", "rloo"])

@@ -4,7 +4,6 @@ of ``rlvr train``; in-process signal tests are in test_signals.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -17,19 +16,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlvr.models.tiny import save_tiny_model
+from tiny_run import FORMAT_REWARD, metrics, tiny_args
 
 pytestmark = pytest.mark.slow
 
 STEPS = 80
-ARGS = [
-    "data.template=plain", "data.system_prompt=", "data.assistant_prefix=", "rollout.max_new_tokens=8",
-    "rollout.samples_per_prompt=4", "rollout.dtype=float32", "model.autocast_bf16=false", "model.device=cpu",
-    "reward.rules=[format_partial]", "reward.weights=[1.0]", "reward.accuracy_rule=format_partial",
-    "train.prompts_per_step=2", "train.micro_batch_seqs=4", "train.lr=1e-2", "train.save_every=1",
-    "train.keep_checkpoints=2", "log.tensorboard=false", "log.progress=false", "log.report=false",
-    "eval.limit=4", f"train.steps={STEPS}",
-]
+# the tiny run, in a subprocess (no in-process `sevens` reward), smaller, checkpointing every step
+FAULT_RUN = (
+    *FORMAT_REWARD, "model.autocast_bf16=false", "rollout.samples_per_prompt=4", "train.prompts_per_step=2",
+    "train.micro_batch_seqs=4", "train.save_every=1", "train.keep_checkpoints=2", "eval.limit=4",
+    f"train.steps={STEPS}",
+)
 
 
 DRIVER = Path(__file__).with_name("fault_driver.py")
@@ -37,7 +34,7 @@ DRIVER = Path(__file__).with_name("fault_driver.py")
 
 def _start(model, run, extra, fault=()):
     head = [str(DRIVER), *fault, "--"] if fault else ["-m", "rlvr.cli", "train"]
-    cmd = [sys.executable, *head, f"model.path={model}", f"run_dir={run}", *ARGS, *extra]
+    cmd = [sys.executable, *head, *tiny_args(model, run, *FAULT_RUN, *extra)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"})
 
 
@@ -52,19 +49,12 @@ def _same_end(straight, run, steps):
     a = load_file(straight / "checkpoints" / f"step_{steps:06d}" / "model.safetensors")
     b = load_file(run / "checkpoints" / f"step_{steps:06d}" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert _metrics(straight) == _metrics(run)
+    assert metrics(straight, timings=False) == metrics(run, timings=False)
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
-def _metrics(run):
-    timing = lambda k: k.startswith(("time/", "perf/")) or k.endswith("time_s")  # noqa: E731
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not timing(k)} for r in rows]
-
-
-def test_sigkill_at_random_moments_then_resume_is_bit_exact(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
-    model = save_tiny_model(tmp_path / "tiny")
+def test_sigkill_at_random_moments_then_resume_is_bit_exact(tiny_dir, tmp_path):
+    model = tiny_dir
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     assert _start(model, straight, []).wait(timeout=300) == 0
 
@@ -95,12 +85,11 @@ def test_sigkill_at_random_moments_then_resume_is_bit_exact(tmp_path, monkeypatc
 POINTS = ["rollout", "update", "checkpoint", "last"]
 
 
-def test_sigkill_then_sigterm_at_each_named_point_then_resume_is_bit_exact(tmp_path, monkeypatch):
+def test_sigkill_then_sigterm_at_each_named_point_then_resume_is_bit_exact(tiny_dir, tmp_path):
     """One run meets eight faults in turn: SIGKILL at each named point (see fault_driver.py), then
     SIGTERM at each. SIGTERM must exit 0 with a checkpoint of the last finished step."""
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
     steps, every = 40, ["train.steps=40", "train.save_every=5"]
-    model = save_tiny_model(tmp_path / "tiny")
+    model = tiny_dir
     straight, run = tmp_path / "straight", tmp_path / "run"
     assert _start(model, straight, every).wait(timeout=300) == 0
     rng = random.Random(1)
@@ -118,7 +107,7 @@ def test_sigkill_then_sigterm_at_each_named_point_then_resume_is_bit_exact(tmp_p
                 continue
             assert code == 0, err[-2000:]
             assert "continue with: rlvr train resume=" in " ".join(err.split())
-            done = len(_metrics(run))
+            done = len(metrics(run))
             assert (run / "checkpoints" / "last").resolve().name == f"step_{done:06d}"  # nothing finished is lost
     assert _start(model, run, [*every, *_continue(run)]).wait(timeout=300) == 0
     _same_end(straight, run, steps)

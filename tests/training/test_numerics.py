@@ -3,8 +3,6 @@ with the last good weights saved (issue 11, numerics)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -12,7 +10,7 @@ from safetensors.torch import load_file
 from rlvr.errors import UserError
 from rlvr.training import loop, train
 
-from test_tiny_training import tiny_config  # noqa: E402 (pytest puts this folder on sys.path)
+from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +29,6 @@ def inject_nan_gradients(monkeypatch, bad_calls: set[int] | None):
         return out
 
     monkeypatch.setattr(loop, "accumulate_gradients", poisoned)
-
-
-def metrics(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def weights(run_dir, step):

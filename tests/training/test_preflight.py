@@ -3,7 +3,6 @@ not hold another run unless resume= or overwrite=true (issue 11, preflight)."""
 
 from __future__ import annotations
 
-import json
 from collections import namedtuple
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from rlvr.errors import UserError
 from rlvr.training import checkpoint, train, trainer
 
-from test_tiny_training import tiny_config  # noqa: E402 (pytest puts this folder on sys.path)
+from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +46,6 @@ def test_existing_run_needs_resume_or_overwrite(tiny_dir, tmp_path):
     with pytest.raises(UserError, match="already holds a run.*overwrite=true"):
         train(tiny_config(tiny_dir, run, "train.steps=1"))
     train(tiny_config(tiny_dir, run, "train.steps=1", "overwrite=true"))
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(run)
     assert [r["step"] for r in rows] == [1]
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001"]

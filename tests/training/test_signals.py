@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -13,7 +12,7 @@ from safetensors.torch import load_file
 
 from rlvr.training import loop, train
 
-from test_tiny_training import tiny_config  # noqa: E402 (pytest puts this folder on sys.path)
+from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +31,6 @@ def signal_during_update(monkeypatch, sig, *, on_call: int, times: int = 1):
     monkeypatch.setattr(loop, "accumulate_gradients", with_signal)
 
 
-def rows(run_dir):
-    timing = lambda k: k.startswith(("time/", "perf/")) or k.endswith("time_s")  # noqa: E731
-    return [{k: v for k, v in json.loads(line).items() if not timing(k)}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_finishes_the_step_saves_and_resumes_bit_exact(sig, tiny_dir, tmp_path, monkeypatch, capsys):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
@@ -45,7 +38,7 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_exact(sig, tiny_dir, tmp
     real, before = loop.accumulate_gradients, signal.getsignal(sig)
     signal_during_update(monkeypatch, sig, on_call=2)
     assert train(tiny_config(tiny_dir, stopped, "train.steps=4")) == stopped  # returns: exit status 0
-    assert len(rows(stopped)) == 2  # step 2 was finished, step 3 never started
+    assert len(metrics(stopped)) == 2  # step 2 was finished, step 3 never started
     assert (stopped / "checkpoints" / "last").resolve().name == "step_000002"
     assert f"continue with: rlvr train resume={stopped}" in " ".join(capsys.readouterr().err.split())
     assert signal.getsignal(sig) == before  # handlers restored
@@ -54,7 +47,7 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_exact(sig, tiny_dir, tmp
     a = load_file(straight / "checkpoints" / "step_000004" / "model.safetensors")
     b = load_file(stopped / "checkpoints" / "step_000004" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert rows(straight) == rows(stopped)
+    assert metrics(straight, timings=False) == metrics(stopped, timings=False)
 
 
 def test_second_signal_stops_at_once(tiny_dir, tmp_path, monkeypatch):
@@ -62,7 +55,7 @@ def test_second_signal_stops_at_once(tiny_dir, tmp_path, monkeypatch):
     signal_during_update(monkeypatch, signal.SIGTERM, on_call=2, times=2)
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(tiny_dir, run, "train.steps=4", "train.save_every=1"))
-    assert len(rows(run)) == 1  # step 2 did not finish; step 1's line and checkpoint are intact
+    assert len(metrics(run)) == 1  # step 2 did not finish; step 1's line and checkpoint are intact
     assert (run / "checkpoints" / "last").resolve().name == "step_000001"
     assert not list((run / "checkpoints").glob("*tmp*"))
 
@@ -99,4 +92,4 @@ def test_signal_during_the_first_evaluation_saves_step_0_and_resumes_bit_exact(t
     a = load_file(straight / "checkpoints" / "step_000003" / "model.safetensors")
     b = load_file(stopped / "checkpoints" / "step_000003" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert rows(straight) == rows(stopped)
+    assert metrics(straight, timings=False) == metrics(stopped, timings=False)

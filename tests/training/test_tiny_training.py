@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 
 import pytest
 import torch
@@ -17,45 +16,15 @@ from rlvr.training import train
 from rlvr.training.loop import accumulate_gradients, batch_logprobs
 from rlvr import algos
 
+from tiny_run import metrics, tiny_config
+
 pytestmark = pytest.mark.slow
-
-
-def tiny_config(model_dir, run_dir, *extra: str):
-    return load_config(
-        None,
-        [
-            f"model.path={model_dir}",
-            "model.device=cpu",
-            f"run_dir={run_dir}",
-            "data.template=plain",
-            "data.system_prompt=",
-            "data.assistant_prefix=",
-            "rollout.max_new_tokens=8",
-            "rollout.samples_per_prompt=8",
-            "rollout.dtype=float32",
-            "reward.rules=[sevens]",
-            "reward.weights=[1.0]",
-            "reward.accuracy_rule=sevens",
-            "train.prompts_per_step=4",
-            "train.micro_batch_seqs=8",
-            "train.lr=1e-2",
-            "train.save_every=0",
-            "log.tensorboard=false",
-            "log.progress=false",
-            "log.report=false",
-            *extra,
-        ],
-    )
-
-
-def read_metrics(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_tiny_model_learns_a_trivial_reward(tiny_dir, tmp_path):
     run_dir = tmp_path / "run"
     train(tiny_config(tiny_dir, run_dir, "train.steps=30"))
-    rewards = [m["rollout/reward_mean"] for m in read_metrics(run_dir)]
+    rewards = [m["rollout/reward_mean"] for m in metrics(run_dir)]
     assert len(rewards) == 30
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     # a random 130-word model says '7' about 1/130 of the time; GRPO must push that up a lot
@@ -78,9 +47,9 @@ def test_resume_is_bit_exact(tiny_dir, tmp_path):
     for k in a:
         assert torch.equal(a[k], b[k]), k
     # metrics of the resumed run continue the first part without duplicates
-    steps = [m["step"] for m in read_metrics(split)]
+    steps = [m["step"] for m in metrics(split)]
     assert steps == [1, 2, 3, 4]
-    assert read_metrics(split)[3]["rollout/reward_mean"] == read_metrics(straight)[3]["rollout/reward_mean"]
+    assert metrics(split)[3]["rollout/reward_mean"] == metrics(straight)[3]["rollout/reward_mean"]
 
 
 def _rollout_batch(model, P=2, G=4, seed=0):
@@ -208,7 +177,7 @@ def test_generate_with_gradient_checkpointing_in_training_mode_keeps_the_cache()
 def test_kl_is_zero_and_ratio_one_when_policy_equals_reference(tiny_dir, tmp_path):
     run_dir = tmp_path / "kl"
     train(tiny_config(tiny_dir, run_dir, "train.steps=1", "algo.kl_coef=0.1"))
-    (m,) = read_metrics(run_dir)
+    (m,) = metrics(run_dir)
     assert abs(m["train/kl"]) < 1e-6  # first step: policy == reference
     assert m["train/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
 
@@ -216,7 +185,7 @@ def test_kl_is_zero_and_ratio_one_when_policy_equals_reference(tiny_dir, tmp_pat
 def test_second_iteration_moves_the_ratio(tiny_dir, tmp_path):
     run_dir = tmp_path / "iters"
     train(tiny_config(tiny_dir, run_dir, "train.steps=1", "algo.num_iterations=3", "algo.kl_coef=0.1"))
-    (m,) = read_metrics(run_dir)
+    (m,) = metrics(run_dir)
     # iterations 2 and 3 see a policy that moved away from old_logp and from the reference
     assert m["train/kl"] > 0
     assert abs(m["train/ratio_mean"] - 1) > 1e-6
@@ -230,6 +199,6 @@ def test_resume_with_more_steps_follows_the_new_schedule_at_once(tiny_dir, tmp_p
     train(tiny_config(tiny_dir, straight, "train.steps=6", *extra))
     train(tiny_config(tiny_dir, resumed, "train.steps=3", *extra))
     train(tiny_config(tiny_dir, resumed, "train.steps=6", f"resume={resumed}", *extra))
-    lrs = [m["train/lr"] for m in read_metrics(resumed)]
-    assert lrs[3:] == [m["train/lr"] for m in read_metrics(straight)][3:]
+    lrs = [m["train/lr"] for m in metrics(resumed)]
+    assert lrs[3:] == [m["train/lr"] for m in metrics(straight)][3:]
     assert lrs[2] < lrs[3]  # step 3 ended the 3-step cosine at its floor; step 4 is on the 6-step one

@@ -1,0 +1,70 @@
+"""The one tiny training run that end-to-end tests build on, and the one reader of what it wrote.
+
+The run: a tiny random model (``rlvr.models.tiny``) on CPU in float32, 4 prompts x 8 samples of
+at most 8 new tokens, the ``sevens`` reward (registered in process by the ``tiny_dir`` fixture of
+tests/conftest.py), lr 1e-2, no step checkpoints (the final one is still written), no TensorBoard,
+progress bar or report. A test passes only what differs, as extra overrides: the last one of a key
+wins, and a preset, when given, sits under all of them.
+
+Imported as ``tiny_run``: pytest's default "prepend" import mode puts tests/ on ``sys.path`` when
+it loads tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr.config import Config, load_config
+from rlvr.run_dir import RunDir
+
+TINY_RUN = (
+    "model.device=cpu",
+    "data.template=plain",
+    "data.system_prompt=",
+    "data.assistant_prefix=",
+    "rollout.max_new_tokens=8",
+    "rollout.samples_per_prompt=8",
+    "rollout.dtype=float32",
+    "reward.rules=[sevens]",
+    "reward.weights=[1.0]",
+    "reward.accuracy_rule=sevens",
+    "train.prompts_per_step=4",
+    "train.micro_batch_seqs=8",
+    "train.lr=1e-2",
+    "train.save_every=0",
+    "log.tensorboard=false",
+    "log.progress=false",
+    "log.report=false",
+)
+
+FORMAT_REWARD = ("reward.rules=[format_partial]", "reward.weights=[1.0]", "reward.accuracy_rule=format_partial")
+"""A built-in reward in place of ``sevens``, for runs outside the test process (``rlvr train`` subprocesses)
+and for tests without the ``tiny_dir`` fixture."""
+
+
+def tiny_args(model_dir: Path | str, run_dir: Path | str, *extra: str) -> list[str]:
+    """The tiny run's overrides for ``model_dir`` writing to ``run_dir``, then ``extra``."""
+    return [f"model.path={model_dir}", f"run_dir={run_dir}", *TINY_RUN, *extra]
+
+
+def tiny_config(model_dir: Path | str, run_dir: Path | str, *extra: str, preset: str | None = None) -> Config:
+    """The tiny run's config (on the quickstart preset unless ``preset`` names another)."""
+    return load_config(preset, tiny_args(model_dir, run_dir, *extra))
+
+
+def _timing(key: str) -> bool:
+    return key.startswith(("time/", "perf/")) or key.endswith("time_s")
+
+
+def metrics(run_dir: Path | str, *, timings: bool = True) -> list[dict]:
+    """The rows of the run's metrics.jsonl, read by ``RunDir``; ``timings=False`` drops wall times,
+    throughput and memory, which differ between two runs that are otherwise bit-identical.
+
+    Strict where ``RunDir`` is tolerant: the file must exist and every line must be a row, so that a
+    torn or missing line fails the test instead of being skipped.
+    """
+    run = RunDir(Path(run_dir))
+    rows = run.read_metrics()
+    lines = run.metrics_file.read_text(encoding="utf-8").splitlines()
+    assert len(rows) == len(lines), f"{run.metrics_file}: {len(lines) - len(rows)} line(s) that are not a row"
+    return rows if timings else [{k: v for k, v in row.items() if not _timing(k)} for row in rows]
