@@ -1,5 +1,6 @@
 """Test-wide settings: tiny models run faster on one thread, and nothing may touch the network.
-The ``tiny_dir`` fixture is for the end-to-end tests on tiny models."""
+Fixtures: ``tiny_model``, one tiny model for tests that only load it, and ``tiny_dir``, a tiny model
+of a test's own to train (the tiny run's overrides are in tiny_run.py)."""
 
 import os
 
@@ -18,6 +19,12 @@ torch.set_num_threads(1)
 def sevens(completions: list[str], labels: list[str], **fields) -> list[float]:
     """Fraction of each completion's words that are '7': trivially learnable by a tiny model."""
     return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny model directory (named ``m``) shared by the session's tests that only load it."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "m")
 
 
 @pytest.fixture

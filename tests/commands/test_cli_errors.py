@@ -6,12 +6,6 @@ import json
 import pytest
 
 from rlvr.cli import main
-from rlvr.models.tiny import save_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "m")
 
 
 @pytest.fixture
@@ -82,48 +76,48 @@ def test_files_task_without_path(cwd, capsys):
     _no_run_written(cwd)
 
 
-def test_missing_data_file(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=missing.jsonl"]
+def test_missing_data_file(cwd, capsys, tiny_model):
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=missing.jsonl"]
     _error_line(capsys, argv, ["data file missing.jsonl not found", "data.path"])
     _no_run_written(cwd)
 
 
-def test_missing_test_data_file(cwd, capsys, tiny_dir):
+def test_missing_test_data_file(cwd, capsys, tiny_model):
     (cwd / "train.jsonl").write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=train.jsonl", "data.test_path=t.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=train.jsonl", "data.test_path=t.jsonl"]
     _error_line(capsys, argv, ["data file t.jsonl not found"])
     _no_run_written(cwd)
 
 
-def test_data_row_without_answer_key(cwd, capsys, tiny_dir):
+def test_data_row_without_answer_key(cwd, capsys, tiny_model):
     rows = [{"question": "What is 1 + 1?", "answer": "2"}, {"question": "What is 2 + 2?", "solution": "4"}]
     (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.jsonl"]
     _error_line(capsys, argv, ["d.jsonl:2:", "no 'answer'", "keys present: question, solution", "data.answer_key"])
     _no_run_written(cwd)
 
 
-def test_data_file_not_utf8(cwd, capsys, tiny_dir):
+def test_data_file_not_utf8(cwd, capsys, tiny_model):
     (cwd / "d.jsonl").write_bytes('{"question": "café", "answer": "1"}\n'.encode("latin-1"))
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.jsonl"]
     _error_line(capsys, argv, ["d.jsonl", "not UTF-8"])
     _no_run_written(cwd)
 
 
-def test_unknown_reward_name(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules=[acuracy]", "reward.weights=[1]"]
+def test_unknown_reward_name(cwd, capsys, tiny_model):
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "reward.rules=[acuracy]", "reward.weights=[1]"]
     _error_line(capsys, argv, ["unknown reward 'acuracy'", "did you mean 'accuracy'"])
     _no_run_written(cwd)
 
 
-def test_unknown_accuracy_rule(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.accuracy_rule=acuracy"]
+def test_unknown_accuracy_rule(cwd, capsys, tiny_model):
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "reward.accuracy_rule=acuracy"]
     _error_line(capsys, argv, ["unknown reward 'acuracy'"])
     _no_run_written(cwd)
 
 
-def test_unimportable_reward_module(cwd, capsys, tiny_dir):
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "reward.rules=[no_such_pkg_xyz.mod:fn]", "reward.weights=[1]"]
+def test_unimportable_reward_module(cwd, capsys, tiny_model):
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "reward.rules=[no_such_pkg_xyz.mod:fn]", "reward.weights=[1]"]
     _error_line(capsys, argv, ["cannot import reward module 'no_such_pkg_xyz.mod'"])
     _no_run_written(cwd)
 
@@ -134,9 +128,9 @@ def test_resume_missing_directory(cwd, capsys):
     _no_run_written(cwd)
 
 
-def test_resume_missing_directory_with_config(cwd, capsys, tiny_dir):
+def test_resume_missing_directory_with_config(cwd, capsys, tiny_model):
     # with --config the run's saved config is not read, but a missing run must still not be created
-    argv = ["train", "--config", "quickstart", f"model.path={tiny_dir}", "resume=nowhere"]
+    argv = ["train", "--config", "quickstart", f"model.path={tiny_model}", "resume=nowhere"]
     _error_line(capsys, argv, ["resume=nowhere"])
     assert not (cwd / "nowhere").exists()
 
@@ -147,11 +141,11 @@ def test_resume_directory_that_is_not_a_run(cwd, capsys):
     assert list((cwd / "notarun").iterdir()) == []
 
 
-def test_existing_run_is_not_overwritten(cwd, capsys, tiny_dir):
+def test_existing_run_is_not_overwritten(cwd, capsys, tiny_model):
     run = cwd / "r"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
-    _error_line(capsys, ["train", "run_dir=r", f"model.path={tiny_dir}"], ["already holds a run", "resume="])
+    _error_line(capsys, ["train", "run_dir=r", f"model.path={tiny_model}"], ["already holds a run", "resume="])
     assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
     assert not (run / "config.yaml").exists()
 
@@ -229,16 +223,16 @@ def test_data_path_without_files_task(cwd, capsys):
     _no_run_written(cwd)
 
 
-def test_data_bad_label_type_names_row_and_keys(cwd, capsys, tiny_dir):
+def test_data_bad_label_type_names_row_and_keys(cwd, capsys, tiny_model):
     rows = [{"question": "q", "answer": "1"}, {"question": "q2", "answer": [1, 2], "id": 3}]
     (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.jsonl"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.jsonl"]
     _error_line(capsys, argv, ["d.jsonl:2:", "a list in 'answer' (not a string or number)", "keys present: answer, id, question"])
     _no_run_written(cwd)
 
 
-def test_data_unknown_format(cwd, capsys, tiny_dir):
+def test_data_unknown_format(cwd, capsys, tiny_model):
     (cwd / "d.txt").write_text("q\n")
-    argv = ["train", "run_dir=r", f"model.path={tiny_dir}", "data.task=files", "data.path=d.txt"]
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.txt"]
     _error_line(capsys, argv, ["d.txt: unknown data format '.txt'", "data.format"])
     _no_run_written(cwd)

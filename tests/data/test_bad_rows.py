@@ -9,7 +9,6 @@ import json
 import pytest
 
 from rlvr.cli import main
-from rlvr.models.tiny import save_tiny_model, tiny_tokenizer
 
 GOOD = '{"question": "1+1?", "answer": "2"}'
 
@@ -38,15 +37,6 @@ JSONL_ROWS = {
     "lone surrogate": ('{"question": "\\ud800", "answer": "2"}', "not valid Unicode", True),
     "surrogate in the system prompt": ('{"question": "x", "answer": "2", "system": "\\udfff"}', "not valid Unicode", True),
 }
-
-
-@pytest.fixture(scope="module")
-def chat_model(tmp_path_factory):
-    path = save_tiny_model(tmp_path_factory.mktemp("tiny") / "m")
-    tok = tiny_tokenizer()
-    tok.chat_template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
-    tok.save_pretrained(path)
-    return path
 
 
 @pytest.fixture

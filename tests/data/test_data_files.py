@@ -12,7 +12,7 @@ from rlvr.data import load_rows, load_split, prepare_rows
 from rlvr.data.prepare import render_all
 from rlvr.data.templates import get_template
 from rlvr.errors import UserError
-from rlvr.models.tiny import save_tiny_model, tiny_tokenizer
+from rlvr.models.tiny import tiny_tokenizer
 
 GSM = [
     {"question": "Natalia sold 48 clips. How many?", "answer": "48 + 24 = 72\n#### 1,234"},
@@ -312,15 +312,6 @@ def test_builtin_task_order_is_untouched_by_preparation():
 
 
 # --- CLI -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def chat_model(tmp_path_factory):
-    path = save_tiny_model(tmp_path_factory.mktemp("tiny") / "m")
-    tok = tiny_tokenizer()
-    tok.chat_template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
-    tok.save_pretrained(path)
-    return path
 
 
 def test_cli_preview_stats_prepare(tmp_path, capsys, chat_model):

@@ -19,11 +19,6 @@ pytestmark = pytest.mark.slow
 PLAIN = ["--template", "plain", "--system", "", "--max-new-tokens", "6", "--device", "cpu"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "m")
-
-
 @pytest.fixture
 def cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -50,10 +45,10 @@ def _one_error(capsys, argv, *needles):
         assert needle in err, err
 
 
-def test_eval_two_models_side_by_side(cwd, tiny, capsys):
+def test_eval_two_models_side_by_side(cwd, tiny_model, capsys):
     other = save_tiny_model(cwd / "other", seed=1)
     data = gsm8k_file(cwd / "gsm8k.jsonl")
-    rc = main(["eval", "--model", str(tiny), "--model", str(other), "--data", str(data), "--preset", "gsm8k",
+    rc = main(["eval", "--model", str(tiny_model), "--model", str(other), "--data", str(data), "--preset", "gsm8k",
                "--samples", "4", "--output", "out", *PLAIN])
     out = capsys.readouterr().out
     assert rc == 0
@@ -70,25 +65,25 @@ def test_eval_two_models_side_by_side(cwd, tiny, capsys):
         assert len(preds[0]["samples"]) == 4
 
 
-def test_bad_inputs_are_one_line_errors(cwd, tiny, capsys):
+def test_bad_inputs_are_one_line_errors(cwd, tiny_model, capsys):
     data = gsm8k_file(cwd / "gsm8k.jsonl")
     unlabeled = gsm8k_file(cwd / "prompts.jsonl", answers=False)
     (cwd / "alien").mkdir()
     (cwd / "alien" / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     _one_error(capsys, ["eval", "--model", "nope/missing", "--data", str(data)], "--model nope/missing", "not found")
     _one_error(capsys, ["eval", "--model", str(cwd / "alien"), "--data", str(data), *PLAIN], "could not load model")
-    _one_error(capsys, ["eval", "--model", str(tiny), "--data", str(unlabeled), *PLAIN], "gold answers", "rlvr generate")
-    _one_error(capsys, ["eval", "--model", str(tiny), "--data", str(data), "--samples", "0"], "--samples 0")
-    _one_error(capsys, ["eval", "--model", str(tiny), "--data", "nonexistent.jsonl"], "nonexistent.jsonl")
-    _one_error(capsys, ["generate", "--model", str(tiny), "--input", str(data), "--output", "o.jsonl", "--samples", "0"], "--samples 0")
+    _one_error(capsys, ["eval", "--model", str(tiny_model), "--data", str(unlabeled), *PLAIN], "gold answers", "rlvr generate")
+    _one_error(capsys, ["eval", "--model", str(tiny_model), "--data", str(data), "--samples", "0"], "--samples 0")
+    _one_error(capsys, ["eval", "--model", str(tiny_model), "--data", "nonexistent.jsonl"], "nonexistent.jsonl")
+    _one_error(capsys, ["generate", "--model", str(tiny_model), "--input", str(data), "--output", "o.jsonl", "--samples", "0"], "--samples 0")
     _one_error(capsys, ["export", "nope/missing", "--output", "x"], "not found")
-    _one_error(capsys, ["chat", "--model", str(tiny), "--once", " "], "--once")
-    _one_error(capsys, ["chat", "--model", str(tiny), "--template", "r1", "--once", "hi", "--device", "cpu"], "chat template")
+    _one_error(capsys, ["chat", "--model", str(tiny_model), "--once", " "], "--once")
+    _one_error(capsys, ["chat", "--model", str(tiny_model), "--template", "r1", "--once", "hi", "--device", "cpu"], "chat template")
 
 
-def test_generate_k_samples_without_answers(cwd, tiny, capsys):
+def test_generate_k_samples_without_answers(cwd, tiny_model, capsys):
     prompts = gsm8k_file(cwd / "prompts.jsonl", n=3, answers=False)
-    rc = main(["generate", "--model", str(tiny), "--input", str(prompts), "--output", "gen/out.jsonl",
+    rc = main(["generate", "--model", str(tiny_model), "--input", str(prompts), "--output", "gen/out.jsonl",
                "--samples", "3", "--temperature", "0.9", "--batch", "2", *PLAIN])
     assert rc == 0, capsys.readouterr().err
     rows = [json.loads(line) for line in (cwd / "gen" / "out.jsonl").read_text().splitlines()]
@@ -96,8 +91,8 @@ def test_generate_k_samples_without_answers(cwd, tiny, capsys):
     assert all(len(r["completions"]) == 3 and len(r["truncated"]) == 3 for r in rows)
 
 
-def test_chat_once_is_scriptable_and_greedy_is_deterministic(cwd, tiny, capsys):
-    argv = ["chat", "--model", str(tiny), "--once", "what is 3 + 4 ?", "--temperature", "0", *PLAIN]
+def test_chat_once_is_scriptable_and_greedy_is_deterministic(cwd, tiny_model, capsys):
+    argv = ["chat", "--model", str(tiny_model), "--once", "what is 3 + 4 ?", "--temperature", "0", *PLAIN]
     assert main(argv) == 0
     first = capsys.readouterr()
     assert first.err == "" and first.out.strip()
@@ -122,13 +117,13 @@ def test_think_part_is_dimmed():
     assert out.rfind("\x1b[2m") < out.find("<answer>")  # the answer is not dimmed
 
 
-def test_training_evaluates_and_export_reloads_with_identical_logits(cwd, tiny, capsys):
+def test_training_evaluates_and_export_reloads_with_identical_logits(cwd, tiny_model, capsys):
     from transformers import AutoModelForCausalLM
 
     from rlvr.training import train
 
     run = cwd / "run"
-    cfg = tiny_run.tiny_config(tiny, run, *tiny_run.FORMAT_REWARD, "reward.workers=0", "rollout.max_new_tokens=6",
+    cfg = tiny_run.tiny_config(tiny_model, run, *tiny_run.FORMAT_REWARD, "reward.workers=0", "rollout.max_new_tokens=6",
                                "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.steps=3",
                                "eval.every_steps=2", "eval.limit=4")
     train(cfg)
