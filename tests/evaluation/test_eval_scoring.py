@@ -59,6 +59,7 @@ class EchoEngine:
         return _Generated([self.answer(p) for p in prompts for _ in range(samples)])
 
 
+@pytest.mark.slow  # waits out a time limit
 def test_plugin_import_slower_than_the_limit_scores_its_first_item(tmp_path):
     (tmp_path / "slow_plugin.py").write_text(SLOW_IMPORT)
     rule = f"{tmp_path}/slow_plugin.py:one"
@@ -138,6 +139,7 @@ HANG_EVAL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # waits out a time limit
 def test_evaluation_of_a_hanging_answer_returns_within_the_limit(tmp_path):
     # in a subprocess whose math_verify (here and in the reward workers) hangs where no signal
     # reaches it; before the fix evaluation ran the verifier in its own thread and never returned

@@ -82,6 +82,7 @@ def _check(scorer, completions, labels):
     return elapsed
 
 
+@pytest.mark.slow  # ~20 s: several items run into the 2 s time limit
 def test_every_rule_survives_adversarial_text_and_labels(scorer):
     completions = [c for c in ADVERSARIAL for _ in range(2)]
     labels = [LABELS[i % len(LABELS)] for i in range(len(completions))]
