@@ -19,22 +19,22 @@ import torch
 
 from rlvr import algos
 from rlvr import metric_names as M
+from rlvr.analysis.report import build_report
 from rlvr.config import Config, Switch, to_yaml
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.data.loading import load_split
 from rlvr.errors import UserError
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
+from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path
 from rlvr.models.forward import shared_prompt_group
 from rlvr.models.precision import needs_resolving, resolve_precision
-from rlvr.jsonl import JsonlWriter, truncate_jsonl
-from rlvr.tracking import MetricsLogger, peak_memory
-from rlvr.run_dir import RunDir
-from rlvr.tracking.console import StepPrinter
-from rlvr.analysis.report import build_report
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
+from rlvr.run_dir import RunDir
+from rlvr.tracking import MetricsLogger, peak_memory
+from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
 from rlvr.training.loop import batch_logprobs, lr_scheduler, update_policy
 from rlvr.training.sampling import Scored, collect, rollout_metrics
