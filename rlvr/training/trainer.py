@@ -89,7 +89,8 @@ def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
     except OSError as e:
         raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
     if model_path is not None:
-        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype)
+        lora = cfg.model.lora
+        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype, lora_rank=lora.rank, lora_targets=lora.target_modules)
         free = shutil.disk_usage(run_dir).free
         if free < need:
             tmp.unlink(missing_ok=True)

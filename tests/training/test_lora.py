@@ -253,3 +253,13 @@ def test_lora_with_gradient_checkpointing_bf16_autocast_and_a_bf16_rollout_copy(
         trainer.step(1)
     finally:
         trainer.close()
+
+
+def test_the_preflight_counts_a_lora_checkpoint_as_the_adapter_and_its_adam_moments(tiny_dir):
+    from rlvr.training.checkpoint import checkpoint_bytes
+
+    adapted = lora.add_adapter(load_model(tiny_dir), **LORA, base="x")
+    params = sum(p.numel() for p in adapted.model.parameters() if p.requires_grad)
+    assert checkpoint_bytes(tiny_dir, lora_rank=4, lora_targets=LORA["target_modules"]) == 3 * 4 * params
+    assert checkpoint_bytes(tiny_dir, "bfloat16", lora_rank=4, lora_targets=LORA["target_modules"]) == 3 * 4 * params
+    assert checkpoint_bytes(tiny_dir) > 3 * 4 * 5 * params  # full fine-tuning saves every weight
