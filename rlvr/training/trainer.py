@@ -89,8 +89,8 @@ def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
     except OSError as e:
         raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
     if model_path is not None:
-        lora = cfg.model.lora
-        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype, lora_rank=lora.rank, lora_targets=lora.target_modules)
+        adapter = cfg.model.lora  # a LoRA checkpoint holds the adapter alone
+        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype, lora_rank=adapter.rank, lora_targets=adapter.target_modules)
         free = shutil.disk_usage(run_dir).free
         if free < need:
             tmp.unlink(missing_ok=True)
@@ -197,7 +197,8 @@ class Trainer:
             if cfg.train.shared_prompt_forward:
                 note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); old/ref log-probs still share it")
         self.ref = None
-        if cfg.algo.kl_coef > 0 and self.adapter is None:  # kl_coef == 0: no reference model is loaded at all
+        # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
+        if cfg.algo.kl_coef > 0 and self.adapter is None:
             self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
         self.engine = HFRolloutEngine(
             self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
@@ -237,8 +238,9 @@ class Trainer:
         """AdamW and the lr schedule; on resume their state, the RNG, a refreshed reference, and the
         metrics/samples lines past the checkpoint removed."""
         cfg = self.cfg
+        trainable = [p for p in self.policy.parameters() if p.requires_grad]  # with LoRA: the adapter alone
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.policy.parameters() if p.requires_grad], lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay
+            trainable, lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay
         )
         self.scheduler = lr_scheduler(
             self.optimizer, schedule=cfg.train.lr_schedule, warmup_steps=cfg.train.warmup_steps,
