@@ -14,7 +14,7 @@ from rlvr.cli import main
 
 import tiny_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]  # peft on transformers 5
 
 PLAIN = ["--template", "plain", "--system", "", "--max-new-tokens", "6", "--device", "cpu", "--dtype", "float32"]
 
