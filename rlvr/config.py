@@ -68,6 +68,31 @@ def _check(cond: bool, msg: str) -> None:
         raise UserError(msg)
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+"""The linear layers of a Llama-style block (SmolLM2, Qwen2.5, Llama): attention and MLP."""
+
+
+@dataclass(frozen=True)
+class LoRAConfig:
+    rank: int = 0
+    """LoRA rank r (0 = off: full fine-tuning). With r > 0 only the adapter trains (peft) and the reference is the base with the adapter off."""
+    alpha: float = 32.0
+    """LoRA alpha: the adapter's output is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input during the update (0 keeps the on-policy ratio at exactly 1)."""
+    target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    """Names of the linear layers that get an adapter (default: a Llama-style block's attention and MLP projections)."""
+
+    def __post_init__(self) -> None:
+        _check(self.rank >= 0, f"model.lora.rank={self.rank}: must be >= 0 (0 = off), e.g. 16")
+        _check(self.alpha > 0, f"model.lora.alpha={self.alpha}: must be > 0, e.g. 32")
+        _check(0 <= self.dropout < 1, f"model.lora.dropout={self.dropout}: must be in [0, 1)")
+        _check(
+            bool(self.target_modules) and all(self.target_modules),
+            f"model.lora.target_modules={self.target_modules}: name at least one layer, e.g. [q_proj, v_proj]",
+        )
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     path: str = "smollm2-135m-instruct"
@@ -80,6 +105,8 @@ class ModelConfig:
     """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on only where bf16 is native: a bf16 CUDA device, or a CPU with AVX512-BF16/AMX), true or false."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory; exact together with train.shared_prompt_forward (the update then runs each prompt per sequence)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapter training (model.lora.rank > 0)."""
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16"), f"model.dtype={self.dtype}: use float32 or bfloat16")
@@ -439,6 +466,11 @@ class Config:
             self.algo.overlong_buffer <= self.rollout.max_new_tokens,
             f"algo.overlong_buffer={self.algo.overlong_buffer} is longer than rollout.max_new_tokens="
             f"{self.rollout.max_new_tokens}; the buffer is the last part of that budget",
+        )
+        _check(
+            self.model.lora.rank == 0 or self.algo.ref_sync_every == 0,
+            "algo.ref_sync_every copies the policy into a separate reference, but with model.lora.rank > 0 the "
+            "reference is the base model with the adapter off; set algo.ref_sync_every=0 (or model.lora.rank=0)",
         )
 
     @property

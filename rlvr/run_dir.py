@@ -7,7 +7,7 @@ Layout::
     RUN/samples.jsonl                  prompts, completions and rewards every log.samples_every steps
     RUN/eval/step_000020/              summary.json, predictions.jsonl of one evaluation
     RUN/eval/history.jsonl             one row per evaluation (step 0 = before training)
-    RUN/checkpoints/step_000020/       HF model directory + trainer_state.pt
+    RUN/checkpoints/step_000020/       HF model directory (LoRA: the adapter) + trainer_state.pt
     RUN/checkpoints/last -> step_000020
     RUN/tensorboard/, RUN/wandb/       optional sinks
     RUN/report/                        `rlvr report` output

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from rlvr.errors import UserError
 from rlvr.evaluation.evaluate import PromptStyle
-from rlvr.models import BUILTIN_MODELS, load_model, load_tokenizer, resolve_device, resolve_model_path
-from rlvr.models.loading import DTYPES
+from rlvr.models import BUILTIN_MODELS, load_model, load_tokenizer, lora, resolve_device, resolve_model_path
 from rlvr.models.precision import bf16_support, choose_dtype
 from rlvr.run_dir import RunDir
 
@@ -77,18 +76,12 @@ def resolve(spec: str) -> ResolvedModel:
 
 
 def load(resolved: ResolvedModel, *, dtype: str = "float32", device: str = "cpu"):
-    """(model in eval mode, tokenizer); a LoRA adapter directory is merged into its base model."""
+    """(model in eval mode, tokenizer); a LoRA adapter directory is merged into its base model (the
+    one its adapter_config.json records, else the run's model.path)."""
     path = resolved.path
-    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
-        try:
-            from peft import AutoPeftModelForCausalLM
-        except ImportError:
-            raise UserError(f"{path} is a LoRA adapter; merging it needs `pip install peft`") from None
-        try:
-            model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype]).merge_and_unload()
-        except (OSError, ValueError) as e:
-            raise UserError(f"could not load LoRA checkpoint {path}: {str(e).splitlines()[0]}") from None
-        model = model.to(resolve_device(device))
+    if lora.is_adapter_dir(path):
+        base = lora.adapter_base(path, fallback=(resolved.run_config.get("model") or {}).get("path"))
+        model = lora.load_merged(path, base=base, dtype=dtype, device=device)
     else:
         model = load_model(path, dtype=dtype, device=device)
     try:

@@ -65,6 +65,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     """Write ``RUN/checkpoints/step_{step}`` atomically, point ``last`` at it, prune old ones.
 
     Args:
+        model: what has ``save_pretrained``: a Hugging Face model, or a LoRA adapter
+            (:class:`rlvr.models.lora.Adapted`, which writes the adapter alone).
         keep: keep this many newest step checkpoints (0 = all).
     """
     run = RunDir(run_dir)
@@ -112,17 +114,24 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: d
     return final
 
 
-def checkpoint_bytes(model_path: Path, dtype: str = "float32") -> int:
+def checkpoint_bytes(model_path: Path, dtype: str = "float32", *, lora_rank: int = 0, lora_targets=()) -> int:
     """About how many bytes one checkpoint of this model takes: the weights in ``dtype`` plus AdamW's
     two moment tensors of the same size (tokenizer and config files are small). Parameters are
-    counted from the safetensors headers, without loading the weights; other formats by file size."""
-    per = 2 if dtype in ("bfloat16", "float16") else 4
+    counted from the safetensors headers, without loading the weights; other formats by file size.
+    With ``lora_rank`` only the adapter is saved: r * (in + out) float32 parameters per weight
+    matrix of a ``lora_targets`` layer."""
+    per = 4 if lora_rank else 2 if dtype in ("bfloat16", "float16") else 4
     params = 0
     for f in Path(model_path).glob("*.safetensors"):
         with safe_open(str(f), framework="pt") as st:
             for key in st.keys():
+                shape = st.get_slice(key).get_shape()
+                if lora_rank:
+                    layer = key.rsplit(".", 2)[-2] if key.endswith(".weight") else ""
+                    params += lora_rank * sum(shape) if len(shape) == 2 and layer in lora_targets else 0
+                    continue
                 n = 1
-                for d in st.get_slice(key).get_shape():
+                for d in shape:
                     n *= d
                 params += n
     if not params:  # .bin or other weights: assume 4 bytes a parameter on disk

@@ -27,7 +27,7 @@ from rlvr.errors import UserError
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
-from rlvr.models import load_model, load_tokenizer, resolve_device, resolve_model_path
+from rlvr.models import load_model, load_tokenizer, lora, resolve_device, resolve_model_path
 from rlvr.models.forward import shared_prompt_group
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer, get as get_reward
@@ -89,7 +89,8 @@ def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
     except OSError as e:
         raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
     if model_path is not None:
-        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype)
+        adapter = cfg.model.lora  # a LoRA checkpoint holds the adapter alone
+        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype, lora_rank=adapter.rank, lora_targets=adapter.target_modules)
         free = shutil.disk_usage(run_dir).free
         if free < need:
             tmp.unlink(missing_ok=True)
@@ -187,16 +188,17 @@ class Trainer:
         if self.resume_from is not None:
             state = ckpt.load_trainer_state(self.resume_from)
             self.start_step = state["step"]
-            self.policy = load_model(self.resume_from, dtype=cfg.model.dtype, device=cfg.model.device)
             note(f"resuming {self.run_dir} from {self.resume_from.name} (step {self.start_step})")
-        else:
-            self.policy = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device)
+        self.policy, self.adapter = self._load_policy()
         if cfg.model.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
+            if self.adapter is not None:  # frozen embeddings: checkpointed layers still need an input that requires grad
+                self.policy.enable_input_require_grads()
             if cfg.train.shared_prompt_forward:
                 note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); old/ref log-probs still share it")
         self.ref = None
-        if cfg.algo.kl_coef > 0:  # kl_coef == 0: no reference model is loaded at all
+        # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
+        if cfg.algo.kl_coef > 0 and self.adapter is None:
             self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
         self.engine = HFRolloutEngine(
             self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
@@ -206,12 +208,39 @@ class Trainer:
         )
         return state
 
+    def _load_policy(self):
+        """(policy, LoRA adapter or None): the model to train, from the last checkpoint when resuming.
+
+        With ``model.lora.rank > 0`` the policy is the base model with a LoRA adapter in it (a new
+        one, or the checkpoint's); only the adapter's parameters require grad."""
+        cfg, spec = self.cfg, self.cfg.model.lora
+        ckpt_dir, dtype, device = self.resume_from, cfg.model.dtype, cfg.model.device
+        if ckpt_dir is not None and lora.is_adapter_dir(ckpt_dir) != bool(spec.rank):
+            kind = "a LoRA adapter" if spec.rank == 0 else "full weights"
+            raise UserError(
+                f"resume={cfg.resume}: {ckpt_dir.name} holds {kind} but model.lora.rank={spec.rank}; "
+                "resume with the run's own model.lora settings"
+            )
+        if not spec.rank:
+            return load_model(ckpt_dir or self.model_path, dtype=dtype, device=device), None
+        base = load_model(self.model_path, dtype=dtype, device=device)
+        settings = dict(rank=spec.rank, alpha=spec.alpha, dropout=spec.dropout, target_modules=spec.target_modules)
+        if ckpt_dir is not None:
+            adapter = lora.load_adapter(base, ckpt_dir, **settings)
+        else:
+            adapter = lora.add_adapter(base, **settings, base=lora.base_spec(cfg.model.path))
+        trainable = sum(p.numel() for p in adapter.model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in adapter.model.parameters())
+        self.printer.note(f"LoRA rank {spec.rank}: {trainable:,} of {total:,} parameters train ({trainable / total:.2%})")
+        return adapter.model, adapter
+
     def _build_optimizer(self, state: dict | None) -> None:
         """AdamW and the lr schedule; on resume their state, the RNG, a refreshed reference, and the
         metrics/samples lines past the checkpoint removed."""
         cfg = self.cfg
+        trainable = [p for p in self.policy.parameters() if p.requires_grad]  # with LoRA: the adapter alone
         self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay
+            trainable, lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay
         )
         self.scheduler = lr_scheduler(
             self.optimizer, schedule=cfg.train.lr_schedule, warmup_steps=cfg.train.warmup_steps,
@@ -304,8 +333,11 @@ class Trainer:
         cfg, mb = self.cfg, self.cfg.train.micro_batch_seqs
         share = shared_prompt_group(mb, cfg.rollout.samples_per_prompt) if cfg.train.shared_prompt_forward else 1
         lp = dict(micro_batch_seqs=mb, group_size=share, temperature=cfg.rollout.temperature, autocast=self.autocast)
-        ref_logp = batch_logprobs(self.ref, batch, **lp) if self.ref is not None else None
-        kl_in_reward = self.ref is not None and cfg.algo.kl_placement == algos.KLPlacement.REWARD
+        ref_logp = None
+        if cfg.algo.kl_coef > 0:
+            with self.reference() as ref:
+                ref_logp = batch_logprobs(ref, batch, **lp)
+        kl_in_reward = ref_logp is not None and cfg.algo.kl_placement == algos.KLPlacement.REWARD
         need_old = cfg.algo.num_iterations > 1 or kl_in_reward
         old_logp = batch_logprobs(self.policy, batch, **lp) if need_old else None
         if not kl_in_reward:
@@ -316,6 +348,16 @@ class Trainer:
             rewards.to(self.device), old_logp, ref_logp, mask, coef=cfg.algo.kl_coef, estimator=estimator
         )
         return rewards, old_logp, None, {M.KL: kl}
+
+    @contextlib.contextmanager
+    def reference(self):
+        """The reference model for a block: the loaded copy, or with LoRA the policy with its adapter
+        off (the base weights themselves: no second copy)."""
+        if self.adapter is None:
+            yield self.ref
+            return
+        with self.adapter.disabled():
+            yield self.policy
 
     def loss_denominators(self, batch: RolloutBatch):
         """(response tokens, sequences) of the step, what every micro-batch's loss divides by.
@@ -405,7 +447,8 @@ class Trainer:
             self.save(step)
 
     def save(self, step: int) -> Path:
-        """Checkpoint after ``step`` steps: weights, tokenizer, optimizer, schedule, RNG, counters."""
+        """Checkpoint after ``step`` steps: weights (with LoRA the adapter alone), tokenizer, optimizer,
+        schedule, RNG, counters."""
         self.last_save = (step, time.monotonic())
         trainer_state = {
             "step": step,
@@ -416,8 +459,9 @@ class Trainer:
         }
         if self.cfg.algo.ref_sync_every:  # the reference is no longer the starting model: keep it
             trainer_state["ref"] = self.ref.state_dict()
+        weights = self.policy if self.adapter is None else self.adapter
         return ckpt.save_checkpoint(
-            self.run_dir, step, self.policy, self.tokenizer, trainer_state, keep=self.cfg.train.keep_checkpoints
+            self.run_dir, step, weights, self.tokenizer, trainer_state, keep=self.cfg.train.keep_checkpoints
         )
 
     def stop(self, step: int, signal_name: str) -> Path:
