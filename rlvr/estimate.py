@@ -153,7 +153,7 @@ def shape_from_config(data: dict, where: str) -> ModelShape:
         num_attention_heads=data["num_attention_heads"],
         num_key_value_heads=data.get("num_key_value_heads") or data["num_attention_heads"],
         vocab_size=data["vocab_size"],
-        tie_word_embeddings=bool(data.get("tie_word_embeddings", True)),  # transformers' default
+        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),  # Llama/Qwen2/Mistral's default
         head_dim=data.get("head_dim") or 0,
         qkv_bias=qwen2 or attn_bias,
         o_bias=attn_bias,
