@@ -10,7 +10,7 @@ from rlvr.commands.common import EXAMPLES
 from rlvr.errors import UserError
 
 # Modules under rlvr/commands/, each with `register(subparsers)`; one line per command family.
-COMMANDS = ["train", "rewards", "reward", "eval", "chat", "generate", "export", "data", "report", "aha", "sweep", "compare"]
+COMMANDS = ["train", "estimate", "rewards", "reward", "eval", "chat", "generate", "export", "data", "report", "aha", "sweep", "compare"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,6 +34,7 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "run_dir":      (2, {"errors", "jsonl"},           {"yaml"}),  # a run's files; no torch
     "data":         (3, None,                          None),  # -> models (tokenizer), rewards (countdown rules)
     "rollout":      (3, None,                          None),  # -> models
+    "estimate":     (3, None,                          None),  # memory estimate -> config, models
 }
 
 

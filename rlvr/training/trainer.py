@@ -24,6 +24,7 @@ from rlvr.config import Config, Switch, to_yaml
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.data.loading import load_split
 from rlvr.errors import UserError
+from rlvr.estimate import estimate, measured_beside_estimate, model_shape
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
@@ -171,9 +172,21 @@ class Trainer:
             self.printer.note(f"removed {self.run.checkpoints_root / name}, a checkpoint a killed run had not finished")
         for note in precision_notes:
             self.printer.note(note)
+        self.memory_estimate = self._estimate_memory()
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         return train_split
+
+    def _estimate_memory(self):
+        """The memory estimate (:mod:`rlvr.estimate`), printed before any weights load; None if the
+        model's config.json is not one it reads (training goes on)."""
+        try:
+            est = estimate(self.cfg, model_shape(str(self.model_path))[0], device=self.device.type)
+        except UserError as e:
+            self.printer.note(f"memory estimate: unavailable ({e})")
+            return None
+        self.printer.note(est.summary())
+        return est
 
     def _load_models(self, train_split) -> dict | None:
         """Tokenizer and prompts, the policy (from the last checkpoint when resuming), the reference,
@@ -482,6 +495,8 @@ class Trainer:
         """The final checkpoint, the summary, and RUN/report/ unless ``log.report=false``; returns the checkpoint."""
         final = self.save(self.cfg.train.steps)
         self.printer.done(self.run_dir, final)
+        if self.memory_estimate is not None:
+            self.printer.note(measured_beside_estimate(peak_memory(self.device), self.memory_estimate))
         if not self.cfg.log.report:
             self.printer.note(f"report: not written (log.report=false); `rlvr report {self.run_dir}` writes it")
             return final

@@ -1,0 +1,388 @@
+"""Memory estimate of a run from the model's ``config.json`` and the run config; no weights load.
+
+``rlvr estimate`` prints it, and the trainer prints it before training and the measured peak
+beside it at the end. Every item is a formula over the model shape and the config, in bytes:
+
+- **parameters**: N × bytes(``model.dtype``). N is counted from the config (Llama/Qwen2-style
+  decoder: embeddings, q/k/v/o, gate/up/down, norms, an untied LM head; Qwen2's q/k/v biases),
+  exact for these families (a test checks it against the instantiated model).
+- **rollout copy**: N × bytes(rollout dtype) when ``rollout.dtype`` differs from ``model.dtype``
+  (the bf16 generation copy of an fp32 policy); none when they match (the weights are shared).
+- **reference model**: N × bytes(``model.dtype``) when ``algo.kl_coef > 0``; none with LoRA (the
+  reference is the base with the adapter disabled).
+- **AdamW state**: 2 moments × trainable params × bytes(``model.dtype``) (fp32 by default).
+- **gradients**: trainable params × bytes(``model.dtype``), live during the update.
+- **activations** of one micro-batch, live during its backward: the tensors autograd saves, about
+  ``layers × tokens × (9·hidden + 4·intermediate)`` elements of ``a`` bytes (a = 4 in fp32, 3.3
+  under bf16 autocast: matmul inputs are bf16, norms and residuals fp32), where tokens = the
+  micro-batch's prompt tokens (once per group with ``train.shared_prompt_forward``) plus its
+  response tokens; the shared prompt's key/values repeated to every row add
+  ``layers × b × prompt × 2 × (hidden + kv_dim)`` elements. With gradient checkpointing only
+  each layer's input is saved (``layers × tokens × hidden`` fp32) plus one layer's activations
+  while it is recomputed. Under bf16 autocast the bf16 copies of the weights (N × 2 bytes) are
+  cached for the pass. Plus the logits: ``b × T × V`` in the logits dtype, the float32 copy
+  :func:`rlvr.algos.token_logprobs` keeps per row for backward, and both of their gradients.
+  All of this × 1.4 for backward's temporary buffers and the allocator's slack.
+- **KV cache** of the rollout: ``2 × layers × kv_heads × head_dim × rows × (prompt + new tokens)
+  × bytes(rollout dtype)``, rows = min(``rollout.batch_seqs``, the step's sequences), or the
+  evaluation's rows when larger.
+- **runtime** (CPU only): Python, torch, transformers, the tokenizer and the prompts.
+
+The peak is the resident items (runtime, parameters, rollout copy, reference, AdamW) plus the
+larger of the update (gradients + activations) and the rollout (KV cache).
+
+Calibration (README "Memory estimate"): the factors 9/4, 3.3 and 4 bytes were read off the
+tensors autograd saves for SmolLM2-135M (``benchmarks/memory_estimate.py``); 1.4 and the
+0.7 GiB CPU runtime from the quickstart's peak RSS on this project's 2-core CPU.
+
+On CUDA the total is what ``torch.cuda.max_memory_allocated`` counts: the CUDA context (about
+0.5 GiB) and the host process come on top.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlvr.config import Config, Switch
+from rlvr.errors import UserError
+
+GiB = 2**30
+MiB = 2**20
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+CPU_RUNTIME_BYTES = int(0.7 * GiB)
+"""Python + torch + transformers + tokenizer + prepared prompts, measured on the quickstart:
+1,462 MiB RSS after setup minus the 772 MiB of fp32 weights and their bf16 rollout copy."""
+ACT_ELEMENTS_HIDDEN = 9
+"""Saved elements per token and layer, per unit of hidden size (norms, q/k/v/o inputs, residuals)."""
+ACT_ELEMENTS_INTERMEDIATE = 4
+"""Saved elements per token and layer, per unit of intermediate size (gate, up, act, product)."""
+ACT_BYTES_FP32 = 4.0
+ACT_BYTES_AUTOCAST = 3.3
+"""Mean bytes per saved element under bf16 autocast (measured 64.2 / 77.7 of the fp32 bytes, x 4)."""
+BACKWARD_FACTOR = 1.4
+"""Activations x this = their peak during backward (gradient buffers, allocator slack); quickstart-calibrated."""
+DEFAULT_PROMPT_TOKENS = {"arithmetic": 128, "countdown": 160, "files": 512}
+"""Assumed rendered prompt length when ``data.max_prompt_tokens`` is 0 (the r1 template's
+system prompt makes a built-in task's prompt ~126 tokens with SmolLM2's tokenizer)."""
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a Llama/Qwen2-style decoder that the estimate needs (config.json names)."""
+
+    num_hidden_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    tie_word_embeddings: bool = True
+    head_dim: int = 0
+    """0 = hidden_size // num_attention_heads."""
+    qkv_bias: bool = False
+    """Biases on q/k/v (Qwen2) or on q/k/v/o (Llama's attention_bias)."""
+    o_bias: bool = False
+    mlp_bias: bool = False
+
+    @property
+    def dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_key_value_heads * self.dim
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each projection of one layer."""
+        H, I, q = self.hidden_size, self.intermediate_size, self.num_attention_heads * self.dim
+        return {
+            "q_proj": (H, q), "k_proj": (H, self.kv_dim), "v_proj": (H, self.kv_dim), "o_proj": (q, H),
+            "gate_proj": (H, I), "up_proj": (H, I), "down_proj": (I, H),
+        }
+
+    def num_params(self) -> int:
+        """Every parameter: embeddings (+ untied LM head), per layer projections, biases and two norms, the final norm."""
+        H, shapes = self.hidden_size, self.linear_shapes()
+        layer = sum(i * o for i, o in shapes.values()) + 2 * H
+        if self.qkv_bias:
+            layer += shapes["q_proj"][1] + 2 * self.kv_dim
+        if self.o_bias:
+            layer += H
+        if self.mlp_bias:
+            layer += 2 * self.intermediate_size + H
+        embed = self.vocab_size * H * (1 if self.tie_word_embeddings else 2)
+        return embed + self.num_hidden_layers * layer + H
+
+    def lora_params(self, rank: int, targets) -> int:
+        """Adapter parameters: rank x (in + out) per targeted projection per layer."""
+        names = ALL_LINEAR if targets in ("all-linear", ["all-linear"], None) else targets
+        shapes = self.linear_shapes()
+        unknown = [t for t in names if t not in shapes]
+        if unknown:
+            raise UserError(f"model.lora.target_modules={list(names)}: rlvr estimate knows {', '.join(ALL_LINEAR)} (or all-linear)")
+        return self.num_hidden_layers * sum(rank * sum(shapes[t]) for t in names)
+
+
+# Published config.json values, for `rlvr estimate` when the model directory is not here.
+KNOWN_MODELS: dict[str, ModelShape] = {
+    "Qwen/Qwen2.5-0.5B": ModelShape(24, 896, 4864, 14, 2, 151936, tie_word_embeddings=True, qkv_bias=True),
+    "Qwen/Qwen2.5-1.5B": ModelShape(28, 1536, 8960, 12, 2, 151936, tie_word_embeddings=True, qkv_bias=True),
+    "Qwen/Qwen2.5-7B": ModelShape(28, 3584, 18944, 28, 4, 152064, tie_word_embeddings=False, qkv_bias=True),
+}
+
+
+def shape_from_config(data: dict, where: str) -> ModelShape:
+    """A :class:`ModelShape` from a config.json mapping; one-line error when keys are missing."""
+    need = ["num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"]
+    missing = [k for k in need if not isinstance(data.get(k), int)]
+    if missing:
+        raise UserError(
+            f"{where} has no {', '.join(missing)} (model_type {data.get('model_type')}); "
+            "rlvr estimate reads Llama/Qwen2/Mistral-style decoder configs"
+        )
+    qwen2 = data.get("model_type") == "qwen2"
+    attn_bias = bool(data.get("attention_bias", False))
+    return ModelShape(
+        num_hidden_layers=data["num_hidden_layers"],
+        hidden_size=data["hidden_size"],
+        intermediate_size=data["intermediate_size"],
+        num_attention_heads=data["num_attention_heads"],
+        num_key_value_heads=data.get("num_key_value_heads") or data["num_attention_heads"],
+        vocab_size=data["vocab_size"],
+        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),  # Llama/Qwen2/Mistral's default
+        head_dim=data.get("head_dim") or 0,
+        qkv_bias=qwen2 or attn_bias,
+        o_bias=attn_bias,
+        mlp_bias=bool(data.get("mlp_bias", False)),
+    )
+
+
+def _known(spec: str) -> tuple[str, ModelShape] | None:
+    """The table entry whose name (or its last part) matches the spec's last part, -Instruct ignored."""
+    want = Path(spec).name.lower().removesuffix("-instruct")
+    for name, shape in KNOWN_MODELS.items():
+        if want in (name.lower(), name.split("/")[-1].lower()):
+            return name, shape
+    return None
+
+
+def model_shape(spec: str) -> tuple[ModelShape, str]:
+    """The shape of ``model.path`` and where it came from; reads config.json only.
+
+    A built-in name or a .gguf resolves as training does (converted into the cache once); a
+    directory needs only its config.json; a path that does not exist is looked up in
+    :data:`KNOWN_MODELS` by its last part (``models/Qwen2.5-7B`` -> ``Qwen/Qwen2.5-7B``)."""
+    from rlvr.models.loading import BUILTIN_MODELS
+
+    path = Path(spec).expanduser()
+    if spec not in BUILTIN_MODELS and path.suffix != ".gguf" and not path.exists():
+        known = _known(spec)
+        if known is None:
+            raise UserError(
+                f"model.path={spec} not found, and not a known architecture ({', '.join(KNOWN_MODELS)}); "
+                "give a model directory (config.json alone is enough), a .gguf file or a built-in name"
+            )
+        return known[1], f"the published config of {known[0]} ({spec} is not here)"
+    from rlvr.models.loading import resolve_model_path
+
+    config_file = resolve_model_path(spec) / "config.json"
+    try:
+        data = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"{config_file} could not be read as JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{config_file} is not a JSON object")
+    return shape_from_config(data, str(config_file)), str(config_file)
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    bytes: int
+    phase: str
+    """resident (held all run), update (during backward) or rollout (during generation)."""
+    how: str
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    items: list[Item]
+    device: str
+    """cpu or cuda."""
+    params: int
+    trainable: int
+    notes: list[str] = field(default_factory=list)
+
+    def phase(self, phase: str) -> int:
+        return sum(i.bytes for i in self.items if i.phase == phase)
+
+    @property
+    def total(self) -> int:
+        """Resident items plus the larger of the update and the rollout."""
+        return self.phase("resident") + max(self.phase("update"), self.phase("rollout"))
+
+    def hardware(self) -> str:
+        """What the total means: the smallest common RAM or GPU size that holds it."""
+        need = self.total / GiB
+        if self.device == "cuda":
+            for size in (8, 12, 16, 24, 40, 48, 80, 94, 141, 192):
+                if need <= 0.95 * size:  # the CUDA context and fragmentation take the rest
+                    return f"fits one {size} GiB GPU (plus ~0.5 GiB CUDA context)"
+            return f"needs {need:.0f} GiB in one process: more than any single GPU holds, and rlvr does not shard weights"
+        for size in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+            if need <= 0.9 * size:  # room for the OS and the reward workers
+                return f"fits a machine with {size} GiB RAM"
+        return f"needs {need:.0f} GiB of RAM"
+
+    def lines(self) -> list[str]:
+        """The itemised table, the total and the hardware line."""
+        out = [f"memory estimate ({self.device}; {self.params / 1e6:,.0f}M parameters, {self.trainable / 1e6:,.1f}M trained)"]
+        for item in self.items:
+            out.append(f"  {item.name:17s} {item.bytes / GiB:8.2f} GiB  {item.phase:8s} {item.how}")
+        out.append(f"  {'peak':17s} {self.total / GiB:8.2f} GiB  = resident + max(update, rollout)")
+        out.append(f"  {self.hardware()}")
+        out += [f"  note: {n}" for n in self.notes]
+        return out
+
+    def summary(self) -> str:
+        """One line for the trainer's console."""
+        parts = ", ".join(f"{i.name} {i.bytes / GiB:.2f}" for i in self.items if i.bytes)
+        what = "RSS" if self.device == "cpu" else "CUDA allocated"
+        return f"memory estimate: {self.total / GiB:.2f} GiB peak {what} ({parts} GiB); {self.hardware()}"
+
+
+def _device_kind(device: str) -> str:
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def _precision(cfg: Config, device: str) -> tuple[str, bool]:
+    """(rollout dtype, autocast on) as training resolves ``auto``; a CUDA device is assumed to have bf16."""
+    if cfg.rollout.dtype != "auto" and cfg.model.autocast_bf16 != Switch.AUTO:
+        return cfg.rollout.dtype, cfg.model.autocast_bf16 == Switch.ON
+    if device == "cuda":
+        native = True
+    else:
+        from rlvr.models.precision import cpu_bf16
+
+        native = cpu_bf16().native
+    rollout = cfg.rollout.dtype if cfg.rollout.dtype != "auto" else ("bfloat16" if native else "float32")
+    autocast = cfg.model.autocast_bf16 == Switch.ON or (cfg.model.autocast_bf16 == Switch.AUTO and native)
+    return rollout, autocast
+
+
+def lora_settings(cfg: Config) -> tuple[int, object]:
+    """(rank, target_modules) of ``model.lora``; rank 0 = full fine-tuning (also before LoRA exists)."""
+    lora = getattr(cfg.model, "lora", None)
+    rank = int(getattr(lora, "rank", 0) or 0)
+    return rank, getattr(lora, "target_modules", None)
+
+
+def prompt_tokens(cfg: Config) -> tuple[int, str]:
+    """The prompt length the estimate assumes, and why."""
+    if cfg.data.max_prompt_tokens:
+        return cfg.data.max_prompt_tokens, "data.max_prompt_tokens"
+    n = DEFAULT_PROMPT_TOKENS[cfg.data.task]
+    return n, f"assumed for data.task={cfg.data.task}; set data.max_prompt_tokens to bound it"
+
+
+def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> MemoryEstimate:
+    """The itemised peak memory of training ``cfg`` on a model of ``shape``.
+
+    Args:
+        cfg: the run config (``auto`` precision is resolved as training would, for ``device``).
+        shape: the model's shape (:func:`model_shape`).
+        device: cpu or cuda; default from ``model.device``.
+    """
+    device = device or _device_kind(cfg.model.device)
+    rollout_dtype, autocast = _precision(cfg, device)
+    w = BYTES[cfg.model.dtype]
+    L, H, I, V = shape.num_hidden_layers, shape.hidden_size, shape.intermediate_size, shape.vocab_size
+    N = shape.num_params()
+    rank, targets = lora_settings(cfg)
+    trainable = shape.lora_params(rank, targets) if rank else N
+    Lp, why_prompt = prompt_tokens(cfg)
+    T, b, G = cfg.rollout.max_new_tokens, cfg.train.micro_batch_seqs, cfg.rollout.samples_per_prompt
+    ckpt = cfg.model.gradient_checkpointing
+
+    # the update of one micro-batch (see the module docstring)
+    share = 1
+    if cfg.train.shared_prompt_forward and not ckpt:  # checkpointing runs the update per row
+        share = G if b % G == 0 else b if G % b == 0 else 1  # = models.forward.shared_prompt_group
+    tokens = (b // share) * Lp + b * T
+    a = ACT_BYTES_AUTOCAST if autocast else ACT_BYTES_FP32
+    per_token_layer = ACT_ELEMENTS_HIDDEN * H + ACT_ELEMENTS_INTERMEDIATE * I
+    if ckpt:
+        saved = L * tokens * H * 4 + tokens * per_token_layer * a
+    else:
+        saved = L * tokens * per_token_layer * a
+        if share > 1:
+            saved += L * b * Lp * 2 * (H + shape.kv_dim) * (2 if autocast else 4)
+    if autocast:
+        saved += N * 2  # autocast's bf16 weight cache
+    logits_bytes = 2 if autocast else 4
+    logits = b * T * V * (2 * logits_bytes + 2 * 4)
+    activations = int(BACKWARD_FACTOR * (saved + logits))
+
+    # generation: the training rollout, or the evaluation when it generates more rows at once
+    rows = min(cfg.rollout.batch_seqs, cfg.seqs_per_step)
+    eval_rows = min(cfg.rollout.batch_seqs, cfg.eval.batch_prompts * cfg.eval.samples)
+    eval_T = cfg.eval.max_new_tokens or T
+    kv_tokens = max(rows * (Lp + T), eval_rows * (Lp + eval_T))
+    kv = 2 * L * shape.kv_dim * kv_tokens * BYTES[rollout_dtype]
+
+    items = []
+    if device == "cpu":
+        items.append(Item("runtime", CPU_RUNTIME_BYTES, "resident", "Python, torch, transformers, tokenizer, prompts (measured)"))
+    items.append(Item("parameters", N * w, "resident", f"{N:,} x {w} B ({cfg.model.dtype})"))
+    copy = rollout_dtype != cfg.model.dtype
+    items.append(Item("rollout copy", N * BYTES[rollout_dtype] if copy else 0, "resident",
+                      f"{rollout_dtype} generation copy" if copy else f"none: rollout shares the {cfg.model.dtype} weights"))
+    if rank:
+        ref, how_ref = 0, "none: LoRA's reference is the base with the adapter off"
+    elif cfg.algo.kl_coef > 0:
+        ref, how_ref = N * w, f"a second copy (algo.kl_coef={cfg.algo.kl_coef:g})"
+    else:
+        ref, how_ref = 0, "none (algo.kl_coef=0)"
+    items.append(Item("reference", ref, "resident", how_ref))
+    what = f"LoRA rank {rank}: {trainable:,}" if rank else f"{trainable:,}"
+    items.append(Item("AdamW state", 2 * trainable * w, "resident", f"2 moments x {what} trained params x {w} B"))
+    items.append(Item("gradients", trainable * w, "update", f"{what} trained params x {w} B"))
+    items.append(Item(
+        "activations", activations, "update",
+        f"micro-batch {b} seqs x ({Lp} prompt + {T} response) tokens"
+        + (", checkpointed" if ckpt else f", prompt shared by {share}" if share > 1 else "")
+        + (", bf16 autocast" if autocast else ", fp32") + f"; logits {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
+    ))
+    items.append(Item("KV cache", kv, "rollout", f"{max(rows, eval_rows)} rows x up to {Lp + max(T, eval_T)} tokens, {rollout_dtype}"))
+    notes = [f"prompt length {Lp} tokens: {why_prompt}"]
+    if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
+        notes.append("precision auto read as a GPU with bf16")
+    return MemoryEstimate(items, device, N, trainable, notes)
+
+
+def estimate_config(cfg: Config, *, device: str | None = None) -> tuple[MemoryEstimate, str]:
+    """:func:`estimate` for ``cfg.model.path`` (read as :func:`model_shape` reads it); also returns where the shape came from."""
+    shape, source = model_shape(cfg.model.path)
+    return estimate(cfg, shape, device=device), source
+
+
+def measured_beside_estimate(peak: dict[str, float], est: MemoryEstimate) -> str:
+    """The trainer's last memory line: the measured peak (``peak_memory``'s MiB keys) beside the estimate."""
+    from rlvr import metric_names as M
+
+    key, what = (M.CUDA_MAX_ALLOCATED_MIB, "torch.cuda.max_memory_allocated") if est.device == "cuda" else (M.PEAK_RSS_MIB, "RSS")
+    if key not in peak:
+        return f"memory: estimated {est.total / GiB:.2f} GiB; the peak was not measured here"
+    measured = peak[key] * MiB
+    return (
+        f"memory: measured peak {measured / GiB:.2f} GiB ({what}) beside the estimate {est.total / GiB:.2f} GiB "
+        f"(estimate {100 * (est.total / measured - 1):+.0f} %)"
+    )

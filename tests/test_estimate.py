@@ -1,0 +1,129 @@
+"""The memory estimate (rlvr/estimate.py): its arithmetic by hand on a tiny shape, the parameter count
+against instantiated models, the model shape from config.json or the built-in table, and LoRA."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlvr.config import load_config
+from rlvr.errors import UserError
+from rlvr.estimate import CPU_RUNTIME_BYTES, KNOWN_MODELS, ModelShape, estimate, model_shape, shape_from_config
+
+# layers 2, hidden 32, intermediate 64, 4 heads of 8, 2 kv heads (kv_dim 16), vocab 128, tied
+TINY = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True)
+
+TINY_RUN = [
+    "model.dtype=float32", "rollout.dtype=float32", "model.autocast_bf16=false",
+    "train.prompts_per_step=2", "rollout.samples_per_prompt=2", "train.micro_batch_seqs=4",
+    "rollout.max_new_tokens=8", "data.max_prompt_tokens=16", "eval.batch_prompts=2", "algo.kl_coef=0.1",
+]
+
+
+def _items(est):
+    return {i.name: i.bytes for i in est.items}
+
+
+def test_tiny_shape_arithmetic_by_hand():
+    # embeddings 128*32 = 4096 (tied: no LM head)
+    # a layer: q 32*32 = 1024, k 32*16 = 512, v 512, o 1024, gate/up/down 3 * 32*64 = 6144, 2 norms 64 -> 9280
+    # total 4096 + 2 * 9280 + final norm 32 = 22688
+    assert TINY.num_params() == 22688
+    est = estimate(load_config(None, TINY_RUN), TINY, device="cpu")
+    got = _items(est)
+    assert got["parameters"] == 22688 * 4 == 90752
+    assert got["rollout copy"] == 0  # float32 rollout shares the float32 weights
+    assert got["reference"] == 90752  # kl_coef 0.1: a second copy
+    assert got["AdamW state"] == 2 * 90752 == 181504
+    assert got["gradients"] == 90752
+    # shared prompt: G=2 divides the micro-batch of 4 -> 2 prompts of 16 tokens + 4 responses of 8 = 64 tokens
+    # saved: layers 2 * 64 tokens * (9*32 + 4*64 = 544) * 4 B = 278528
+    #   + repeated prompt key/values 2 layers * 4 rows * 16 * 2 * (32 + 16) * 4 B = 49152 -> 327680
+    # logits 4 rows * 8 * 128 * (2 * 4 + 2 * 4) B = 65536; x 1.4: int(1.4 * 393216) = 550502
+    assert got["activations"] == 550502
+    # KV: rows min(64, 4 seqs) = 4 (the evaluation's 2 are fewer) x (16 + 8) tokens
+    #   2 (K, V) * 2 layers * 16 kv dims * 96 tokens * 4 B = 24576
+    assert got["KV cache"] == 24576
+    assert got["runtime"] == CPU_RUNTIME_BYTES
+    # resident 0.7 GiB + 90752 + 90752 + 181504; update 90752 + 550502 > rollout 24576
+    assert est.total == CPU_RUNTIME_BYTES + 363008 + 641254
+
+
+def test_no_reference_without_kl_and_no_runtime_on_cuda():
+    est = estimate(load_config(None, [*TINY_RUN, "algo.kl_coef=0"]), TINY, device="cuda")
+    got = _items(est)
+    assert got["reference"] == 0 and "runtime" not in got
+    assert est.total == 90752 + 181504 + 90752 + 550502
+
+
+def test_bf16_rollout_copy_and_autocast():
+    cfg = load_config(None, [*TINY_RUN, "rollout.dtype=bfloat16", "model.autocast_bf16=true"])
+    got = _items(estimate(cfg, TINY, device="cpu"))
+    assert got["rollout copy"] == 22688 * 2
+    assert got["KV cache"] == 24576 // 2
+    # saved 2 * 64 * 544 * 3.3 + 49152 / 2 (bf16 key/values) + 22688 * 2 (autocast's bf16 weights)
+    # logits 4 * 8 * 128 * (2 * 2 + 2 * 4) = 49152
+    assert got["activations"] == int(1.4 * (2 * 64 * 544 * 3.3 + 24576 + 45376 + 49152))
+
+
+def test_gradient_checkpointing_saves_layer_inputs():
+    cfg = load_config(None, [*TINY_RUN, "model.gradient_checkpointing=true"])
+    got = _items(estimate(cfg, TINY, device="cpu"))
+    # no shared prompt under checkpointing: 4 rows * (16 + 8) = 96 tokens
+    # layer inputs 2 * 96 * 32 * 4 B + one layer recomputed 96 * 544 * 4 B, + logits 65536
+    assert got["activations"] == int(1.4 * (2 * 96 * 32 * 4 + 96 * 544 * 4 + 65536))
+
+
+def test_lora_counts_adapter_params_and_no_reference():
+    cfg = load_config(None, TINY_RUN)
+    object.__setattr__(cfg.model, "lora", SimpleNamespace(rank=4, target_modules=["q_proj", "v_proj"]))
+    est = estimate(cfg, TINY, device="cpu")
+    got = _items(est)
+    # per layer 4 * (32 + 32) for q + 4 * (32 + 16) for v = 448; 2 layers -> 896 trainable
+    assert est.trainable == 896
+    assert got["gradients"] == 896 * 4 and got["AdamW state"] == 2 * 896 * 4
+    assert got["reference"] == 0  # the base with the adapter off
+    assert got["parameters"] == 90752
+    with pytest.raises(UserError, match="target_modules"):
+        TINY.lora_params(4, ["c_attn"])
+
+
+@pytest.mark.parametrize(
+    "model_type, extra",
+    [("llama", {}), ("llama", {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False}), ("qwen2", {"tie_word_embeddings": False})],
+)
+def test_param_count_equals_the_instantiated_model(model_type, extra):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    values = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=100, **extra)
+    config = AutoConfig.for_model(model_type, **values)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    shape = shape_from_config({"model_type": model_type, **config.to_dict()}, "config.json")
+    assert shape.num_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_known_qwen_shapes_match_published_counts():
+    # Qwen's model cards: 0.49B, 1.54B, 7.61B parameters
+    assert KNOWN_MODELS["Qwen/Qwen2.5-0.5B"].num_params() == 494_032_768
+    assert KNOWN_MODELS["Qwen/Qwen2.5-1.5B"].num_params() == 1_543_714_304
+    assert KNOWN_MODELS["Qwen/Qwen2.5-7B"].num_params() == 7_615_616_512
+
+
+def test_model_shape_sources(tmp_path, tiny_model):
+    shape, source = model_shape(str(tiny_model))
+    assert shape.num_hidden_layers == 2 and source.endswith("config.json")
+    only_config = tmp_path / "cfg_only"
+    only_config.mkdir()
+    (only_config / "config.json").write_text((tiny_model / "config.json").read_text())
+    assert model_shape(str(only_config))[0] == shape  # config.json alone is enough
+    shape, source = model_shape("models/Qwen2.5-7B-Instruct")  # not here: the table, by its last part
+    assert shape == KNOWN_MODELS["Qwen/Qwen2.5-7B"] and "Qwen/Qwen2.5-7B" in source
+    with pytest.raises(UserError, match="not a known architecture"):
+        model_shape(str(tmp_path / "nope"))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
+    with pytest.raises(UserError, match="num_hidden_layers"):
+        model_shape(str(bad))

@@ -1,0 +1,22 @@
+"""The trainer prints the memory estimate before training and the measured peak beside it at the end."""
+
+import io
+
+import pytest
+from rich.console import Console
+
+from rlvr.training import train
+from tiny_run import tiny_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_trainer_prints_estimate_then_measured_peak(tiny_dir, tmp_path):
+    cfg = tiny_config(tiny_dir, tmp_path / "run", "train.steps=1", "eval.at_start=false", "eval.at_end=false")
+    out = io.StringIO()
+    train(cfg, console=Console(file=out, width=300))
+    text = out.getvalue()
+    assert "memory estimate:" in text and "peak RSS" in text, text
+    line = next(l for l in text.splitlines() if l.startswith("memory: measured peak"))
+    assert "(RSS) beside the estimate" in line, line
+    assert text.index("memory estimate:") < text.index("memory: measured peak")
