@@ -44,7 +44,6 @@ def test_r1_zero_7b_preset(cwd, capsys):
     assert "Qwen/Qwen2.5-7B" in out and "7,616M parameters" in out and "reference" in out
 
 
-@pytest.mark.xfail(reason="needs model.lora (LoRA branch)")
 def test_r1_zero_05b_lora_preset(cwd, capsys):
     assert main(["config", "--config", "r1_zero_qwen25_0.5b"]) == 0
     assert "rank: 64" in capsys.readouterr().out
