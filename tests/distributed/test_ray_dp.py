@@ -65,3 +65,22 @@ def test_prompts_must_split_into_whole_groups(tiny_model, tmp_path, sevens_file)
     pytest.importorskip("ray")
     with pytest.raises(UserError, match="prompts_per_step=4 is not divisible by distributed.num_workers=3"):
         _config(tiny_model, tmp_path, sevens_file, "distributed.backend=ray", "distributed.num_workers=3")
+
+
+def test_a_ray_run_resumes_where_it_stopped(tiny_model, tmp_path, sevens_file):
+    """All ranks load the checkpoint; 2 steps, then resumed to 3, equal one process's 3 steps."""
+    pytest.importorskip("ray")
+    one, split = tmp_path / "one", tmp_path / "split"
+    ray = ("distributed.backend=ray", "distributed.num_workers=2")
+    train(_config(tiny_model, one, sevens_file))
+    train(_config(tiny_model, split, sevens_file, *ray, "train.steps=2"))
+    train(_config(tiny_model, split, sevens_file, *ray, f"resume={split}"))
+    a, b = metrics(one, timings=False), metrics(split, timings=False)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
+    for row_a, row_b in zip(a, b):
+        assert row_b == pytest.approx(row_a, rel=1e-4, abs=1e-6)
+    wa = load_file(one / "checkpoints" / "last" / "model.safetensors")
+    wb = load_file(split / "checkpoints" / "last" / "model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k])
