@@ -152,7 +152,8 @@ class RayTrainer:
         try:
             out = ray.get([getattr(w, name).remote(*args) for w in workers], timeout=timeout)
         except RayTaskError as e:
-            self.busy = False  # the call ended (with an error)
+            # the call ended with an error; the other workers may wait in a collective for this one
+            self.busy = len(workers) > 1
             if isinstance(e.cause, UserError):
                 raise UserError(str(e.cause)) from None
             raise

@@ -61,23 +61,24 @@ def sample_seed(*key: int) -> int:
 
 
 class _SeededSampler:
-    """Logits processor that samples each row from its own ``torch.Generator`` (Gumbel-max).
+    """Logits processor that samples each row from its own ``torch.Generator`` (inverse CDF).
 
-    Math: argmax_v(z_v / T + g_v) with g_v = −log(E_v), E_v ~ Exp(1) i.i.d., is a sample of
-    softmax(z / T) (Gumbel 1954; the Gumbel-max trick); top-k / top-p set the cut logits to −inf
-    first, as generate's warpers do (same classes, same order: temperature, top-k, top-p).
-    Generation then runs greedily (argmax) on the returned scores.
+    Math: with p = softmax(z / T) after top-k / top-p have set the cut logits to −inf (generate's
+    own warper classes, in its order: temperature, top-k, top-p), draw u ~ U[0, 1) from the row's
+    generator and take the first token v with CDF(v) > u · CDF(V) (inverse-transform sampling;
+    the CDF is a float64 cumsum). The returned scores are 0 at that token and −inf elsewhere, so
+    generate, running greedily, takes it.
 
     Why: with one generator per row, seeded from the row's key, row r's t-th token depends only
     on its own seed and logits, not on which rows share its batch or how many processes split the
     step; ``generate``'s ``torch.multinomial`` draws all rows from the global RNG in batch order.
-    The naive equivalent is ``torch.multinomial(softmax(warped), 1, generator=g_r)`` row by row;
-    both sample the same distribution (not the same tokens). Cost: V exponential draws per row
-    and token (a few µs per row at V = 49k, small beside the forward pass).
+    The naive equivalent is ``torch.multinomial(p_r, 1, generator=g_r)`` row by row (same
+    distribution, other draws). Cost: one uniform per row and token, plus a softmax and cumsum
+    over the vocabulary. The generators live on the CPU, so a GPU samples what a CPU samples.
     """
 
-    def __init__(self, seeds: list[int], temperature: float, top_k: int, top_p: float, device) -> None:
-        self.gens = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+    def __init__(self, seeds: list[int], temperature: float, top_k: int, top_p: float, device=None) -> None:
+        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
         self.warpers = [TemperatureLogitsWarper(temperature)]
         if top_k:
             self.warpers.append(TopKLogitsWarper(top_k=top_k))
@@ -87,8 +88,11 @@ class _SeededSampler:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         for warp in self.warpers:
             scores = warp(input_ids, scores)
-        noise = torch.stack([torch.empty(scores.shape[1], device=scores.device).exponential_(generator=g) for g in self.gens])
-        return scores - noise.log()  # [B, V]: + Gumbel noise; −inf (cut) stays −inf
+        cdf = torch.softmax(scores.double(), dim=-1).cumsum(-1)  # [B, V]
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.gens]).to(cdf.device)  # [B]
+        # right=True: the first v with CDF(v) > u, which has p_v > 0 (a cut token never gets picked)
+        picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp(max=scores.shape[1] - 1)  # [B, 1]
+        return torch.full_like(scores, float("-inf")).scatter_(1, picked, 0.0)
 
 
 class StopStrings(StoppingCriteria):
@@ -245,7 +249,7 @@ class HFRolloutEngine:
             recorder = _SampledLogprobs(sampling.temperature if seeded else gen_config.temperature) if record else None
             processors = [recorder] if record else []
             if seeded:  # after the recorder, which must see the raw logits
-                processors.append(_SeededSampler(seeds[rows], sampling.temperature, sampling.top_k, sampling.top_p, device))
+                processors.append(_SeededSampler(seeds[rows], sampling.temperature, sampling.top_k, sampling.top_p))
             n = enc.input_ids[rows].shape[0]
             stopper = StopStrings(tok, self.stop, prompt_len, n, device) if self.stop else None
             with eval_mode(self.model), own_generation_settings(self.model):
