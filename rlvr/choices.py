@@ -64,6 +64,16 @@ class RatioLevel(StrEnum):
     SEQUENCE = "sequence"
 
 
+# -- distributed ------------------------------------------------------------------------------
+
+
+class Backend(StrEnum):
+    """How a run is spread over processes: one process, or data-parallel Ray workers."""
+
+    NONE = "none"
+    RAY = "ray"
+
+
 # -- rewards ----------------------------------------------------------------------------------
 
 

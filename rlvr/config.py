@@ -25,6 +25,7 @@ import ast
 import dataclasses
 import difflib
 import enum
+import importlib.util
 import inspect
 import types
 import typing
@@ -40,6 +41,7 @@ from rlvr.choices import (
     FILE_FORMATS,
     TEMPLATE_NAMES,
     AdvMethod,
+    Backend,
     KLEstimator,
     KLPlacement,
     LossAgg,
@@ -429,6 +431,33 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class DistributedConfig:
+    backend: Backend = Backend.NONE
+    """none (one process) or ray (distributed.num_workers data-parallel Ray actors joined by torch.distributed: gloo on CPU, nccl on GPU)."""
+    num_workers: int = 1
+    """Data-parallel workers (backend=ray): each samples, scores and trains on train.prompts_per_step / num_workers prompts of every step; gradients are all-reduced."""
+    address: str = "local"
+    """Ray cluster: local (start Ray on this machine), auto (join the cluster `ray start` runs here), or HOST:PORT of a head node."""
+    cpus_per_worker: float = 1.0
+    """CPUs reserved per worker in the placement group (also its torch threads, at least 1)."""
+    gpus_per_worker: float = 0.0
+    """GPUs reserved per worker (> 0: the workers train on CUDA and all-reduce with nccl)."""
+
+    def __post_init__(self) -> None:
+        _check(self.num_workers >= 1, "distributed.num_workers must be >= 1")
+        _check(self.cpus_per_worker > 0, "distributed.cpus_per_worker must be > 0")
+        _check(self.gpus_per_worker >= 0, "distributed.gpus_per_worker must be >= 0")
+        _check(bool(self.address), "distributed.address is empty: use local, auto or HOST:PORT")
+        if self.backend == Backend.RAY:
+            _check(
+                importlib.util.find_spec("ray") is not None,
+                "distributed.backend=ray needs Ray, which is not installed: pip install ray (or distributed.backend=none)",
+            )
+        else:
+            _check(self.num_workers == 1, f"distributed.num_workers={self.num_workers} needs distributed.backend=ray")
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model."""
@@ -446,6 +475,8 @@ class Config:
     """Logging."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Evaluation during training."""
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    """Data-parallel training on Ray."""
     run_dir: str = "runs/quickstart"
     """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/."""
     seed: int = 0
@@ -471,6 +502,37 @@ class Config:
             self.model.lora.rank == 0 or self.algo.ref_sync_every == 0,
             "algo.ref_sync_every copies the policy into a separate reference, but with model.lora.rank > 0 the "
             "reference is the base model with the adapter off; set algo.ref_sync_every=0 (or model.lora.rank=0)",
+        )
+        if self.distributed.backend == Backend.RAY:
+            self._check_distributed()
+
+    def _check_distributed(self) -> None:
+        N, P = self.distributed.num_workers, self.train.prompts_per_step
+        _check(
+            P % N == 0,
+            f"train.prompts_per_step={P} is not divisible by distributed.num_workers={N}; each worker takes whole "
+            f"groups, so pick a multiple of {N}",
+        )
+        seqs = P // N * self.rollout.samples_per_prompt
+        _check(
+            seqs % self.train.micro_batch_seqs == 0,
+            f"each of the {N} workers trains on {seqs} sequences per step, not divisible by "
+            f"train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
+        )
+        _check(
+            not self.algo.dynamic_sampling,
+            "algo.dynamic_sampling with distributed.backend=ray is not supported yet; turn one of them off",
+        )
+        _check(
+            self.algo.adv_method != AdvMethod.REINFORCE_PP,
+            "algo.adv_method=reinforce_pp (a whole-batch std) with distributed.backend=ray is not supported yet; "
+            "use grpo, dr_grpo or rloo, or distributed.backend=none",
+        )
+        on_gpu = self.distributed.gpus_per_worker > 0
+        _check(
+            on_gpu == self.model.device.startswith("cuda") or self.model.device == "auto",
+            f"model.device={self.model.device} with distributed.gpus_per_worker={self.distributed.gpus_per_worker}: "
+            "give GPU workers model.device=cuda (or auto), CPU workers model.device=cpu (or auto)",
         )
 
     @property

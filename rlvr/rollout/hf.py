@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
@@ -49,6 +51,48 @@ class _SampledLogprobs:
         """[B, T] log-probs of ``response`` (the generated tokens)."""
         self._take(response[:, -1])
         return torch.stack(self.picked, dim=1)
+
+
+def sample_seed(*key: int) -> int:
+    """A 63-bit seed from a tuple of integers, e.g. ``(seed, step, group, sample)``: the same key gives
+    the same seed in every process (unlike ``hash()``), and nearby keys give unrelated seeds."""
+    digest = hashlib.blake2b(":".join(map(str, key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class _SeededSampler:
+    """Logits processor that samples each row from its own ``torch.Generator`` (inverse CDF).
+
+    Math: with p = softmax(z / T) after top-k / top-p have set the cut logits to −inf (generate's
+    own warper classes, in its order: temperature, top-k, top-p), draw u ~ U[0, 1) from the row's
+    generator and take the first token v with CDF(v) > u · CDF(V) (inverse-transform sampling;
+    the CDF is a float64 cumsum). The returned scores are 0 at that token and −inf elsewhere, so
+    generate, running greedily, takes it.
+
+    Why: with one generator per row, seeded from the row's key, row r's t-th token depends only
+    on its own seed and logits, not on which rows share its batch or how many processes split the
+    step; ``generate``'s ``torch.multinomial`` draws all rows from the global RNG in batch order.
+    The naive equivalent is ``torch.multinomial(p_r, 1, generator=g_r)`` row by row (same
+    distribution, other draws). Cost: one uniform per row and token, plus a softmax and cumsum
+    over the vocabulary. The generators live on the CPU, so a GPU samples what a CPU samples.
+    """
+
+    def __init__(self, seeds: list[int], temperature: float, top_k: int, top_p: float, device=None) -> None:
+        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
+        self.warpers = [TemperatureLogitsWarper(temperature)]
+        if top_k:
+            self.warpers.append(TopKLogitsWarper(top_k=top_k))
+        if top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p=top_p))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        cdf = torch.softmax(scores.double(), dim=-1).cumsum(-1)  # [B, V]
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.gens]).to(cdf.device)  # [B]
+        # right=True: the first v with CDF(v) > u, which has p_v > 0 (a cut token never gets picked)
+        picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp(max=scores.shape[1] - 1)  # [B, 1]
+        return torch.full_like(scores, float("-inf")).scatter_(1, picked, 0.0)
 
 
 class StopStrings(StoppingCriteria):
@@ -161,11 +205,16 @@ class HFRolloutEngine:
         greedy: bool = False,
         temperature: float | None = None,
         max_new_tokens: int | None = None,
+        seeds: list[int] | None = None,
     ) -> RolloutBatch:
         """Sample ``samples_per_prompt`` completions for each prompt text.
 
         Args:
             greedy: decode greedily (argmax) instead of sampling, e.g. for evaluation.
+            seeds: one seed per sampled sequence (``len(prompts) * samples_per_prompt``, grouped
+                by prompt): each sequence draws from its own generator (:class:`_SeededSampler`),
+                so what it samples does not depend on the batch it is in. Default: the global
+                torch RNG (``generate``'s own sampling).
             temperature: sampling temperature for this call only (default: the engine's).
             max_new_tokens: response length limit for this call only (default: the engine's).
 
@@ -184,13 +233,23 @@ class HFRolloutEngine:
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         texts = [p for p in prompts for _ in range(samples_per_prompt)]
+        seeded = seeds is not None and not greedy
+        if seeded:
+            if len(seeds) != len(texts):
+                raise ValueError(f"{len(seeds)} seeds for {len(texts)} sequences")
+            sampling = gen_config
+            gen_config = copy.deepcopy(gen_config)  # argmax over the seeded sampler's noisy scores
+            gen_config.do_sample, gen_config.temperature, gen_config.top_p, gen_config.top_k = False, None, None, None
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         prompt_len = enc.input_ids.shape[1]
         chunks, lp_chunks, stop_at = [], [], []
         record = self.logprobs and not greedy
         for start in range(0, len(texts), self.batch_seqs):
             rows = slice(start, start + self.batch_seqs)
-            recorder = _SampledLogprobs(gen_config.temperature) if record else None
+            recorder = _SampledLogprobs(sampling.temperature if seeded else gen_config.temperature) if record else None
+            processors = [recorder] if record else []
+            if seeded:  # after the recorder, which must see the raw logits
+                processors.append(_SeededSampler(seeds[rows], sampling.temperature, sampling.top_k, sampling.top_p))
             n = enc.input_ids[rows].shape[0]
             stopper = StopStrings(tok, self.stop, prompt_len, n, device) if self.stop else None
             with eval_mode(self.model), own_generation_settings(self.model):
@@ -198,7 +257,7 @@ class HFRolloutEngine:
                     input_ids=enc.input_ids[rows],
                     attention_mask=enc.attention_mask[rows],
                     generation_config=gen_config,
-                    logits_processor=[recorder] if record else None,
+                    logits_processor=processors or None,
                     stopping_criteria=StoppingCriteriaList([stopper]) if stopper else None,
                 )
             chunks.append(out[:, prompt_len:])

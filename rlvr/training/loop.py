@@ -21,6 +21,7 @@ from rlvr.config import Config
 from rlvr.models import eval_mode, response_logits
 from rlvr.models.forward import shared_prompt_group
 from rlvr.rollout import RolloutBatch
+from rlvr.training.replicas import OneProcess
 
 
 def lr_scheduler(optimizer, *, schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> LambdaLR:
@@ -188,14 +189,17 @@ def accumulate_gradients(
 
 def update_policy(
     policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast, *,
-    num_tokens: Tensor | None = None, num_seqs: int | None = None,
+    num_tokens: Tensor | None = None, num_seqs: int | None = None, group=None,
 ) -> dict:
     """``algo.num_iterations`` optimizer steps over the rollout batch; returns ``train/`` metrics
     over them (means, and the min/max of the ``*_min`` / ``*_max`` ones).
 
     An iteration whose loss or gradient norm is not finite takes no optimizer or schedule step
     (its gradients are dropped); ``train/skipped_updates`` counts them. ``num_tokens`` /
-    ``num_seqs``: the loss denominators, see :func:`accumulate_gradients`."""
+    ``num_seqs``: the loss denominators, see :func:`accumulate_gradients`. ``group``: the
+    data-parallel group (default one process); its gradients and statistics are summed over the
+    ranks before clipping, so every rank clips, skips and steps alike and the weights stay equal."""
+    group = OneProcess() if group is None else group
     lr = scheduler.get_last_lr()[0]  # the lr this step trains with
     max_norm = cfg.train.max_grad_norm if cfg.train.max_grad_norm > 0 else float("inf")
     totals: dict[str, torch.Tensor] = {}
@@ -209,6 +213,8 @@ def update_policy(
             )
         finally:
             policy.eval()
+        group.reduce_grads(policy)
+        sums = group.reduce_stats(sums)
         for k, v in sums.items():
             combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
             totals[k] = combine(totals[k], v) if k in totals else v

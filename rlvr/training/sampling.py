@@ -5,7 +5,9 @@ rollout of the step's prompts; with it on, groups whose rewards are all equal (n
 signal) are dropped and more prompts are drawn until as many groups as the step has prompts
 carry signal or ``algo.dynamic_sampling_max_batches`` extra batches were drawn. Extra prompts
 are a pure function of ``(seed, step, attempt)``, like the step's own prompts, so resume stays
-exact. :func:`rollout_metrics` summarises everything sampled.
+exact. What a sequence samples is a pure function of ``(seed, step, attempt, group, sample)``
+(:func:`sequence_seeds`): the same in one process and in N data-parallel workers, whatever the
+batch it is generated in. :func:`rollout_metrics` summarises everything sampled.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rlvr import metric_names as M
 from rlvr.config import Config
 from rlvr.rewards.registry import RewardResult
 from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
+from rlvr.rollout.hf import sample_seed
 
 
 @dataclass
@@ -80,10 +83,16 @@ def extra_prompt_indices(num_rows: int, n: int, *, seed: int, step: int, attempt
     return [rng.randrange(num_rows) for _ in range(n)]
 
 
-def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str, timing: dict) -> Scored:
+def sequence_seeds(seed: int, step: int, attempt: int, first_group: int, num_groups: int, G: int) -> list[int]:
+    """The sampling seed of each of ``num_groups`` x G sequences: group ``first_group + p`` of the
+    step's (``attempt`` 0) or a dynamic-sampling extra batch's prompts, sample ``j``."""
+    return [sample_seed(seed, step, attempt, first_group + p, j) for p in range(num_groups) for j in range(G)]
+
+
+def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str, timing: dict, seeds: list[int]) -> Scored:
     G = cfg.rollout.samples_per_prompt
     t0 = time.perf_counter()
-    batch = engine.generate([r["prompt"] for r in rows], G)
+    batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds)
     t1 = time.perf_counter()
     said = [prefix + text for text in batch.texts]  # the prefix is part of the assistant's turn
     answers = [r["answer"] for r in rows for _ in range(G)]
@@ -103,11 +112,13 @@ def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str
     return Scored(rows, batch, said, answers, result, acc, fmt, rewards)
 
 
-def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: int, cfg: Config, *, prefix: str):
+def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: int, cfg: Config, *, prefix: str, first_group: int = 0):
     """Samples and scores the step's groups.
 
     Args:
         prompts: row indices of the step's prompts (one group of G samples each).
+        first_group: index of ``prompts[0]`` among the step's prompts (a data-parallel worker's
+            shard starts past 0); with ``step`` it picks the sampling seeds.
 
     Returns:
         (trained, sampled, info): ``trained`` holds ``len(prompts)`` groups to train on;
@@ -117,13 +128,15 @@ def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: in
     """
     G, P, algo = cfg.rollout.samples_per_prompt, len(prompts), cfg.algo
     timing = {"rollout": 0.0, "reward": 0.0}
-    parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in prompts], cfg, prefix, timing)]
+    seeds = sequence_seeds(cfg.seed, step, 0, first_group, P, G)
+    parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in prompts], cfg, prefix, timing, seeds)]
     info: dict = {}
     if algo.dynamic_sampling:
         informative = lambda: sum(int(algos.informative_groups(p.rewards, G).sum()) for p in parts)  # noqa: E731
         while informative() < P and len(parts) <= algo.dynamic_sampling_max_batches:
             idx = extra_prompt_indices(len(train_rows), P, seed=cfg.seed, step=step, attempt=len(parts))
-            parts.append(_sample_and_score(engine, scorer, [train_rows[i] for i in idx], cfg, prefix, timing))
+            seeds = sequence_seeds(cfg.seed, step, len(parts), first_group, P, G)
+            parts.append(_sample_and_score(engine, scorer, [train_rows[i] for i in idx], cfg, prefix, timing, seeds))
     sampled = Scored.concat(parts, engine.tokenizer.pad_token_id)
     trained = sampled
     if algo.dynamic_sampling:

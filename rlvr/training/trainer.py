@@ -20,6 +20,7 @@ import torch
 from rlvr import algos
 from rlvr import metric_names as M
 from rlvr.analysis.report import build_report
+from rlvr.choices import Backend
 from rlvr.config import Config, Switch, to_yaml
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.data.loading import load_split
@@ -38,6 +39,7 @@ from rlvr.tracking import MetricsLogger, peak_memory
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
 from rlvr.training.loop import batch_logprobs, lr_scheduler, update_policy
+from rlvr.training.replicas import OneProcess
 from rlvr.training.sampling import Scored, collect, rollout_metrics
 from rlvr.training.signals import GracefulStop
 
@@ -46,8 +48,15 @@ def train(cfg: Config, *, console=None) -> Path:
     """Run GRPO as configured; returns the run directory.
 
     SIGINT/SIGTERM finish the step, save a checkpoint and return; a second one stops at once
-    (``KeyboardInterrupt``), with what the last checkpoint holds noted."""
-    trainer = Trainer(cfg, console=console)
+    (``KeyboardInterrupt``), with what the last checkpoint holds noted. With
+    ``distributed.backend=ray`` the same loop drives :class:`rlvr.distributed.RayTrainer`: the
+    steps run on data-parallel Ray workers, each a :class:`Trainer` of its rank."""
+    if cfg.distributed.backend == Backend.RAY:
+        from rlvr.distributed import RayTrainer  # Ray is imported only when a run asks for it
+
+        trainer = RayTrainer(cfg, console=console)
+    else:
+        trainer = Trainer(cfg, console=console)
     if not trainer.setup():
         return trainer.run_dir
     steps, step = trainer.cfg.train.steps, trainer.start_step
@@ -111,14 +120,22 @@ class Trainer:
     :meth:`evaluate_start`, :meth:`record`, :meth:`save`, :meth:`stop` and :meth:`finish` are the
     logging process's: evaluation, metrics and samples, console, checkpoints.
 
+    Under Ray each data-parallel worker holds one, with its rank's ``group``: every rank loads the
+    models and runs :meth:`step` on its shard; only rank 0 writes the run directory and runs the
+    logging process's methods.
+
     Args:
         cfg: the run's config (``model.device`` precision is resolved in :meth:`setup` if still ``auto``).
         console: where the progress and notes go (a rich Console; default stderr).
+        group: the data-parallel group (:class:`rlvr.training.replicas.OneProcess` by default).
     """
 
-    def __init__(self, cfg: Config, console=None) -> None:
+    def __init__(self, cfg: Config, console=None, *, group=None) -> None:
         self.cfg = cfg
         self.console = console
+        self.group = OneProcess() if group is None else group
+        self.logs = self.group.rank == 0
+        """This process writes the run directory: metrics, samples, evaluations, checkpoints."""
         self.samples: list[dict] = []
         """The last step's rows for samples.jsonl (only on steps that ``log.samples_every`` picks)."""
 
@@ -139,8 +156,10 @@ class Trainer:
             self.printer.note(f"{self.run_dir} already finished {self.start_step} steps (train.steps={cfg.train.steps}); nothing to do")
             return False
         self.stream = PromptStream(len(self.train_rows), cfg.train.prompts_per_step, cfg.seed)
-        self.metrics_log = MetricsLogger.from_config(self.run_dir, cfg.log)  # jsonl + TensorBoard/W&B, each failure-isolated
-        self.samples_log = JsonlWriter(self.run.samples_file)
+        self.metrics_log = self.samples_log = None
+        if self.logs:
+            self.metrics_log = MetricsLogger.from_config(self.run_dir, cfg.log)  # jsonl + TensorBoard/W&B, each failure-isolated
+            self.samples_log = JsonlWriter(self.run.samples_file)
         self.bad_in_row = 0  # steps in a row whose every update was skipped
         self.last_save = (self.start_step, time.monotonic())  # (step, monotonic time) of the last checkpoint
         # reward workers started, warm and plugins imported before any time limit runs
@@ -165,10 +184,11 @@ class Trainer:
         self.model_path = resolve_model_path(cfg.model.path)
         get_reward(cfg.reward.accuracy_rule)
         self.resume_from = RunDir(Path(cfg.resume)).resume_checkpoint() if cfg.resume else None
-        self.run_dir = prepare_run_dir(cfg, self.model_path)
+        # the other ranks start after rank 0 has prepared the run directory, and only read it
+        self.run_dir = prepare_run_dir(cfg, self.model_path) if self.logs else Path(cfg.resume or cfg.run_dir)
         self.run = RunDir(self.run_dir)
-        self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress, console=self.console)
-        for name in ckpt.remove_stale(self.run_dir):  # left by a process killed mid-checkpoint
+        self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress and self.logs, console=self.console)
+        for name in ckpt.remove_stale(self.run_dir) if self.logs else ():  # left by a process killed mid-checkpoint
             self.printer.note(f"removed {self.run.checkpoints_root / name}, a checkpoint a killed run had not finished")
         for note in precision_notes:
             self.printer.note(note)
@@ -272,8 +292,9 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         if "ref" in state:  # a reference refreshed from the policy (algo.ref_sync_every)
             self.ref.load_state_dict(state["ref"])
-        truncate_jsonl(self.run.metrics_file, self.start_step)
-        truncate_jsonl(self.run.samples_file, self.start_step)
+        if self.logs:
+            truncate_jsonl(self.run.metrics_file, self.start_step)
+            truncate_jsonl(self.run.samples_file, self.start_step)
         self.skipped_steps = state.get("skipped_steps", 0)
 
     def autocast(self):
@@ -284,23 +305,28 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------
 
-    def step(self, step: int, prompts: list[int] | None = None) -> dict:
+    def step(self, step: int, prompts: list[int] | None = None, *, first_group: int = 0) -> dict:
         """One GRPO step: rollout and rewards, fixed log-probs, advantages, ``algo.num_iterations`` updates.
 
         Args:
             step: 0-based step; with ``seed`` it picks the step's prompts (and dynamic-sampling extras).
             prompts: row indices of the prompts to sample, G samples each; default the step's batch
                 of the prompt stream. A data-parallel worker passes its shard (whole groups).
+            first_group: index of ``prompts[0]`` in the step's batch (a worker's shard offset); with
+                ``seed`` and ``step`` it seeds each sequence's sampling.
 
         Returns:
             The step's metrics (:mod:`rlvr.metric_names`), tensors and floats; the sinks make floats.
+            On a data-parallel worker they cover the whole global batch (every rank gets them).
         """
         cfg, G, t_step = self.cfg, self.cfg.rollout.samples_per_prompt, time.perf_counter()
         # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
         #      may draw extra prompts; the rollout/* metrics cover everything sampled)
         self.engine.sync_weights()
         prompts = self.stream.batch(step) if prompts is None else prompts
-        got, sampled, info = collect(self.engine, self.scorer, self.train_rows, prompts, step, cfg, prefix=self.prefix)
+        got, sampled, info = collect(
+            self.engine, self.scorer, self.train_rows, prompts, step, cfg, prefix=self.prefix, first_group=first_group
+        )
         t_rollout, t_reward = info.pop("rollout_s"), info.pop("reward_s")
         batch = self._to_device(got.batch)
 
@@ -315,8 +341,12 @@ class Trainer:
         update = self._update(step, batch, adv, old_logp, loss_ref)
         t_update = time.perf_counter() - t0
 
-        # 5. metrics (rollout/*: everything sampled this step); samples (the trained batch)
-        self.samples = self._sample_rows(step + 1, got, adv)
+        # 5. metrics (rollout/*: everything sampled this step, by every rank); samples (the trained batch)
+        group = self.group
+        self.samples = [row for rows in group.gather(self._sample_rows(step + 1, got, adv)) for row in rows]
+        if group.world_size > 1:
+            sampled = Scored.concat(group.gather(sampled), self.tokenizer.pad_token_id)
+            adv = torch.cat([a.to(self.device) for a in group.gather(adv.cpu())])
         return {
             **rollout_metrics(sampled, info, overlong=bool(cfg.algo.overlong_buffer)),
             M.ADV_MEAN: adv.mean(),
@@ -356,7 +386,8 @@ class Trainer:
         if not kl_in_reward:
             return rewards, old_logp, ref_logp, {}
         mask, estimator = batch.response_mask, cfg.algo.kl_estimator
-        kl = algos.masked_mean(algos.kl_divergence(old_logp, ref_logp, estimator=estimator), mask)
+        kl_tok = algos.kl_divergence(old_logp, ref_logp, estimator=estimator)
+        kl = self.group.sum((kl_tok * mask).sum()) / self.group.sum(mask.sum()).clamp(min=1)  # algos.masked_mean, global
         rewards = algos.kl_shaped_rewards(
             rewards.to(self.device), old_logp, ref_logp, mask, coef=cfg.algo.kl_coef, estimator=estimator
         )
@@ -377,7 +408,9 @@ class Trainer:
 
         One process: its own batch. A data-parallel worker returns the sums over all workers, so
         that N workers take the update of one process with the same global batch."""
-        return batch.response_mask.float().sum(), batch.response_mask.shape[0]
+        counts = torch.stack([batch.response_mask.float().sum(), torch.tensor(float(batch.response_mask.shape[0]), device=self.device)])
+        num_tokens, num_seqs = self.group.sum(counts)  # exact: float32 counts up to 2**24
+        return num_tokens, int(num_seqs)
 
     def _update(self, step: int, batch: RolloutBatch, adv, old_logp, ref_logp) -> dict:
         """The step's updates, counting the skipped (non-finite) ones; refreshes the reference when due."""
@@ -385,7 +418,7 @@ class Trainer:
         num_tokens, num_seqs = self.loss_denominators(batch)
         update = update_policy(
             self.policy, self.optimizer, self.scheduler, batch, adv, old_logp, ref_logp, cfg, self.autocast,
-            num_tokens=num_tokens, num_seqs=num_seqs,
+            num_tokens=num_tokens, num_seqs=num_seqs, group=self.group,
         )
         skipped = update[M.SKIPPED_UPDATES]
         if skipped:
@@ -510,6 +543,7 @@ class Trainer:
 
     def close(self) -> None:
         """Closes the metrics and samples sinks and the progress bar."""
-        self.metrics_log.close()
-        self.samples_log.close()
+        if self.metrics_log is not None:
+            self.metrics_log.close()
+            self.samples_log.close()
         self.printer.stop()

@@ -1,0 +1,168 @@
+"""The driver side of a Ray run: :class:`RayTrainer` has the Trainer's methods and runs them on workers.
+
+:func:`rlvr.training.trainer.train` runs the same loop (signals, evaluation, checkpoints) over a
+:class:`RayTrainer` as over a :class:`~rlvr.training.trainer.Trainer`: :meth:`RayTrainer.step`
+runs every worker's shard of the step, and the logging process's methods run on rank 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import ray
+from ray.exceptions import RayTaskError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from rich.console import Console
+
+from rlvr.config import Config
+from rlvr.distributed.worker import Worker
+from rlvr.errors import UserError
+from rlvr.run_dir import RunDir
+from rlvr.tracking.console import StepPrinter
+
+PLACEMENT_TIMEOUT_S = 120
+"""How long the workers' placement group may wait for room in the cluster before the run stops."""
+
+
+class RayTrainer:
+    """``distributed.num_workers`` Ray actors (:class:`rlvr.distributed.worker.Worker`) in one
+    placement group, each a Trainer of its rank, driven step by step from this process.
+
+    Args:
+        cfg: the run's config (``distributed.backend=ray``).
+        console: where rank 0's lines and the driver's notes go (a rich Console; default stderr).
+    """
+
+    def __init__(self, cfg: Config, console=None) -> None:
+        self.cfg = cfg
+        self.console = console or Console(stderr=True)
+        self.printer = StepPrinter(cfg.train.steps, enabled=False, console=self.console)
+        self.workers: list = []
+        self.pg = None
+        self.started_ray = False
+        self.busy = False  # a call to the workers is under way (a second signal leaves them to ray.kill)
+
+    # -- the Trainer's methods, on the workers ---------------------------------------------
+
+    def setup(self) -> bool:
+        """Starts (or joins) Ray, places the workers, joins them in a process group and sets up
+        each Trainer, rank 0 first; False (workers released) when the run has nothing left to do."""
+        try:
+            self._start()
+            ok, run_dir, self.start_step = self._on("setup")
+            self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
+            self._all("setup", self.workers[1:])
+        except BaseException:
+            self.close()
+            raise
+        if not ok:
+            self.close()
+        return ok
+
+    def evaluate_start(self) -> None:
+        self._on("evaluate_start")
+
+    def step(self, step: int) -> dict:
+        """Every worker's shard of ``step``; returns the step's metrics (rank 0's, of the global batch)."""
+        return self._all("step", self.workers, step)[0]
+
+    def record(self, step: int, metrics: dict) -> None:
+        self._on("record", step, metrics)
+
+    def stop(self, step: int, signal_name: str) -> Path:
+        return Path(self._on("stop", step, signal_name))
+
+    def finish(self) -> Path:
+        return self._on("finish")
+
+    def interrupted(self, step: int) -> None:
+        """A second signal: notes what is saved, without waiting for the workers (they are killed)."""
+        saved = self.run.checkpoints()
+        where = f"last checkpoint {saved[-1]}" if saved else "no checkpoint saved yet"
+        self.printer.note(f"interrupted at step {step + 1}; {where}; metrics are in {self.run.metrics_file}")
+
+    def close(self) -> None:
+        """Closes the workers' sinks and process group (unless a call is still under way), then
+        kills the actors, removes the placement group and stops Ray if this run started it."""
+        if self.workers and not self.busy:
+            try:
+                self._all("close", self.workers, timeout=60)
+            except Exception as e:  # the run's files are already saved; say so and release the rest
+                self.printer.note(f"warning: closing the Ray workers failed ({type(e).__name__}: {e})")
+        for w in self.workers:
+            ray.kill(w)
+        self.workers = []
+        if self.pg is not None:
+            remove_placement_group(self.pg)
+            self.pg = None
+        if self.started_ray:
+            ray.shutdown()
+            self.started_ray = False
+
+    # -- Ray -------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        d = self.cfg.distributed
+        n, cpus, gpus = d.num_workers, d.cpus_per_worker, d.gpus_per_worker
+        if not ray.is_initialized():  # inside a Ray job the job's driver is already connected
+            if d.address == "local":
+                # at least the workers' CPUs, so 2 workers fit on a 1-core CI machine too (slower)
+                ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(n * cpus)), log_to_driver=True)
+            else:
+                try:
+                    ray.init(address=d.address, log_to_driver=True)
+                except ConnectionError as e:
+                    raise UserError(
+                        f"distributed.address={d.address}: no Ray cluster there ({e}); start one with `ray start --head`, "
+                        "or use distributed.address=local"
+                    ) from None
+            self.started_ray = True
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        self.pg = placement_group([bundle] * n, strategy="PACK")
+        ready, _ = ray.wait([self.pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not ready:
+            raise UserError(
+                f"the Ray cluster has no room for distributed.num_workers={n} workers of {bundle} each within "
+                f"{PLACEMENT_TIMEOUT_S} s (it has {ray.available_resources()}); lower num_workers or "
+                "cpus_per_worker/gpus_per_worker, or add nodes"
+            )
+        actor = ray.remote(Worker)
+        self.workers = [
+            actor.options(
+                num_cpus=cpus, num_gpus=gpus, name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=rank),
+            ).remote(self.cfg, rank, n, max(1, int(cpus)))
+            for rank in range(n)
+        ]
+        host, port = ray.get(self.workers[0].address.remote())
+        self._all("connect", self.workers, host, port, printed=False)
+
+    def _on(self, name: str, *args):
+        """Rank 0's ``name(*args)``; prints what it printed, returns its value."""
+        return self._all(name, self.workers[:1], *args)[0]
+
+    def _all(self, name: str, workers: list, *args, printed: bool = True, timeout: float | None = None) -> list:
+        """``name(*args)`` on every worker at once; waits, prints what they printed, returns the values.
+
+        A worker's :class:`~rlvr.errors.UserError` is raised here as the one-line error it is."""
+        self.busy = True
+        try:
+            out = ray.get([getattr(w, name).remote(*args) for w in workers], timeout=timeout)
+        except RayTaskError as e:
+            # the call ended with an error; the other workers may wait in a collective for this one
+            self.busy = len(workers) > 1
+            if isinstance(e.cause, UserError):
+                raise UserError(str(e.cause)) from None
+            raise
+        self.busy = False  # not reached on KeyboardInterrupt: close() then leaves the workers to ray.kill
+        if not printed:
+            return out
+        values = []
+        for value, text in out:
+            if text:
+                self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+            values.append(value)
+        return values

@@ -1,0 +1,116 @@
+"""One data-parallel worker: a :class:`rlvr.training.trainer.Trainer` with a rank, run as a Ray actor.
+
+The worker joins the torch.distributed process group, then does what the single-process
+:func:`rlvr.training.trainer.train` does, on its shard: ``trainer.step`` on whole groups of the
+step's prompts; rank 0 also runs the logging process's methods (evaluation, metrics, samples,
+checkpoints). What rank 0 prints goes to a buffer that the driver prints on its own console.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from rich.console import Console
+
+from rlvr.distributed.group import TorchGroup
+from rlvr.models import resolve_device
+from rlvr.training.trainer import Trainer
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def shard(prompts: list[int], rank: int, world_size: int) -> tuple[list[int], int]:
+    """(this rank's prompts, the index of its first one): contiguous whole groups, rank 0 first."""
+    k = len(prompts) // world_size
+    return prompts[rank * k : (rank + 1) * k], rank * k
+
+
+class Worker:
+    """Rank ``rank`` of ``world_size``: :meth:`connect`, :meth:`setup`, then :meth:`step` per step.
+
+    Methods that print return ``(value, text)``: ``text`` is what rank 0 printed (empty elsewhere).
+    """
+
+    def __init__(self, cfg, rank: int, world_size: int, threads: int) -> None:
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        torch.set_num_threads(max(1, threads))
+        self.out = io.StringIO()
+        # rank 0's notes and step lines, as the single process prints them (no progress bar: not a terminal)
+        self.console = Console(file=self.out, width=200, soft_wrap=True) if rank == 0 else Console(quiet=True)
+        self.trainer: Trainer | None = None
+
+    def address(self) -> tuple[str, int]:
+        """Where rank 0 listens for the process group: (this node's IP, a free port)."""
+        import ray  # the actor runs under Ray
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def connect(self, host: str, port: int) -> None:
+        """Joins the process group (gloo on CPU, nccl on CUDA) and builds this rank's Trainer."""
+        device = resolve_device(self.cfg.model.device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.world_size,
+            timeout=timedelta(minutes=30),
+        )
+        self.trainer = Trainer(self.cfg, console=self.console, group=TorchGroup(self.rank, self.world_size, device))
+
+    def _printed(self, value=None):
+        text = self.out.getvalue()
+        self.out.seek(0)
+        self.out.truncate()
+        return value, text
+
+    def setup(self):
+        """``Trainer.setup`` (rank 0 first: it prepares the run directory); returns (not finished yet, (run_dir, start_step))."""
+        ok = self.trainer.setup()
+        return self._printed((ok, str(self.trainer.run_dir), self.trainer.start_step))
+
+    def evaluate_start(self):
+        self.trainer.evaluate_start()
+        return self._printed()
+
+    def step(self, step: int):
+        """This rank's shard of ``step``; returns the step's metrics (of the whole global batch)."""
+        prompts, first = shard(self.trainer.stream.batch(step), self.rank, self.world_size)
+        metrics = self.trainer.step(step, prompts, first_group=first)
+        return self._printed(metrics if self.rank == 0 else None)  # the same on every rank
+
+    def record(self, step: int, metrics: dict):
+        """Rank 0: ``Trainer.record`` (evaluation when due, metrics, samples, periodic checkpoint)."""
+        self.trainer.record(step, metrics)
+        return self._printed()
+
+    def stop(self, step: int, signal_name: str):
+        return self._printed(str(self.trainer.stop(step, signal_name)))
+
+    def interrupted(self, step: int):
+        self.trainer.interrupted(step)
+        return self._printed()
+
+    def finish(self):
+        self.trainer.finish()
+        return self._printed()
+
+    def close(self):
+        """Closes the sinks and leaves the process group."""
+        if self.trainer is not None and hasattr(self.trainer, "metrics_log"):
+            self.trainer.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        return self._printed()
+
+    def pid(self) -> int:
+        return os.getpid()
+

@@ -1,0 +1,86 @@
+"""Data-parallel training on Ray: N workers take the update of one process with the same global batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlvr.config import load_config
+from rlvr.errors import UserError
+from rlvr.training import train
+
+from tiny_run import metrics, tiny_args
+
+pytestmark = pytest.mark.slow
+
+SEVENS = '''
+def sevens(completions, labels, **fields):
+    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
+'''
+
+
+@pytest.fixture
+def sevens_file(tmp_path):
+    """The `sevens` reward as a plugin file: Ray workers are other processes, where the test's registry is not."""
+    path = tmp_path / "sevens_reward.py"
+    path.write_text(SEVENS, encoding="utf-8")
+    return path
+
+
+def _config(model_dir, run_dir, sevens_file, *extra):
+    rule = f"{sevens_file}:sevens"
+    return load_config(None, tiny_args(
+        model_dir, run_dir, f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}", "reward.workers=0",
+        "eval.at_start=false", "eval.at_end=false", "train.steps=3", "train.micro_batch_seqs=4",
+        "algo.kl_coef=0.01", "algo.num_iterations=2", "model.autocast_bf16=false", *extra,
+    ))
+
+
+def test_two_ray_workers_train_like_one_process(tiny_model, tmp_path, sevens_file):
+    pytest.importorskip("ray")
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(_config(tiny_model, one, sevens_file))
+    train(_config(tiny_model, two, sevens_file, "distributed.backend=ray", "distributed.num_workers=2"))
+
+    a, b = metrics(one, timings=False), metrics(two, timings=False)
+    assert len(a) == len(b) == 3
+    for row_a, row_b in zip(a, b):
+        assert row_a.keys() == row_b.keys()
+        for k in row_a:
+            assert row_b[k] == pytest.approx(row_a[k], rel=1e-4, abs=1e-6), (row_a["step"], k)
+    # the same completions were sampled, so the rollout metrics are equal, not just close
+    assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
+    wa = load_file(one / "checkpoints" / "last" / "model.safetensors")
+    wb = load_file(two / "checkpoints" / "last" / "model.safetensors")
+    start = load_file(tiny_model / "model.safetensors")
+    assert any(not torch.equal(wa[k], start[k]) for k in wa)  # it trained
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-6)
+    samples = lambda d: (d / "samples.jsonl").read_text(encoding="utf-8").splitlines()  # noqa: E731
+    assert len(samples(two)) == len(samples(one)) == 3 * 4 * 8  # every rank's samples
+
+
+def test_prompts_must_split_into_whole_groups(tiny_model, tmp_path, sevens_file):
+    pytest.importorskip("ray")
+    with pytest.raises(UserError, match="prompts_per_step=4 is not divisible by distributed.num_workers=3"):
+        _config(tiny_model, tmp_path, sevens_file, "distributed.backend=ray", "distributed.num_workers=3")
+
+
+def test_a_ray_run_resumes_where_it_stopped(tiny_model, tmp_path, sevens_file):
+    """All ranks load the checkpoint; 2 steps, then resumed to 3, equal one process's 3 steps."""
+    pytest.importorskip("ray")
+    one, split = tmp_path / "one", tmp_path / "split"
+    ray = ("distributed.backend=ray", "distributed.num_workers=2")
+    train(_config(tiny_model, one, sevens_file))
+    train(_config(tiny_model, split, sevens_file, *ray, "train.steps=2"))
+    train(_config(tiny_model, split, sevens_file, *ray, f"resume={split}"))
+    a, b = metrics(one, timings=False), metrics(split, timings=False)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
+    for row_a, row_b in zip(a, b):
+        assert row_b == pytest.approx(row_a, rel=1e-4, abs=1e-6)
+    wa = load_file(one / "checkpoints" / "last" / "model.safetensors")
+    wb = load_file(split / "checkpoints" / "last" / "model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k])
