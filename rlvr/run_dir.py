@@ -57,6 +57,14 @@ def is_checkpoint(path: Path) -> bool:
     return (Path(path) / STATE_FILE).is_file()
 
 
+def remove_path(path: Path) -> None:
+    """Delete a file, a symlink (not what it points at) or a directory tree; nothing if it is gone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _step_dirs(root: Path) -> list[Path]:
     """``step_N`` directories under ``root``, by step (none when root is missing)."""
     if not root.is_dir():
@@ -186,5 +194,4 @@ class RunDir:
         for name in OUTPUTS:
             if name in keep:
                 continue
-            target = self.path / name
-            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+            remove_path(self.path / name)

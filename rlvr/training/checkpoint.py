@@ -20,7 +20,7 @@ import torch
 from safetensors import safe_open
 
 from rlvr.errors import UserError
-from rlvr.run_dir import STATE_FILE, RunDir, step_name
+from rlvr.run_dir import STATE_FILE, RunDir, remove_path, step_name
 
 
 def _fsync_dir(path: Path) -> None:
@@ -54,10 +54,7 @@ def remove_stale(run_dir: Path) -> list[str]:
         return []
     stale = [p for p in root.iterdir() if re.match(r"^\.(step_\d+\.(tmp|old)|last\.tmp)-\d+$", p.name)]
     for p in stale:
-        if p.is_symlink() or not p.is_dir():
-            p.unlink()
-        else:
-            shutil.rmtree(p)
+        remove_path(p)
     return sorted(p.name for p in stale)
 
 
