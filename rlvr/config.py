@@ -519,15 +519,6 @@ class Config:
             f"each of the {N} workers trains on {seqs} sequences per step, not divisible by "
             f"train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
         )
-        _check(
-            not self.algo.dynamic_sampling,
-            "algo.dynamic_sampling with distributed.backend=ray is not supported yet; turn one of them off",
-        )
-        _check(
-            self.algo.adv_method != AdvMethod.REINFORCE_PP,
-            "algo.adv_method=reinforce_pp (a whole-batch std) with distributed.backend=ray is not supported yet; "
-            "use grpo, dr_grpo or rloo, or distributed.backend=none",
-        )
         on_gpu = self.distributed.gpus_per_worker > 0
         _check(
             on_gpu == self.model.device.startswith("cuda") or self.model.device == "auto",

@@ -24,6 +24,7 @@ from rlvr.config import Config
 from rlvr.rewards.registry import RewardResult
 from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
 from rlvr.rollout.hf import sample_seed
+from rlvr.training.replicas import OneProcess
 
 
 @dataclass
@@ -112,42 +113,60 @@ def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str
     return Scored(rows, batch, said, answers, result, acc, fmt, rewards)
 
 
-def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: int, cfg: Config, *, prefix: str, first_group: int = 0):
+def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: int, cfg: Config, *, prefix: str,
+            first_group: int = 0, group=None):
     """Samples and scores the step's groups.
 
     Args:
-        prompts: row indices of the step's prompts (one group of G samples each).
+        prompts: row indices of this rank's prompts (one group of G samples each): the whole
+            step's batch in one process, a contiguous shard of it on a data-parallel worker.
         first_group: index of ``prompts[0]`` among the step's prompts (a data-parallel worker's
             shard starts past 0); with ``step`` it picks the sampling seeds.
+        group: the data-parallel group (:class:`rlvr.training.replicas.OneProcess` by default).
 
     Returns:
-        (trained, sampled, info): ``trained`` holds ``len(prompts)`` groups to train on;
-        ``sampled`` every group sampled this step (the same object without dynamic sampling);
-        ``info`` the metrics ``rollout/dropped_groups`` and ``rollout/extra_batches`` (dynamic
-        sampling only) and the phase times ``rollout_s`` / ``reward_s``.
+        (trained, sampled, info): ``trained`` holds ``len(prompts)`` groups for this rank to
+        train on; ``sampled`` every group sampled this step by every rank, in the order one
+        process samples them (the same object as ``trained`` in one process without dynamic
+        sampling); ``info`` the metrics ``rollout/dropped_groups`` and ``rollout/extra_batches``
+        (dynamic sampling only) and this rank's phase times ``rollout_s`` / ``reward_s``.
+
+    Under data parallelism each rank samples its shard of every batch (the step's, then each
+    extra one), the decision to draw more counts the informative groups of all ranks, and the
+    groups to train on are picked from everything sampled exactly as one process picks them,
+    then dealt out in contiguous equal shares: N workers train on the groups one process would.
     """
+    group = OneProcess() if group is None else group
     G, P, algo = cfg.rollout.samples_per_prompt, len(prompts), cfg.algo
+    P_all = P * group.world_size  # the step's prompts over all ranks
     timing = {"rollout": 0.0, "reward": 0.0}
     seeds = sequence_seeds(cfg.seed, step, 0, first_group, P, G)
     parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in prompts], cfg, prefix, timing, seeds)]
     info: dict = {}
     if algo.dynamic_sampling:
-        informative = lambda: sum(int(algos.informative_groups(p.rewards, G).sum()) for p in parts)  # noqa: E731
-        while informative() < P and len(parts) <= algo.dynamic_sampling_max_batches:
-            idx = extra_prompt_indices(len(train_rows), P, seed=cfg.seed, step=step, attempt=len(parts))
+        def informative() -> int:  # over all ranks: every rank takes the same decision
+            local = sum(int(algos.informative_groups(p.rewards, G).sum()) for p in parts)
+            return int(group.sum(torch.tensor(float(local))))
+
+        while informative() < P_all and len(parts) <= algo.dynamic_sampling_max_batches:
+            idx = extra_prompt_indices(len(train_rows), P_all, seed=cfg.seed, step=step, attempt=len(parts))
             seeds = sequence_seeds(cfg.seed, step, len(parts), first_group, P, G)
-            parts.append(_sample_and_score(engine, scorer, [train_rows[i] for i in idx], cfg, prefix, timing, seeds))
+            rows = [train_rows[i] for i in idx[first_group : first_group + P]]
+            parts.append(_sample_and_score(engine, scorer, rows, cfg, prefix, timing, seeds))
+    trained = parts[0]  # without dynamic sampling: this rank's own groups
+    if group.world_size > 1:  # batch by batch, each rank's shard in rank order: one process's order
+        shards = group.gather(parts)
+        parts = [shards[r][a] for a in range(len(parts)) for r in range(group.world_size)]
     sampled = Scored.concat(parts, engine.tokenizer.pad_token_id)
-    trained = sampled
     if algo.dynamic_sampling:
         keep = algos.informative_groups(sampled.rewards, G).tolist()
         signal = [g for g, k in enumerate(keep) if k]
         flat = [g for g, k in enumerate(keep) if not k]
         # short of signal after the cap: zero-variance groups fill up (they add no policy gradient)
-        groups = (signal + flat)[:P]
-        trained = sampled.select(sorted(groups))
+        groups = sorted((signal + flat)[:P_all])
+        trained = sampled.select(groups[group.rank * P : (group.rank + 1) * P])  # this rank's equal share
         info[M.DROPPED_GROUPS] = sum(1 for g in flat if g not in groups)
-        info[M.EXTRA_BATCHES] = len(parts) - 1
+        info[M.EXTRA_BATCHES] = len(parts) // group.world_size - 1
     info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
     return trained, sampled, info
 

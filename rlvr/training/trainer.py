@@ -319,13 +319,14 @@ class Trainer:
             The step's metrics (:mod:`rlvr.metric_names`), tensors and floats; the sinks make floats.
             On a data-parallel worker they cover the whole global batch (every rank gets them).
         """
-        cfg, G, t_step = self.cfg, self.cfg.rollout.samples_per_prompt, time.perf_counter()
+        cfg, t_step = self.cfg, time.perf_counter()
         # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
         #      may draw extra prompts; the rollout/* metrics cover everything sampled)
         self.engine.sync_weights()
         prompts = self.stream.batch(step) if prompts is None else prompts
         got, sampled, info = collect(
-            self.engine, self.scorer, self.train_rows, prompts, step, cfg, prefix=self.prefix, first_group=first_group
+            self.engine, self.scorer, self.train_rows, prompts, step, cfg, prefix=self.prefix, first_group=first_group,
+            group=self.group,
         )
         t_rollout, t_reward = info.pop("rollout_s"), info.pop("reward_s")
         batch = self._to_device(got.batch)
@@ -333,7 +334,7 @@ class Trainer:
         # 3. log-probs that stay fixed during the updates; KL in the reward; advantages
         t0 = time.perf_counter()
         rewards, old_logp, loss_ref, kl_metrics = self._fixed_logprobs(batch, got.rewards)
-        adv = algos.group_advantages(rewards, G, method=cfg.algo.adv_method, eps=cfg.algo.adv_eps).to(self.device)
+        all_adv, adv = self._advantages(rewards)
         t_ref = time.perf_counter() - t0
 
         # 4. updates: each iteration is one optimizer step over the whole batch
@@ -344,13 +345,10 @@ class Trainer:
         # 5. metrics (rollout/*: everything sampled this step, by every rank); samples (the trained batch)
         group = self.group
         self.samples = [row for rows in group.gather(self._sample_rows(step + 1, got, adv)) for row in rows]
-        if group.world_size > 1:
-            sampled = Scored.concat(group.gather(sampled), self.tokenizer.pad_token_id)
-            adv = torch.cat([a.to(self.device) for a in group.gather(adv.cpu())])
         return {
             **rollout_metrics(sampled, info, overlong=bool(cfg.algo.overlong_buffer)),
-            M.ADV_MEAN: adv.mean(),
-            M.ADV_STD: adv.std(),
+            M.ADV_MEAN: all_adv.mean(),
+            M.ADV_STD: all_adv.std(),
             **kl_metrics,
             **update,
             M.TIME_ROLLOUT_S: t_rollout,
@@ -361,6 +359,18 @@ class Trainer:
             M.GEN_TOKENS_PER_S: sampled.batch.response_lengths.float().sum() / max(t_rollout, 1e-9),
             **peak_memory(self.device),
         }
+
+    def _advantages(self, rewards):
+        """(advantages of the global batch, of this rank's sequences), both [B] on the device.
+
+        Computed over every rank's rewards, so a whole-batch statistic (``reinforce_pp``'s std)
+        is the step's, as in one process; each rank holds an equal, contiguous share of the groups."""
+        cfg, group = self.cfg, self.group
+        B = rewards.shape[0]
+        every = torch.cat(group.gather(rewards.cpu())) if group.world_size > 1 else rewards
+        adv = algos.group_advantages(every, cfg.rollout.samples_per_prompt, method=cfg.algo.adv_method, eps=cfg.algo.adv_eps)
+        adv = adv.to(self.device)
+        return adv, adv[group.rank * B : (group.rank + 1) * B]
 
     def _to_device(self, batch: RolloutBatch) -> RolloutBatch:
         batch.input_ids, batch.attention_mask = batch.input_ids.to(self.device), batch.attention_mask.to(self.device)

@@ -27,8 +27,6 @@ def test_default_is_one_process():
         ((*RAY, "distributed.num_workers=3"), "train.prompts_per_step=4 is not divisible by distributed.num_workers=3"),
         ((*RAY, "distributed.num_workers=4", "train.micro_batch_seqs=16"),
          "each of the 4 workers trains on 8 sequences per step, not divisible by train.micro_batch_seqs=16"),
-        ((*RAY, "algo.dynamic_sampling=true"), "algo.dynamic_sampling with distributed.backend=ray is not supported yet"),
-        ((*RAY, "algo.adv_method=reinforce_pp"), "algo.adv_method=reinforce_pp .* is not supported yet"),
         ((*RAY, "distributed.gpus_per_worker=1", "model.device=cpu"), "model.device=cpu with distributed.gpus_per_worker=1.0"),
         ((*RAY, "distributed.cpus_per_worker=0"), "distributed.cpus_per_worker must be > 0"),
     ],

@@ -37,11 +37,18 @@ def _config(model_dir, run_dir, sevens_file, *extra):
     ))
 
 
-def test_two_ray_workers_train_like_one_process(tiny_model, tmp_path, sevens_file):
+DYNAMIC = ("algo.dynamic_sampling=true", "algo.dynamic_sampling_max_batches=2", "algo.adv_method=reinforce_pp")
+
+
+@pytest.mark.parametrize("extra", [(), DYNAMIC], ids=["grpo", "dynamic-sampling-reinforce-pp"])
+def test_two_ray_workers_train_like_one_process(tiny_model, tmp_path, sevens_file, extra):
+    """The same update as one process; with DAPO dynamic sampling the extra batches are drawn on
+    every rank's informative-group count and the kept groups dealt out, and REINFORCE++'s batch
+    std is the whole step's."""
     pytest.importorskip("ray")
     one, two = tmp_path / "one", tmp_path / "two"
-    train(_config(tiny_model, one, sevens_file))
-    train(_config(tiny_model, two, sevens_file, "distributed.backend=ray", "distributed.num_workers=2"))
+    train(_config(tiny_model, one, sevens_file, *extra))
+    train(_config(tiny_model, two, sevens_file, "distributed.backend=ray", "distributed.num_workers=2", *extra))
 
     a, b = metrics(one, timings=False), metrics(two, timings=False)
     assert len(a) == len(b) == 3
@@ -51,6 +58,8 @@ def test_two_ray_workers_train_like_one_process(tiny_model, tmp_path, sevens_fil
             assert row_b[k] == pytest.approx(row_a[k], rel=1e-4, abs=1e-6), (row_a["step"], k)
     # the same completions were sampled, so the rollout metrics are equal, not just close
     assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
+    if extra:  # the dynamic-sampling path ran: extra batches drawn, groups dropped
+        assert sum(r["rollout/extra_batches"] for r in a) > 0 and sum(r["rollout/dropped_groups"] for r in a) > 0
     wa = load_file(one / "checkpoints" / "last" / "model.safetensors")
     wb = load_file(two / "checkpoints" / "last" / "model.safetensors")
     start = load_file(tiny_model / "model.safetensors")
