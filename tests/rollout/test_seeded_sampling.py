@@ -7,11 +7,13 @@ import torch
 
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
-from rlvr.rollout.hf import _SeededSampler, sample_seed
+from rlvr.rollout.decode import SeededPicker
+from rlvr.rollout.hf import sample_seed
 from rlvr.training.loop import batch_logprobs
 from rlvr.training.sampling import sequence_seeds
 
 PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7"]
+ROW0 = torch.tensor([0])  # the picker's one row
 
 
 def _engine(**kw):
@@ -46,14 +48,14 @@ def test_seeded_sampler_draws_softmax_at_the_temperature():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0]])
     n, T = 4000, 0.7
     picks = torch.tensor([
-        int(_SeededSampler([sample_seed(i)], T, 0, 1.0)(None, logits.clone()).argmax()) for i in range(n)
+        int(SeededPicker([sample_seed(i)], T, 0, 1.0)(logits.clone(), ROW0)) for i in range(n)
     ])
     freq = torch.bincount(picks, minlength=5).float() / n
     expected = torch.softmax(logits[0] / T, -1)
     # binomial std at p = 0.75, n = 4000 is 0.007: 0.03 is > 4 sigma
     torch.testing.assert_close(freq, expected, atol=0.03, rtol=0)
     # top-k keeps only the k largest logits
-    topk = {int(_SeededSampler([sample_seed(i)], T, 2, 1.0)(None, logits.clone()).argmax()) for i in range(300)}
+    topk = {int(SeededPicker([sample_seed(i)], T, 2, 1.0)(logits.clone(), ROW0)) for i in range(300)}
     assert topk == {0, 1}
 
 

@@ -1,0 +1,171 @@
+"""Batched decoding for rollouts: each prompt prefilled once for its G samples, finished rows dropped.
+
+:func:`decode` is what ``model.generate`` does for one batch of a rollout (left-padded prompts,
+a KV cache, one token per row per step, stop at EOS), minus two wastes that matter on a CPU:
+
+- **Shared prefill.** The G samples of a prompt start from the same prompt, so its KV cache is
+  computed once on P prompts and repeated G times (``DynamicCache.batch_repeat_interleave``)
+  instead of on P·G identical rows: G times less prefill compute.
+- **Finished rows leave the batch.** A row that produced EOS or a stop string is dropped from the
+  batch and its KV cache (``DynamicCache.batch_select_indices``); ``generate`` keeps computing
+  every row until the last one ends (and pads the finished ones).
+
+The plain implementation it must equal is ``model.generate`` on the P·G repeated prompts with the
+same token picker as a logits processor (``tests/rollout/test_decode.py`` checks tokens, stop
+positions and log-probs against it). A row's logits do not depend on which other rows share its
+batch (up to float rounding of the matmuls), and each picker draws a row's t-th token from that
+row's own logits (:class:`SeededPicker`: the row's own generator), so the same completions come
+out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+
+def warpers(temperature: float, top_k: int, top_p: float) -> list:
+    """``generate``'s own warper classes in its order: temperature, top-k (0 = off), top-p (1 = off)."""
+    out = [TemperatureLogitsWarper(temperature)]
+    if top_k:
+        out.append(TopKLogitsWarper(top_k=top_k))
+    if top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=top_p))
+    return out
+
+
+class GreedyPicker:
+    """The most likely token of each row."""
+
+    def __call__(self, logits: Tensor, rows: Tensor) -> Tensor:
+        return logits.argmax(-1)
+
+
+class SeededPicker:
+    """Samples each row from its own ``torch.Generator`` by inverse CDF.
+
+    Math: with p = softmax(z / T) after top-k / top-p have set the cut logits to −inf, draw
+    u ~ U[0, 1) from the row's generator and take the first token v with CDF(v) > u · CDF(V)
+    (inverse-transform sampling; the CDF is a float64 cumsum).
+
+    Why: with one generator per sequence, seeded from the sequence's key, sequence r's t-th token
+    depends only on its own seed and logits, not on which rows share its batch, whether finished
+    rows were dropped, or how many processes split the step. The naive equivalent is
+    ``torch.multinomial(p_r, 1, generator=g_r)`` row by row (same distribution, other draws). The
+    generators live on the CPU, so a GPU samples what a CPU samples.
+
+    Args:
+        seeds: one seed per sequence of the batch (row ``r`` of the first step is sequence ``r``).
+    """
+
+    def __init__(self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0) -> None:
+        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
+        self.warpers = warpers(temperature, top_k, top_p)
+
+    def __call__(self, logits: Tensor, rows: Tensor) -> Tensor:
+        for warp in self.warpers:
+            logits = warp(None, logits)
+        cdf = torch.softmax(logits.double(), dim=-1).cumsum(-1)  # [b, V]
+        u = torch.cat([torch.rand(1, generator=self.gens[r], dtype=torch.float64) for r in rows.tolist()]).to(cdf.device)
+        # right=True: the first v with CDF(v) > u, which has p_v > 0 (a cut token never gets picked)
+        picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)  # [b, 1]
+        return picked[:, 0].clamp(max=logits.shape[1] - 1)
+
+
+class GlobalRNGPicker:
+    """Samples from the global torch RNG (``generate``'s ``torch.multinomial``), after the warpers."""
+
+    def __init__(self, temperature: float, top_k: int = 0, top_p: float = 1.0) -> None:
+        self.warpers = warpers(temperature, top_k, top_p)
+
+    def __call__(self, logits: Tensor, rows: Tensor) -> Tensor:
+        for warp in self.warpers:
+            logits = warp(None, logits)
+        return torch.multinomial(torch.softmax(logits, dim=-1), 1)[:, 0]
+
+
+@dataclass
+class Decoded:
+    """What :func:`decode` returns for B = P·G rows (grouped by prompt)."""
+
+    response: Tensor
+    """[B, T] generated tokens, ``pad_id`` after a row's end; T = the longest row's length."""
+    stop_at: Tensor
+    """[B] response index of the token that completed a stop string, -1 where none did."""
+    logprobs: Tensor | None
+    """[B, T] log-softmax(z / T) of the sampled tokens (full vocabulary, before top-k/top-p), 0 after the end; None unless asked."""
+
+
+@torch.no_grad()
+def decode(
+    model,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    repeats: int,
+    *,
+    max_new_tokens: int,
+    pick: Callable[[Tensor, Tensor], Tensor],
+    eos_ids: list[int],
+    pad_id: int,
+    stopped: Callable[[Tensor], Tensor] | None = None,
+    logprob_temperature: float | None = None,
+) -> Decoded:
+    """Generates ``repeats`` continuations of each of P left-padded prompts.
+
+    Args:
+        model: a causal LM (Hugging Face forward with ``past_key_values`` and ``logits_to_keep``), in eval mode.
+        input_ids: [P, L] left-padded prompt tokens; attention_mask: [P, L] (0 on the padding).
+        repeats: G, continuations per prompt; row ``p·G + j`` is prompt p's j-th.
+        pick: ``(logits [b, V] float32, rows [b] long) -> tokens [b]``; ``rows`` are the live rows' indices in [0, B).
+        eos_ids: tokens that end a row (kept in the response, as ``generate`` keeps them).
+        stopped: ``(responses [b, t] so far of the live rows) -> [b] bool``: a stop string completed now.
+        logprob_temperature: record log-softmax(z / T) of each picked token (TIS); None = do not.
+
+    Returns:
+        :class:`Decoded` with B = P·G rows.
+    """
+    P, G = input_ids.shape[0], repeats
+    B, device = P * G, input_ids.device
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    if G > 1:
+        cache.batch_repeat_interleave(G)
+    logits = out.logits[:, -1].float().repeat_interleave(G, dim=0)  # [B, V]
+    mask = attention_mask.repeat_interleave(G, dim=0)  # [b, L + t]: the live rows' attention mask
+    live = torch.arange(B, device=device)  # the live rows' indices in [0, B)
+    response = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(B, max_new_tokens, device=device) if logprob_temperature is not None else None
+    stop_at = torch.full((B,), -1, dtype=torch.long, device=device)
+    eos = torch.tensor(eos_ids, device=device)
+    T = 0
+    for t in range(max_new_tokens):
+        tokens = pick(logits, live)  # [b]
+        response[live, t] = tokens
+        T = t + 1
+        if logprobs is not None:
+            logprobs[live, t] = torch.log_softmax(logits / logprob_temperature, dim=-1).gather(-1, tokens[:, None])[:, 0]
+        done = torch.isin(tokens, eos)
+        if stopped is not None:
+            hit = stopped(response[live, : t + 1]) & ~done
+            stop_at[live[hit]] = t
+            done |= hit
+        if t + 1 == max_new_tokens:
+            break
+        if done.any():
+            keep = (~done).nonzero()[:, 0]
+            if keep.numel() == 0:
+                break
+            live, tokens, mask = live[keep], tokens[keep], mask[keep]
+            cache.batch_select_indices(keep)
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        position_ids = mask.long().sum(-1, keepdim=True) - 1  # [b, 1]: the new token's position
+        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        logits = out.logits[:, -1].float()
+    return Decoded(response[:, :T], stop_at, None if logprobs is None else logprobs[:, :T])

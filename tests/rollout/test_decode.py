@@ -1,0 +1,84 @@
+"""The rollout's decode loop (shared prefill, finished rows dropped) samples what ``model.generate``
+samples on the P·G repeated prompts with the same token picker: the plain implementation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GenerationConfig, StoppingCriteriaList
+
+from rlvr.models.tiny import tiny_model, tiny_tokenizer
+from rlvr.rollout import HFRolloutEngine
+from rlvr.rollout.base import response_mask_from_eos
+from rlvr.rollout.decode import GreedyPicker, SeededPicker
+from rlvr.rollout.hf import StopStrings, own_generation_settings, sample_seed
+
+PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?"]  # unequal lengths: left padding
+
+
+class AsProcessor:
+    """A picker as a ``generate`` logits processor: score 0 at the picked token, −inf elsewhere
+    (``generate`` then runs greedily). Every row stays in ``generate``'s batch, so ``rows`` is all of them."""
+
+    def __init__(self, pick) -> None:
+        self.pick = pick
+
+    def __call__(self, input_ids, scores):
+        tokens = self.pick(scores.float(), torch.arange(scores.shape[0]))
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
+
+
+def plain_generate(engine: HFRolloutEngine, prompts, G, pick, max_new_tokens):
+    """(response tokens per row, truncated) from ``model.generate`` on every row, no sharing, no dropping."""
+    tok, model = engine.tokenizer, engine.model
+    enc = tok([p for p in prompts for _ in range(G)], return_tensors="pt", padding=True, add_special_tokens=False)
+    L = enc.input_ids.shape[1]
+    stopper = StopStrings(tok, engine.stop, L, enc.input_ids.shape[0], "cpu") if engine.stop else None
+    config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=engine.eos_ids,
+                              pad_token_id=tok.pad_token_id)
+    with torch.no_grad(), own_generation_settings(model):
+        out = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config,
+                             logits_processor=[AsProcessor(pick)],
+                             stopping_criteria=StoppingCriteriaList([stopper]) if stopper else None)
+    response = out[:, L:]
+    mask, truncated = response_mask_from_eos(response, engine.eos_ids, stop_at=stopper.at if stopper else None)
+    return [r[m.bool()].tolist() for r, m in zip(response, mask)], truncated.tolist()
+
+
+def responses(batch):
+    ids = batch.input_ids[:, batch.prompt_len :]
+    return [r[m.bool()].tolist() for r, m in zip(ids, batch.response_mask)], batch.truncated.tolist()
+
+
+@pytest.mark.parametrize("stop", [[], ["</answer>", "7"]], ids=["eos-only", "stop-strings"])
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (20, 0.9)])
+def test_decode_samples_what_generate_samples(stop, top_k, top_p):
+    G, n = 4, 16
+    engine = HFRolloutEngine(tiny_model(seed=3), tiny_tokenizer(), max_new_tokens=n, temperature=0.9, top_k=top_k,
+                             top_p=top_p, stop=stop, batch_seqs=8)  # 2 prompts per chunk: chunks of whole groups
+    seeds = [sample_seed(7, i) for i in range(len(PROMPTS) * G)]
+    got = responses(engine.generate(PROMPTS, G, seeds=seeds))
+    want = plain_generate(engine, PROMPTS, G, SeededPicker(seeds, 0.9, top_k, top_p), n)
+    assert got == want
+    lengths = [len(r) for r in got[0]]
+    assert min(lengths) < n and True in got[1]  # rows ended early (dropped from the batch) and rows ran to the limit
+
+
+def test_greedy_decode_equals_generate():
+    engine = HFRolloutEngine(tiny_model(seed=5), tiny_tokenizer(), max_new_tokens=12, stop=["</answer>"])
+    assert responses(engine.generate(PROMPTS, 1, greedy=True)) == plain_generate(engine, PROMPTS, 1, GreedyPicker(), 12)
+
+
+def test_sampled_logprobs_are_the_full_softmax_at_the_temperature():
+    """The engine's log-probs (TIS) equal log-softmax(z / T) of the model's own forward on the sampled rows."""
+    engine = HFRolloutEngine(tiny_model(seed=3), tiny_tokenizer(), max_new_tokens=10, temperature=0.7, top_k=5,
+                             logprobs=True, stop=["7"])
+    batch = engine.generate(PROMPTS, 3, seeds=[sample_seed(1, i) for i in range(9)])
+    with torch.no_grad():
+        pos = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = engine.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=pos).logits
+    L = batch.prompt_len
+    resp = batch.input_ids[:, L:]
+    want = torch.log_softmax(logits[:, L - 1 : -1].float() / 0.7, -1).gather(-1, resp[..., None])[..., 0]
+    want = want * batch.response_mask
+    torch.testing.assert_close(batch.logprobs, want, rtol=0, atol=2e-6)  # fp32: the same arithmetic up to rounding
