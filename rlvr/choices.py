@@ -64,6 +64,16 @@ class RatioLevel(StrEnum):
     SEQUENCE = "sequence"
 
 
+# -- rollout ----------------------------------------------------------------------------------
+
+
+class Engine(StrEnum):
+    """What generates the rollouts: Hugging Face ``generate`` (``rlvr/rollout/hf.py``) or vLLM (not built yet)."""
+
+    HF = "hf"
+    VLLM = "vllm"
+
+
 # -- distributed ------------------------------------------------------------------------------
 
 

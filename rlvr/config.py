@@ -42,6 +42,7 @@ from rlvr.choices import (
     TEMPLATE_NAMES,
     AdvMethod,
     Backend,
+    Engine,
     KLEstimator,
     KLPlacement,
     LossAgg,
@@ -220,8 +221,15 @@ class RolloutConfig:
     """Stop strings: a response ends right after the first one it produces (e.g. ['</answer>']), in training, evaluation, chat and generate alike."""
     batch_seqs: int = 64
     """At most this many sequences are generated together."""
+    engine: Engine = Engine.HF
+    """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
 
     def __post_init__(self) -> None:
+        _check(
+            self.engine != Engine.VLLM,
+            "rollout.engine=vllm: rlvr's vLLM engine is not built yet (it needs an NVIDIA GPU, and rlvr has not "
+            "run on one); use rollout.engine=hf",
+        )
         _check(self.samples_per_prompt >= 2, "rollout.samples_per_prompt must be >= 2 (a group needs a baseline)")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
         _check(self.temperature > 0, "rollout.temperature must be > 0")
@@ -378,6 +386,25 @@ class TrainConfig:
         _check(self.save_every_min >= 0, "train.save_every_min must be >= 0 (0 = off)")
 
 
+def _no_offload(key: str, what: str) -> str:
+    return (
+        f"{key}=true: offloading moves the {what} off a GPU between uses, but rlvr has not run on a GPU yet, so it "
+        f"is not built; on CPU the {what} already lives in host memory, so set {key}=false"
+    )
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    reference: bool = False
+    """Keep the reference model in host memory between its forward passes (GPU only; not built yet: true is a one-line error)."""
+    optimizer: bool = False
+    """Keep the optimizer state in host memory between optimizer steps (GPU only; not built yet: true is a one-line error)."""
+
+    def __post_init__(self) -> None:
+        _check(not self.reference, _no_offload("offload.reference", "reference model"))
+        _check(not self.optimizer, _no_offload("offload.optimizer", "optimizer state"))
+
+
 @dataclass(frozen=True)
 class LogConfig:
     samples_every: int = 1
@@ -471,6 +498,8 @@ class Config:
     """Advantages and losses."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Optimizer and loop."""
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+    """Moving the reference model and optimizer state off the GPU between uses (not built yet)."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
     eval: EvalConfig = field(default_factory=EvalConfig)

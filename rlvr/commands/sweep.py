@@ -193,11 +193,13 @@ def run_state(run: PlannedRun, total_steps: int) -> str:
 def check_same_config(run: PlannedRun, expected: dict) -> None:
     """A run directory left by an earlier sweep must hold the same config, or resuming it would mix two runs."""
     from rlvr.analysis.run import flatten
+    from rlvr.config import Config, to_dict
 
     saved = RunDir(run.run_dir).read_config()
     if saved is None:  # none, or not readable: nothing to compare
         return
-    a, b = flatten(saved), flatten(expected)
+    # a key the saved config lacks was added to rlvr after that run, which ran as its default does
+    a, b = {**flatten(to_dict(Config())), **flatten(saved)}, flatten(expected)
     for key in sorted(set(a) | set(b)):
         if key in ("run_dir", "resume"):
             continue

@@ -233,7 +233,7 @@ class Trainer:
         # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
         if cfg.algo.kl_coef > 0 and self.adapter is None:
             self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
-        self.engine = HFRolloutEngine(
+        self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
             self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, dtype=cfg.rollout.dtype, batch_seqs=cfg.rollout.batch_seqs,
             logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities

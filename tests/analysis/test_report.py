@@ -216,6 +216,25 @@ def test_sweep_refuses_a_run_dir_holding_another_config(tmp_path):
         run_sweep(other, runner=fake_trainer([]), note=lambda s: None)
 
 
+def test_sweep_resumes_a_run_saved_before_a_config_key_was_added(tmp_path):
+    """A config.yaml from an older rlvr lacks the keys added since; that run used their defaults."""
+    import yaml
+
+    sweep = Sweep(None, [("train.steps", [2])], sweep_dir=tmp_path / "sw")
+    (run,) = [r.run_dir for r in run_sweep(sweep, runner=fake_trainer([]), note=lambda s: None)[0]]
+    old = yaml.safe_load((run / "config.yaml").read_text())
+    del old["offload"], old["rollout"]["engine"]
+    (run / "config.yaml").write_text(yaml.safe_dump(old))
+    (run / "checkpoints" / "step_000002").rename(run / "checkpoints" / "step_000001")
+    calls = []
+    run_sweep(sweep, runner=fake_trainer(calls), note=lambda s: None)
+    assert calls[0][-1] == f"resume={run}"
+    other = Sweep(None, [("train.steps", [2])], sweep_dir=tmp_path / "sw", overrides=["rollout.top_k=5"])
+    (run / "config.yaml").write_text(yaml.safe_dump(old))
+    with pytest.raises(UserError, match="rollout.top_k"):  # a key the old file has still counts
+        run_sweep(other, runner=fake_trainer([]), note=lambda s: None)
+
+
 def test_sweep_failure_goes_on_with_the_next_run(tmp_path):
     sweep = Sweep(None, [("train.steps", [2, 3])], sweep_dir=tmp_path / "sw")
     seen = []

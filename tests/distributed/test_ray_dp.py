@@ -10,45 +10,29 @@ from rlvr.config import load_config
 from rlvr.errors import UserError
 from rlvr.training import train
 
-from tiny_run import metrics, tiny_args
+from tiny_run import metrics
 
 pytestmark = pytest.mark.slow
 
-SEVENS = '''
-def sevens(completions, labels, **fields):
-    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
-'''
-
 
 @pytest.fixture
-def sevens_file(tmp_path):
-    """The `sevens` reward as a plugin file: Ray workers are other processes, where the test's registry is not."""
-    path = tmp_path / "sevens_reward.py"
-    path.write_text(SEVENS, encoding="utf-8")
-    return path
-
-
-def _config(model_dir, run_dir, sevens_file, *extra):
-    rule = f"{sevens_file}:sevens"
-    return load_config(None, tiny_args(
-        model_dir, run_dir, f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}", "reward.workers=0",
-        "eval.at_start=false", "eval.at_end=false", "train.steps=3", "train.micro_batch_seqs=4",
-        "algo.kl_coef=0.01", "algo.num_iterations=2", "model.autocast_bf16=false", *extra,
-    ))
+def dp_config(dp_args):
+    """``dp_config(run_dir, *extra)``: the data-parallel test run's Config (overrides in conftest.py)."""
+    return lambda run_dir, *extra: load_config(None, dp_args(run_dir, *extra))
 
 
 DYNAMIC = ("algo.dynamic_sampling=true", "algo.dynamic_sampling_max_batches=2", "algo.adv_method=reinforce_pp")
 
 
 @pytest.mark.parametrize("extra", [(), DYNAMIC], ids=["grpo", "dynamic-sampling-reinforce-pp"])
-def test_two_ray_workers_train_like_one_process(tiny_model, tmp_path, sevens_file, extra):
+def test_two_ray_workers_train_like_one_process(dp_config, tiny_model, tmp_path, extra):
     """The same update as one process; with DAPO dynamic sampling the extra batches are drawn on
     every rank's informative-group count and the kept groups dealt out, and REINFORCE++'s batch
     std is the whole step's."""
     pytest.importorskip("ray")
     one, two = tmp_path / "one", tmp_path / "two"
-    train(_config(tiny_model, one, sevens_file, *extra))
-    train(_config(tiny_model, two, sevens_file, "distributed.backend=ray", "distributed.num_workers=2", *extra))
+    train(dp_config(one, *extra))
+    train(dp_config(two, "distributed.backend=ray", "distributed.num_workers=2", *extra))
 
     a, b = metrics(one, timings=False), metrics(two, timings=False)
     assert len(a) == len(b) == 3
@@ -70,20 +54,20 @@ def test_two_ray_workers_train_like_one_process(tiny_model, tmp_path, sevens_fil
     assert len(samples(two)) == len(samples(one)) == 3 * 4 * 8  # every rank's samples
 
 
-def test_prompts_must_split_into_whole_groups(tiny_model, tmp_path, sevens_file):
+def test_prompts_must_split_into_whole_groups(dp_config, tmp_path):
     pytest.importorskip("ray")
     with pytest.raises(UserError, match="prompts_per_step=4 is not divisible by distributed.num_workers=3"):
-        _config(tiny_model, tmp_path, sevens_file, "distributed.backend=ray", "distributed.num_workers=3")
+        dp_config(tmp_path, "distributed.backend=ray", "distributed.num_workers=3")
 
 
-def test_a_ray_run_resumes_where_it_stopped(tiny_model, tmp_path, sevens_file):
+def test_a_ray_run_resumes_where_it_stopped(dp_config, tmp_path):
     """All ranks load the checkpoint; 2 steps, then resumed to 3, equal one process's 3 steps."""
     pytest.importorskip("ray")
     one, split = tmp_path / "one", tmp_path / "split"
     ray = ("distributed.backend=ray", "distributed.num_workers=2")
-    train(_config(tiny_model, one, sevens_file))
-    train(_config(tiny_model, split, sevens_file, *ray, "train.steps=2"))
-    train(_config(tiny_model, split, sevens_file, *ray, f"resume={split}"))
+    train(dp_config(one))
+    train(dp_config(split, *ray, "train.steps=2"))
+    train(dp_config(split, *ray, f"resume={split}"))
     a, b = metrics(one, timings=False), metrics(split, timings=False)
     assert [r["step"] for r in b] == [1, 2, 3]
     assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
