@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from rlvr.estimate import BYTES, model_shape
+from rlvr.models.forward import shared_prompt_group
 from rlvr.roofline import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
 
 RESULTS = Path(__file__).parent / "results"
@@ -128,7 +129,6 @@ def phase_rows(floors: dict) -> dict:
 def run_batch(run: Path, prompt_tokens: float | None) -> tuple[dict, list[dict], str]:
     """The batch settings of a run, its metrics rows and its model spec."""
     from rlvr.config import Switch, load_config
-    from rlvr.models.forward import shared_prompt_group
     from rlvr.run_dir import RunDir
 
     rd = RunDir(run)
@@ -172,7 +172,7 @@ def main() -> None:
             raise SystemExit(f"{args.run}: no metrics.jsonl rows")
     else:
         mb = min(args.micro_batch_seqs, args.prompts_per_step * args.group_size)
-        share = args.group_size if mb % args.group_size == 0 else (mb if args.group_size % mb == 0 else 1)
+        share = shared_prompt_group(mb, args.group_size)  # as rlvr's default shared-prompt forward runs it
         batch = {
             "prompts": args.prompts_per_step, "G": args.group_size, "mb": mb,
             "prompt_tokens": args.prompt_tokens or 128.0,
