@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "data":         (3, None,                          None),  # -> models (tokenizer), rewards (countdown rules)
     "rollout":      (3, None,                          None),  # -> models
     "estimate":     (3, None,                          None),  # memory estimate -> config, models
+    "roofline":     (4, {"estimate"},                  set()),  # FLOP/byte floor of a step -> estimate's ModelShape
 }
 
 
