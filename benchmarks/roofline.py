@@ -99,7 +99,8 @@ def step_floors(shape, rates: dict, bw: float, *, prompts: int, G: int, mb: int,
     common = dict(sequences=B, prompt_tokens=prompt_tokens, response_tokens=response_mean, micro_batches=n_micro)
     rows = rollout_sequences or B
     costs = {
-        "prefill": (prefill_cost(shape, sequences=rows, prompt_tokens=prompt_tokens, dtype_bytes=rb), roll_rate),
+        # the floor of the work: each prompt prefilled once for its G samples (as rlvr's engine does)
+        "prefill": (prefill_cost(shape, sequences=rows, prompt_tokens=prompt_tokens, dtype_bytes=rb, prompt_share=G), roll_rate),
         "decode": (decode_cost(shape, sequences=rows, prompt_tokens=prompt_tokens, response_tokens=response_mean,
                                decode_steps=response_max, dtype_bytes=rb), roll_rate),
         "reference": (forward_cost(shape, **common, prompt_share=shared_prompt) * reference_passes, train_rate),

@@ -8,10 +8,11 @@ allows (``benchmarks/roofline.py`` measures the rates and compares a run's phase
 What is counted, per step (B sequences, Lp prompt tokens, T response tokens per sequence on
 average, S decode steps = the longest response):
 
-- **prefill** (rollout): each sequence's prompt, once per sequence (``generate`` repeats the
-  prompt for each of the G samples): B·Lp tokens through every projection, causal attention over
-  the prompt, the LM head on the last position only (it samples the first response token). The
-  weights stream once; the prompt's key/values are written.
+- **prefill** (rollout): each prompt once for the ``prompt_share`` sequences that start from it
+  (rlvr's engine: G, the floor of the work; ``generate`` repeats the prompt for each of the G
+  samples: 1): B/share·Lp tokens through every projection, causal attention over the prompt, the
+  LM head on the last position only (it samples the first response token). The weights stream
+  once; the prompt's key/values are written.
 - **decode** (rollout): T − 1 more single-token passes per sequence; the k-th (k = 1 … T−1)
   attends to Lp + k positions and reads their key/values. The batch decodes in lockstep, so
   the weights stream once per decode step, S − 1 times.
@@ -123,19 +124,23 @@ def causal_pairs(tokens: float) -> float:
     return tokens * (tokens + 1) / 2
 
 
-def prefill_cost(shape: ModelShape, *, sequences: int, prompt_tokens: float, dtype_bytes: float = 4) -> Cost:
+def prefill_cost(shape: ModelShape, *, sequences: int, prompt_tokens: float, dtype_bytes: float = 4,
+                 prompt_share: int = 1) -> Cost:
     """The rollout's prompt pass (see the module docstring).
 
     Args:
-        sequences: B, rows generated together (each with its own copy of the prompt).
+        sequences: B, rows generated together.
         prompt_tokens: Lp.
         dtype_bytes: bytes per weight and per cached key/value element of the generating model.
+        prompt_share: sequences that start from one prompt pass (G when the prompt is prefilled
+            once for its group, 1 when every row runs its own copy).
     """
-    tokens = sequences * prompt_tokens
+    prompts = sequences / prompt_share
+    tokens = prompts * prompt_tokens
     flops = (
         2 * layer_matmul_params(shape) * tokens
-        + 2 * head_params(shape) * sequences  # logits of the last prompt position only
-        + attention_flops(shape, sequences * causal_pairs(prompt_tokens))
+        + 2 * head_params(shape) * prompts  # logits of the last prompt position only
+        + attention_flops(shape, prompts * causal_pairs(prompt_tokens))
     )
     memory = streamed_params(shape) * dtype_bytes + tokens * kv_bytes_per_token(shape, dtype_bytes)
     return Cost(flops, memory)
@@ -211,12 +216,13 @@ def update_cost(
 
 def rollout_floor(
     shape: ModelShape, rates: Rates, *, sequences: int, prompt_tokens: float, response_tokens: float,
-    decode_steps: float | None = None, dtype_bytes: float = 4,
+    decode_steps: float | None = None, dtype_bytes: float = 4, prompt_share: int = 1,
 ) -> Floor:
     """The rollout's floor, prefill + decode, for a batch of ``sequences`` (arguments as in
-    :func:`prefill_cost` and :func:`decode_cost`); measured rollout time / ``.seconds`` is how
-    far generation is from this machine's roofline."""
-    prefill = prefill_cost(shape, sequences=sequences, prompt_tokens=prompt_tokens, dtype_bytes=dtype_bytes)
+    :func:`prefill_cost` and :func:`decode_cost`); ``.seconds`` / measured rollout time is the
+    fraction of this machine's roofline that generation reaches."""
+    prefill = prefill_cost(shape, sequences=sequences, prompt_tokens=prompt_tokens, dtype_bytes=dtype_bytes,
+                           prompt_share=prompt_share)
     decode = decode_cost(
         shape, sequences=sequences, prompt_tokens=prompt_tokens, response_tokens=response_tokens,
         decode_steps=decode_steps, dtype_bytes=dtype_bytes,

@@ -43,6 +43,9 @@ def test_prefill_by_hand():
     assert prefill_cost(TINY, sequences=2, prompt_tokens=4) == Cost(316416, 92800)
     # bf16: the weights and the cache take half the bytes, the FLOPs stay
     assert prefill_cost(TINY, sequences=2, prompt_tokens=4, dtype_bytes=2) == Cost(316416, 92800 / 2)
+    # both rows start from one prompt pass (prompt_share=2): 4 tokens -> 147456 + head 8192 + 10 pairs 2560
+    # = 158208 FLOPs; weights 90752 + KV 4 * 256 = 1024 -> 91776 B
+    assert prefill_cost(TINY, sequences=2, prompt_tokens=4, prompt_share=2) == Cost(158208, 91776)
 
 
 def test_decode_by_hand():
