@@ -220,7 +220,7 @@ class RolloutConfig:
     stop: list[str] = field(default_factory=list)
     """Stop strings: a response ends right after the first one it produces (e.g. ['</answer>']), in training, evaluation, chat and generate alike."""
     batch_seqs: int = 64
-    """At most this many sequences are generated together."""
+    """At most this many sequences are generated together, in whole groups (max(1, batch_seqs // G) prompts' G samples per batch)."""
     engine: Engine = Engine.HF
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
 
