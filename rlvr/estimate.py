@@ -20,8 +20,10 @@ beside it at the end. Every item is a formula over the model shape and the confi
   ``layers × b × prompt × 2 × (hidden + kv_dim)`` elements. With gradient checkpointing only
   each layer's input is saved (``layers × tokens × hidden`` fp32) plus one layer's activations
   while it is recomputed. Under bf16 autocast the bf16 copies of the weights (N × 2 bytes) are
-  cached for the pass. Plus the logits: ``b × T × V`` in the logits dtype, the float32 copy
-  :func:`rlvr.algos.token_logprobs` keeps per row for backward, and both of their gradients.
+  cached for the pass; LoRA's frozen base weights are instead cast again by each forward pass
+  and saved per pass (:func:`autocast_weight_copies`). Plus the logits: ``b × T × V`` in the
+  logits dtype, the float32 copy :func:`rlvr.algos.token_logprobs` keeps per row for backward,
+  and both of their gradients.
   All of this × 1.4 for backward's temporary buffers and the allocator's slack.
 - **KV cache** of the rollout: ``2 × layers × kv_heads × head_dim × rows × (prompt + new tokens)
   × bytes(rollout dtype)``, rows = min(``rollout.batch_seqs``, the step's sequences), or the
@@ -293,6 +295,35 @@ def prompt_tokens(cfg: Config) -> tuple[int, str]:
     return n, f"assumed for data.task={cfg.data.task}; set data.max_prompt_tokens to bound it"
 
 
+def autocast_weight_copies(shape: ModelShape, *, lora_params: int, passes: int, checkpointed: bool) -> int:
+    """Bytes of the bf16 weight copies that bf16 autocast leaves alive through one micro-batch's backward.
+
+    Autocast caches its cast of a float32 weight for the whole autocast block only when the weight
+    requires grad. Full fine-tuning (``lora_params=0``): every weight once, N x 2 bytes, however
+    many forward passes read it (the shared prompt's two) and under checkpointing too (the cache
+    outlives the checkpointed layers).
+
+    A frozen weight, LoRA's base, is not cached: each forward pass casts it again, and autograd
+    saves the copy for the backward (the input's gradient needs it). Without checkpointing that is
+    N x 2 per micro-batch for the one pass, and with the shared prompt (``passes=2``) the layers'
+    projections once more: measured with SmolLM2-135M, micro-batch 8 of 126 + 48 tokens, bf16
+    autocast (weight-shaped tensors that autograd saves): full fine-tuning 256.5 MiB = N x 2 with
+    or without sharing; LoRA r16 266 MiB unshared and 468 MiB shared = N x 2 + 202.5 MiB of
+    projections + the adapter. Under checkpointing the layers save no copy: the LM head's (vocab x
+    hidden; measured 54 MiB of saved copies, the head's) stays, and one layer's projections while
+    that layer is recomputed. The adapter's own weights require grad: cached once, ``lora_params`` x 2.
+    """
+    N = shape.num_params()
+    if not lora_params:
+        return N * 2
+    projections = sum(i * o for i, o in shape.linear_shapes().values())  # of one layer
+    if checkpointed:
+        frozen = shape.vocab_size * shape.hidden_size + projections
+    else:
+        frozen = N + (passes - 1) * shape.num_hidden_layers * projections
+    return (frozen + lora_params) * 2
+
+
 def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> MemoryEstimate:
     """The itemised peak memory of training ``cfg`` on a model of ``shape``.
 
@@ -326,7 +357,9 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
         if share > 1:
             saved += L * b * Lp * 2 * (H + shape.kv_dim) * (2 if autocast else 4)
     if autocast:
-        saved += N * 2  # autocast's bf16 weight cache
+        saved += autocast_weight_copies(
+            shape, lora_params=trainable if rank else 0, passes=2 if share > 1 else 1, checkpointed=ckpt
+        )
     logits_bytes = 2 if autocast else 4
     logits = b * T * V * (2 * logits_bytes + 2 * 4)
     activations = int(BACKWARD_FACTOR * (saved + logits))

@@ -8,7 +8,15 @@ import torch
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
-from rlvr.estimate import CPU_RUNTIME_BYTES, KNOWN_MODELS, ModelShape, estimate, model_shape, shape_from_config
+from rlvr.estimate import (
+    CPU_RUNTIME_BYTES,
+    KNOWN_MODELS,
+    ModelShape,
+    autocast_weight_copies,
+    estimate,
+    model_shape,
+    shape_from_config,
+)
 
 # layers 2, hidden 32, intermediate 64, 4 heads of 8, 2 kv heads (kv_dim 16), vocab 128, tied
 TINY = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True)
@@ -86,6 +94,23 @@ def test_lora_counts_adapter_params_and_no_reference():
     assert got["parameters"] == 90752
     with pytest.raises(UserError, match="target_modules"):
         TINY.lora_params(4, ["c_attn"])
+
+
+def test_lora_under_autocast_saves_the_frozen_weights_copies_per_pass():
+    # autocast caches the bf16 cast of a weight that requires grad only: full fine-tuning N x 2 once;
+    # LoRA's frozen base is cast (and saved) by each forward pass: the shared prompt's second pass
+    # adds the layers' projections again, 2 layers x 9216 (q 1024, k 512, v 512, o 1024, gate/up/down 6144)
+    copies = dict(lora_params=896, passes=2, checkpointed=False)
+    assert autocast_weight_copies(TINY, lora_params=0, passes=2, checkpointed=False) == 22688 * 2
+    assert autocast_weight_copies(TINY, **copies) == (22688 + 2 * 9216 + 896) * 2 == 84032
+    assert autocast_weight_copies(TINY, **{**copies, "passes": 1}) == (22688 + 896) * 2
+    # checkpointed: the LM head (vocab 128 x hidden 32) and the recomputed layer's projections
+    assert autocast_weight_copies(TINY, **{**copies, "checkpointed": True}) == (128 * 32 + 9216 + 896) * 2
+    cfg = load_config(None, [*TINY_RUN, "model.autocast_bf16=true"])  # G=2 shares the prompt in micro-batches of 4
+    full = _items(estimate(cfg, TINY, device="cpu"))["activations"]
+    object.__setattr__(cfg.model, "lora", SimpleNamespace(rank=4, target_modules=["q_proj", "v_proj"]))
+    adapted = _items(estimate(cfg, TINY, device="cpu"))["activations"]
+    assert abs((adapted - full) - 1.4 * (84032 - 22688 * 2)) <= 1
 
 
 @pytest.mark.parametrize(

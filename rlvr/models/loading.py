@@ -154,7 +154,37 @@ def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
-    return model.to(resolve_device(device))
+    return contiguous_head_input(model.to(resolve_device(device)))
+
+
+def _contiguous_input(module, args):
+    """Forward pre-hook of :func:`contiguous_head_input`: the input as a contiguous tensor."""
+    if args and isinstance(args[0], torch.Tensor) and not args[0].is_contiguous():
+        return (args[0].contiguous(), *args[1:])
+    return None
+
+
+def contiguous_head_input(model):
+    """Make the LM head's input contiguous (a forward pre-hook); returns ``model``. Idempotent.
+
+    Hugging Face's causal LMs feed the head a slice, ``hidden[:, -k:, :]`` (``logits_to_keep=k``;
+    generation's prefill keeps 1), which is not contiguous across rows. ``torch.matmul`` (what
+    ``F.linear`` calls on a 3-D input without bias) folds such an input into one ``mm`` only when
+    the weight requires grad; for a frozen weight -- the base of a LoRA model, its bf16 generation
+    copy, the reference copy, and the bf16 copy that autocast makes of any of them -- it runs a
+    ``bmm`` against the weight expanded to every row, and the CPU bf16 ``bmm`` materialises that
+    expansion: rows x vocab x hidden x 2 bytes. On SmolLM2-135M that is 1.7 GiB for the
+    quickstart's 32-row prefill (3.4 GiB for 64 rows, and seconds of copying), which made a LoRA
+    run peak above full fine-tuning. A contiguous input always folds: the copy is rows x k x hidden,
+    and the logits are the ones a weight that requires grad gives, so freezing a weight no longer
+    changes them. With k > 1 they also equal the unfolded ``bmm``'s bit for bit in every case
+    tried (tests/test_head_input.py, and SmolLM2's shapes); with k = 1 the ``bmm`` ran one
+    matrix-vector product per row, whose rounding differs in the last bits.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and _contiguous_input not in head._forward_pre_hooks.values():
+        head.register_forward_pre_hook(_contiguous_input)
+    return model
 
 
 @contextlib.contextmanager
