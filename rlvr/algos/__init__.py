@@ -18,7 +18,7 @@ in :mod:`rlvr.choices` (so the config validates them without importing torch) an
 """
 
 from rlvr.algos.advantages import group_advantages, informative_groups
-from rlvr.algos.logprobs import entropy_from_logits, token_logprobs
+from rlvr.algos.logprobs import entropy_from_logits, token_logprobs, token_logprobs_entropy
 from rlvr.algos.losses import (
     aggregate,
     kl_divergence,
@@ -46,6 +46,7 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "token_logprobs",
+    "token_logprobs_entropy",
     "token_loss",
     "truncated_importance_weights",
 ]

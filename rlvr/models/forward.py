@@ -47,22 +47,34 @@ def response_logits(
     checkpointed = _checkpointed_modules(model) if group_size > 1 else []
     if checkpointed and torch.is_grad_enabled():
         group_size = 1  # the checkpointed layers would drop the prompt's cache (see docstring)
-    if group_size == 1:
+    L = input_ids.shape[1]
+    if group_size == 1 or L - T < 2:
         out = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=positions,
-            logits_to_keep=T + 1,
+            logits_to_keep=_keep(L - T - 1, L - 1, input_ids.device),
             use_cache=False,
         )
-        return out.logits[:, :-1]  # [B, T, V] after the causal shift
+        return out.logits  # [B, T, V]: positions L-T-1 .. L-2 predict the response
     with checkpointing_off(model):
         return _shared_prompt_logits(model, input_ids, attention_mask, positions, T, group_size)
 
 
+def _keep(start: int, stop: int, device) -> Tensor:
+    """``logits_to_keep`` as the positions [start, stop): the LM head runs on exactly those, and the
+    logits come out contiguous (an int keeps the last n, and the causal shift then slices them)."""
+    return torch.arange(start, stop, device=device)
+
+
 def _shared_prompt_logits(model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int) -> Tensor:
-    """The ``group_size > 1`` branch of :func:`response_logits`: the prompt once per group."""
-    Lp = input_ids.shape[1] - T
+    """The ``group_size > 1`` branch of :func:`response_logits`: the prompt once per group.
+
+    The shared pass covers the prompt but its last token; the per-row pass runs that token and the
+    response, so its T logits are the ones needed, in one contiguous [B, T, V] tensor (the last
+    prompt token, which predicts response token 0, costs G times instead of once: 1 of the
+    prompt's tokens)."""
+    Lp = input_ids.shape[1] - T - 1
     prompt = model(
         input_ids=input_ids[::G, :Lp],
         attention_mask=attention_mask[::G, :Lp],
@@ -77,11 +89,10 @@ def _shared_prompt_logits(model, input_ids: Tensor, attention_mask: Tensor, posi
         attention_mask=attention_mask,
         position_ids=positions[:, Lp:],
         past_key_values=cache,
-        logits_to_keep=T,
+        logits_to_keep=_keep(0, T, input_ids.device),
         use_cache=True,
     )
-    first = prompt.logits.repeat_interleave(G, dim=0)  # [B, 1, V] predicts response token 0
-    return torch.cat([first, out.logits[:, :-1]], dim=1)  # [B, T, V]
+    return out.logits  # [B, T, V]
 
 
 def _checkpointed_modules(model) -> list:

@@ -115,7 +115,10 @@ def _micro_batch_loss(logits, batch: RolloutBatch, rows: slice, m: Tensor, adv, 
     from its [b, Tm, V] logits; records the TIS and KL statistics."""
     algo, temperature = cfg.algo, cfg.rollout.temperature
     cols = slice(0, m.shape[1])
-    logp = algos.token_logprobs(logits, batch.response_ids[rows, cols], temperature=temperature)
+    # the entropy is a metric (one pass with the log-probs) unless algo.entropy_coef puts it in the loss
+    logp, entropy = algos.token_logprobs_entropy(
+        logits, batch.response_ids[rows, cols], temperature=temperature, entropy=not algo.entropy_coef
+    )
     old = old_logp[rows, cols] if old_logp is not None else logp.detach()
     pg_tok, pg_stats = algos.policy_loss(
         logp, old, adv[rows], m, clip_low=algo.clip_low, clip_high=algo.clip_high,
@@ -132,9 +135,6 @@ def _micro_batch_loss(logits, batch: RolloutBatch, rows: slice, m: Tensor, adv, 
         stats.mean(M.KL, kl_tok, m)
     if algo.entropy_coef:
         entropy = algos.entropy_from_logits(logits, temperature=temperature)
-    else:  # a metric only: no graph
-        with torch.no_grad():
-            entropy = algos.entropy_from_logits(logits.detach(), temperature=temperature)
     loss_tok, pg_tok = algos.token_loss(
         pg_tok, tis_weight=weight, kl=kl_tok, kl_coef=algo.kl_coef,
         entropy=entropy if algo.entropy_coef else None, entropy_coef=algo.entropy_coef,
