@@ -24,6 +24,18 @@ from rlvr.rollout import RolloutBatch
 from rlvr.training.replicas import OneProcess
 
 
+def adamw(params: list, *, lr: float, betas: tuple[float, float], weight_decay: float) -> torch.optim.AdamW:
+    """torch's AdamW, with its fused kernel where the parameters' device has one (CPU and CUDA).
+
+    The fused kernel does the same math in one pass over each tensor; the default (``foreach``)
+    loop makes several: 0.08 s against 0.39 s per step for 135M float32 parameters on 2 cores
+    (TRL's default is the fused kernel too). The weights agree to float rounding
+    (tests/training/test_fused_adamw.py)."""
+    device = params[0].device.type if params else "cpu"
+    fused = device in ("cpu", "cuda") and all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
+    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused or None)
+
+
 def lr_scheduler(optimizer, *, schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> LambdaLR:
     """The lr multiplier per optimizer step ``s``: linear warmup, then constant or cosine.
 

@@ -38,7 +38,7 @@ from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
-from rlvr.training.loop import batch_logprobs, lr_scheduler, update_policy
+from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, update_policy
 from rlvr.training.replicas import OneProcess
 from rlvr.training.sampling import Scored, collect, rollout_metrics
 from rlvr.training.signals import GracefulStop
@@ -272,9 +272,7 @@ class Trainer:
         metrics/samples lines past the checkpoint removed."""
         cfg = self.cfg
         trainable = [p for p in self.policy.parameters() if p.requires_grad]  # with LoRA: the adapter alone
-        self.optimizer = torch.optim.AdamW(
-            trainable, lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay
-        )
+        self.optimizer = adamw(trainable, lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay)
         self.scheduler = lr_scheduler(
             self.optimizer, schedule=cfg.train.lr_schedule, warmup_steps=cfg.train.warmup_steps,
             total_steps=cfg.train.steps * cfg.algo.num_iterations, min_lr_ratio=cfg.train.min_lr_ratio,
