@@ -360,6 +360,8 @@ class TrainConfig:
     """AdamW betas."""
     shared_prompt_forward: bool = True
     """Run each group's shared prompt through the model once (exact; the prompt costs 1/G)."""
+    length_buckets: bool = True
+    """Split each micro-batch by response length, so short responses do not run padded to the longest (exact up to float rounding)."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm (0 = off)."""
     save_every: int = 0

@@ -21,6 +21,7 @@ from rlvr.config import Config
 from rlvr.models import eval_mode, response_logits
 from rlvr.models.forward import shared_prompt_group
 from rlvr.rollout import RolloutBatch
+from rlvr.training import microbatch
 from rlvr.training.replicas import OneProcess
 
 
@@ -70,19 +71,29 @@ def _warmup_then_cosine(s: int, *, warmup_steps: int, total_steps: int, min_lr_r
 
 
 @torch.no_grad()
-def batch_logprobs(model, batch: RolloutBatch, *, micro_batch_seqs: int, group_size: int, temperature: float, autocast) -> torch.Tensor:
+def batch_logprobs(
+    model, batch: RolloutBatch, *, micro_batch_seqs: int, group_size: int, temperature: float, autocast,
+    length_buckets: bool = True,
+) -> torch.Tensor:
     """[B, T] log-probs of the sampled tokens under ``model``, micro-batched, no grad (0 on padding).
 
-    Each micro-batch runs only up to its own longest response: the columns after it are padding
-    in every row, so cutting them changes no log-prob and saves their compute."""
+    Each pass runs only up to its own longest response: the columns after it are padding in
+    every row, so cutting them changes no log-prob and saves their compute; with
+    ``length_buckets`` a micro-batch's short responses run in a pass of their own."""
     out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
-    for start in range(0, batch.input_ids.shape[0], micro_batch_seqs):
-        rows = slice(start, start + micro_batch_seqs)
-        Tm = batch.longest(rows)
+    for p in forward_passes(batch, micro_batch_seqs, group_size, bucket=length_buckets):
+        rows, Tm = p.rows, p.longest
         with eval_mode(model), autocast():  # the sampled distribution: no dropout
-            logits = response_logits(model, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=group_size)
+            logits = response_logits(model, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=p.group_size)
         out[rows, :Tm] = algos.token_logprobs(logits, batch.response_ids[rows, :Tm], temperature=temperature)
     return out * batch.response_mask
+
+
+def forward_passes(batch: RolloutBatch, micro_batch_seqs: int, group_size: int, *, bucket: bool) -> list[microbatch.Pass]:
+    """The update's and log-prob passes' row sets (:func:`rlvr.training.microbatch.plan`)."""
+    lengths = batch.response_lengths.tolist()
+    return microbatch.plan(lengths, micro_batch_seqs=micro_batch_seqs, group_size=group_size,
+                           prompt_len=batch.prompt_len, bucket=bucket)
 
 
 class _UpdateStats:
@@ -183,12 +194,11 @@ def accumulate_gradients(
     agg = dict(mode=algo.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=cfg.rollout.max_new_tokens)
     share = shared_prompt_group(mb, batch.group_size) if cfg.train.shared_prompt_forward else 1
     stats = _UpdateStats(num_tokens, mask.device)
-    for start in range(0, B, mb):
-        rows = slice(start, start + mb)
-        Tm = batch.longest(rows)  # the columns after it are padding in every row: cut them (exact)
+    for p in forward_passes(batch, mb, share, bucket=cfg.train.length_buckets):
+        rows, Tm = p.rows, p.longest  # the columns after Tm are padding in every row: cut them (exact)
         m = mask[rows, :Tm]
         with autocast():
-            logits = response_logits(policy, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=share)
+            logits = response_logits(policy, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=p.group_size)
         loss_tok, pg_tok, entropy, pg_stats = _micro_batch_loss(logits, batch, rows, m, adv, old_logp, ref_logp, cfg, stats)
         loss = algos.aggregate(loss_tok, m, **agg)
         loss.backward()

@@ -383,7 +383,8 @@ class Trainer:
         the KL is subtracted from the rewards and the loss gets no reference."""
         cfg, mb = self.cfg, self.cfg.train.micro_batch_seqs
         share = shared_prompt_group(mb, cfg.rollout.samples_per_prompt) if cfg.train.shared_prompt_forward else 1
-        lp = dict(micro_batch_seqs=mb, group_size=share, temperature=cfg.rollout.temperature, autocast=self.autocast)
+        lp = dict(micro_batch_seqs=mb, group_size=share, temperature=cfg.rollout.temperature, autocast=self.autocast,
+                  length_buckets=cfg.train.length_buckets)
         ref_logp = None
         if cfg.algo.kl_coef > 0:
             with self.reference() as ref:
