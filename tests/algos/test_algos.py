@@ -22,6 +22,7 @@ from rlvr.algos import (
     overlong_penalty,
     policy_loss,
     token_logprobs,
+    token_logprobs_entropy,
     truncated_importance_weights,
 )
 from rlvr.algos.losses import token_loss
@@ -597,6 +598,27 @@ def test_entropy_from_logits_matches_naive(temperature):
     (g_out,) = torch.autograd.grad(out.sum(), logits)
     (g_naive,) = torch.autograd.grad(naive.sum(), logits)
     torch.testing.assert_close(g_out, g_naive)
+
+
+@pytest.mark.parametrize("dtype, temperature", [(torch.float32, 1.0), (torch.float32, 0.6), (torch.bfloat16, 1.0), (torch.bfloat16, 0.8)])
+def test_one_pass_logprobs_and_entropy_match_naive(dtype, temperature):
+    """token_logprobs_entropy (one pass, hand-written backward) against log_softmax + gather, with a
+    non-uniform upstream gradient, and its entropy against the naive -sum p log p."""
+    gen = torch.Generator().manual_seed(2)
+    logits = (torch.randn(4, 6, 33, generator=gen) * 4).to(dtype).requires_grad_()
+    tokens = torch.randint(0, 33, (4, 6), generator=gen)
+    upstream = torch.randn(4, 6, generator=gen)
+    logp, ent = token_logprobs_entropy(logits, tokens, temperature=temperature)
+    z = torch.log_softmax(logits.float() / temperature, -1)
+    naive = z.gather(-1, tokens[..., None])[..., 0]
+    torch.testing.assert_close(logp, naive, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent, -(z.exp() * z).sum(-1).detach(), rtol=1e-5, atol=1e-5)
+    assert not ent.requires_grad  # a metric
+    (g_fast,) = torch.autograd.grad((logp * upstream).sum(), logits)
+    (g_naive,) = torch.autograd.grad((naive * upstream).sum(), logits)
+    assert g_fast.dtype == dtype
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g_fast.float(), g_naive.float(), **tol)
 
 
 def test_entropy_uniform_is_log_vocab():

@@ -66,3 +66,22 @@ def test_seeded_engine_logprobs_match_the_trainer():
     lp = batch_logprobs(engine.policy, batch, micro_batch_seqs=8, group_size=1, temperature=0.9,
                         autocast=lambda: torch.autocast("cpu", enabled=False))
     torch.testing.assert_close(batch.logprobs, lp, rtol=1e-4, atol=1e-5)
+
+
+def test_two_level_inverse_cdf_picks_what_a_full_cumsum_picks():
+    """The sampler's block search equals the first v with cumsum(p)[v] > u * total over the whole
+    vocabulary (float64), on rows with cut (-inf) tokens, ragged block ends and peaked rows."""
+    from rlvr.rollout.decode import inverse_cdf
+
+    gen = torch.Generator().manual_seed(0)
+    rows, V = 3000, 1000  # 1000 = 3 blocks of 256 + a ragged 232
+    logits = torch.randn(rows, V, generator=gen) * torch.rand(rows, 1, generator=gen) * 8
+    logits[torch.rand(rows, V, generator=gen) < 0.3] = float("-inf")
+    logits[::7, :900] = float("-inf")  # all mass in the ragged last block
+    u = torch.rand(rows, generator=gen, dtype=torch.float64)
+    w = torch.exp(logits.float() - logits.amax(-1, keepdim=True)).double()
+    cdf = w.cumsum(-1)
+    want = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+    got = inverse_cdf(logits, u, 256)
+    assert torch.equal(got, want)
+    assert torch.isfinite(logits.gather(1, got[:, None])).all()  # a cut token is never picked
