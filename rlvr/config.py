@@ -105,7 +105,7 @@ class ModelConfig:
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto (cuda when visible)."""
     autocast_bf16: Switch = Switch.AUTO
-    """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on only where bf16 is native: a bf16 CUDA device, or a CPU with AVX512-BF16/AMX), true or false."""
+    """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on only where bf16 is native: a bf16 CUDA device, or an AVX-512 CPU with AMX), true or false."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory; exact together with train.shared_prompt_forward (the update then runs each prompt per sequence)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
@@ -216,7 +216,7 @@ class RolloutConfig:
     top_k: int = 0
     """Top-k sampling (0 = off)."""
     dtype: str = "auto"
-    """Dtype of the generation copy of the model: auto (bfloat16 only where bf16 is native: a bf16 CUDA device, or a CPU with AVX512-BF16/AMX; else float32), bfloat16, or float32 (shares the policy weights)."""
+    """Dtype of the generation copy of the model: auto (bfloat16 only where bf16 is native: a bf16 CUDA device, or an AVX-512 CPU with AMX; else float32), bfloat16, or float32 (shares the policy weights)."""
     stop: list[str] = field(default_factory=list)
     """Stop strings: a response ends right after the first one it produces (e.g. ['</answer>']), in training, evaluation, chat and generate alike."""
     batch_seqs: int = 64
