@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -74,6 +75,13 @@ def _render_chunk(bounds: tuple[int, int]) -> tuple[list[str], list[int]]:
     return prompts, counts
 
 
+def _default_signals() -> None:
+    """A render worker's initializer: SIGTERM and SIGINT back to their defaults (a fork inherits the
+    parent's Python handlers, which would let a worker outlive ``Pool.terminate``)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def render_all(rows: list[dict], tokenizer, template: PromptTemplate, *, num_workers: int = 0) -> tuple[list[str], list[int]]:
     """Rendered prompts and their token counts for ``rows``, over ``num_workers`` processes (0 = per core, <= 8)."""
     global _WORK
@@ -89,8 +97,18 @@ def render_all(rows: list[dict], tokenizer, template: PromptTemplate, *, num_wor
             return _render_chunk((0, len(rows)))
         step = -(-len(rows) // (workers * 4))
         chunks = [(lo, min(lo + step, len(rows))) for lo in range(0, len(rows), step)]
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        # close + join, not the context manager's terminate(): the workers leave on their own once
+        # the work is done. terminate() signals them, and a worker forked from a process that had a
+        # Python SIGTERM handler (Ray's, a trainer's) ignored the signal and hung the join forever.
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_default_signals)
+        try:
             parts = pool.map(_render_chunk, chunks)
+            pool.close()
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
         return [p for ps, _ in parts for p in ps], [c for _, cs in parts for c in cs]
     finally:
         _WORK = None
