@@ -44,13 +44,10 @@ class RolloutBatch:
         """[B] number of trained tokens per response."""
         return self.response_mask.sum(-1)
 
-    def longest(self, rows: slice) -> int:
-        """Length of the longest response among ``rows`` (at least 1): the columns a micro-batch needs."""
-        return max(1, int(self.response_mask[rows].sum(-1).max()))
-
-    def select(self, rows: slice, num_response_tokens: int | None = None) -> dict[str, Tensor]:
-        """Tensors of a contiguous row range (a micro-batch), cut after ``num_response_tokens``
-        response positions (all T by default). Cutting at :meth:`longest` drops only padding."""
+    def select(self, rows: slice | Tensor, num_response_tokens: int | None = None) -> dict[str, Tensor]:
+        """Tensors of some rows (a forward pass: a slice or an index tensor), cut after
+        ``num_response_tokens`` response positions (all T by default). Cutting at the rows' longest
+        response drops only padding."""
         end = None if num_response_tokens is None else self.prompt_len + num_response_tokens
         return {"input_ids": self.input_ids[rows, :end], "attention_mask": self.attention_mask[rows, :end]}
 

@@ -163,10 +163,24 @@ class ReservedLayer(DynamicLayer):
         self._views()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError("repeat the prompt's cache before reserving it")
+        """Each row ``repeats`` times in a row (a prompt's cache for its G samples): one copy of the
+        filled positions into new buffers, where repeating a ``DynamicLayer`` and then reserving it
+        copies them twice."""
+        rows, length = self.rows, self.length
+        for name in ("k_buf", "v_buf"):
+            buf = getattr(self, name)
+            new = buf.new_empty(rows * repeats, *buf.shape[1:])
+            new.view(rows, repeats, *buf.shape[1:])[:, :, :, :length] = buf[:rows, None, :, :length]
+            setattr(self, name, new)
+        self.rows = rows * repeats
+        self._views()
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("a reserved decode cache is not cropped")
+        """Drops the last ``-tokens_to_remove`` positions (``DynamicLayer.crop``'s convention)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop({tokens_to_remove}): give a negative number of positions to remove")
+        self.length = max(0, self.length + tokens_to_remove)
+        self._views()
 
 
 def reserve(cache, capacity: int):
@@ -220,9 +234,9 @@ def decode(
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
+    reserve(cache, input_ids.shape[1] + max_new_tokens)
     if G > 1:
         cache.batch_repeat_interleave(G)
-    reserve(cache, input_ids.shape[1] + max_new_tokens)
     logits = out.logits[:, -1].float().repeat_interleave(G, dim=0)  # [B, V]
     mask = attention_mask.repeat_interleave(G, dim=0)  # [b, L + t]: the live rows' attention mask
     live = torch.arange(B, device=device)  # the live rows' indices in [0, B)

@@ -133,7 +133,7 @@ class _UpdateStats:
         self.extreme(M.RATIO_MIN, M.RATIO_MAX, stats["ratio"], m)
 
 
-def _micro_batch_loss(logits, batch: RolloutBatch, rows: slice, m: Tensor, adv, old_logp, ref_logp, cfg: Config, stats: _UpdateStats):
+def _micro_batch_loss(logits, batch: RolloutBatch, rows: Tensor, m: Tensor, adv, old_logp, ref_logp, cfg: Config, stats: _UpdateStats):
     """(per-token loss, its policy-gradient part, entropy, policy-loss stats) of one micro-batch
     from its [b, Tm, V] logits; records the TIS and KL statistics."""
     algo, temperature = cfg.algo, cfg.rollout.temperature

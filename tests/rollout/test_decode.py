@@ -82,3 +82,38 @@ def test_sampled_logprobs_are_the_full_softmax_at_the_temperature():
     want = torch.log_softmax(logits[:, L - 1 : -1].float() / 0.7, -1).gather(-1, resp[..., None])[..., 0]
     want = want * batch.response_mask
     torch.testing.assert_close(batch.logprobs, want, rtol=0, atol=2e-6)  # fp32: the same arithmetic up to rounding
+
+
+def test_reserved_layer_does_what_a_dynamic_layer_does():
+    """ReservedLayer (the decode's in-place KV cache) against transformers' DynamicLayer: repeat
+    each row, append positions, drop rows, crop: the same keys and values after each."""
+    from transformers.cache_utils import DynamicLayer
+
+    from rlvr.rollout.decode import ReservedLayer
+
+    gen = torch.Generator().manual_seed(0)
+    k, v = torch.randn(2, 3, 5, 4, generator=gen), torch.randn(2, 3, 5, 4, generator=gen)
+    plain = DynamicLayer()
+    plain.update(k, v)
+    reserved = ReservedLayer(k, v, capacity=12)
+
+    def same():
+        torch.testing.assert_close(reserved.keys, plain.keys, rtol=0, atol=0)
+        torch.testing.assert_close(reserved.values, plain.values, rtol=0, atol=0)
+        assert reserved.get_seq_length() == plain.get_seq_length()
+
+    for layer in (plain, reserved):
+        layer.batch_repeat_interleave(3)
+    same()
+    for _ in range(4):
+        nk, nv = torch.randn(6, 3, 1, 4, generator=gen), torch.randn(6, 3, 1, 4, generator=gen)
+        torch.testing.assert_close(reserved.update(nk, nv), plain.update(nk, nv), rtol=0, atol=0)
+    keep = torch.tensor([0, 2, 5])
+    for layer in (plain, reserved):
+        layer.batch_select_indices(keep)
+    same()
+    for layer in (plain, reserved):
+        layer.crop(-2)
+    same()
+    with pytest.raises(ValueError, match="positions"):
+        reserved.update(torch.zeros(3, 3, 6, 4), torch.zeros(3, 3, 6, 4))  # 7 + 6 > 12
