@@ -7,7 +7,8 @@
 
 1. Measures this machine with torch's thread count: the matmul rate in float32 and bfloat16 on the
    model's own GEMM shapes (tokens x hidden -> intermediate, intermediate -> hidden, hidden ->
-   vocab, for 1024 tokens: a prefill or update micro-batch), best of ``--repeats`` runs of each,
+   vocab, for 1024 tokens: a prefill or update micro-batch; 32 where a dtype is so slow that one
+   call would take over a second), best of ``--repeats`` runs of each (at most 5 s of them),
    and the memory bandwidth as the best rate of summing (read) and copying (read + write) a
    512 MiB float32 tensor, far larger than any cache.
 2. Counts the FLOPs and bytes of one step's phases with :mod:`rlvr.roofline` (its docstring says
@@ -50,27 +51,41 @@ RESULTS = Path(__file__).parent / "results"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def _best(fn, repeats: int) -> float:
-    """Fastest of ``repeats`` timed calls, after one untimed warm-up call."""
+def _best(fn, repeats: int, budget_s: float = 5.0) -> float:
+    """Fastest of ``repeats`` timed calls, after one untimed warm-up call; stops early once the
+    timed calls have taken ``budget_s`` (a slow path, such as bf16 emulated on an AVX2-only CPU,
+    would otherwise take minutes per call)."""
     fn()
-    best = math.inf
+    best, spent = math.inf, 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        best, spent = min(best, took), spent + took
+        if spent > budget_s:
+            break
     return best
 
 
-def matmul_rates(shape, repeats: int, tokens: int = 1024) -> dict:
-    """FLOP/s of ``[tokens, k] @ [k, n]`` for the model's projection and LM-head shapes, per dtype."""
+def matmul_rates(shape, repeats: int, tokens: int = 1024, probe_tokens: int = 32, call_budget_s: float = 1.0) -> dict:
+    """FLOP/s of ``[tokens, k] @ [k, n]`` for the model's projection and LM-head shapes, per dtype.
+
+    A dtype whose ``probe_tokens``-row LM-head product projects to more than ``call_budget_s`` at
+    ``tokens`` rows (bf16 without native support: 0.3 GFLOP/s on an AVX2-only CPU, minutes per
+    call) is measured at ``probe_tokens`` rows instead; the key of each shape says the rows used."""
     H, I, V = shape.hidden_size, shape.intermediate_size, shape.vocab_size
     out = {}
     for name, dtype in DTYPES.items():
+        a, b = torch.randn(probe_tokens, H, dtype=dtype), torch.randn(H, V, dtype=dtype)
+        torch.mm(a, b)
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        rows = tokens if (time.perf_counter() - t0) * tokens / probe_tokens < call_budget_s else probe_tokens
         per_shape = {}
         for k, n in [(H, I), (I, H), (H, V)]:
-            a, b = torch.randn(tokens, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+            a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
             seconds = _best(lambda: torch.mm(a, b), repeats)
-            per_shape[f"{tokens}x{k}x{n}"] = 2 * tokens * k * n / seconds
+            per_shape[f"{rows}x{k}x{n}"] = 2 * rows * k * n / seconds
         out[name] = {"best_flops_per_s": max(per_shape.values()), "per_shape": per_shape}
     return out
 

@@ -3,9 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 
 import torch
 from torch import Tensor
+
+
+def cache_kwargs(model, cache) -> dict:
+    """``{name: cache}`` for a causal LM's forward: transformers 5.24 renamed ``past_key_values`` to
+    ``cache`` (the old name still works until 5.40, with a FutureWarning on every call); older
+    releases know only ``past_key_values``. The name is read off the model's own signature."""
+    return {_cache_name(type(_base_model(model))): cache}
+
+
+def _base_model(model):
+    """The transformers model under a peft wrapper (whose forward takes ``**kwargs``)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+@functools.cache
+def _cache_name(cls) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
 def _positions(attention_mask: Tensor) -> Tensor:
@@ -88,7 +108,7 @@ def _shared_prompt_logits(model, input_ids: Tensor, attention_mask: Tensor, posi
         input_ids=input_ids[:, Lp:],
         attention_mask=attention_mask,
         position_ids=positions[:, Lp:],
-        past_key_values=cache,
+        **cache_kwargs(model, cache),
         logits_to_keep=_keep(0, T, input_ids.device),
         use_cache=True,
     )

@@ -32,6 +32,8 @@ from torch import Tensor
 from transformers.cache_utils import DynamicLayer
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from rlvr.models.forward import cache_kwargs
+
 
 def warpers(temperature: float, top_k: int, top_p: float) -> list:
     """``generate``'s own warper classes in its order: temperature (1 = off: z / 1 is z), top-k (0 = off), top-p (1 = off)."""
@@ -218,7 +220,7 @@ def decode(
     """Generates ``repeats`` continuations of each of P left-padded prompts.
 
     Args:
-        model: a causal LM (Hugging Face forward with ``past_key_values`` and ``logits_to_keep``), in eval mode.
+        model: a causal LM (Hugging Face forward with a KV cache and ``logits_to_keep``), in eval mode.
         input_ids: [P, L] left-padded prompt tokens; attention_mask: [P, L] (0 on the padding).
         repeats: G, continuations per prompt; row ``p·G + j`` is prompt p's j-th.
         pick: ``(logits [b, V] float32, rows [b] long) -> tokens [b]``; ``rows`` are the live rows' indices in [0, B).
@@ -266,7 +268,7 @@ def decode(
             cache.batch_select_indices(keep)
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         position_ids = mask.long().sum(-1, keepdim=True) - 1  # [b, 1]: the new token's position
-        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position_ids, **cache_kwargs(model, cache),
                     use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         logits = out.logits[:, -1].float()
