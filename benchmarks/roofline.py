@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/roofline.py --run /tmp/rlvr-vs-trl/rlvr   # ... and a run's measured phases against it
     .venv/bin/python benchmarks/roofline.py --run runs/quickstart         # any rlvr run directory
     .venv/bin/python benchmarks/roofline.py --precision bf16 --response-tokens 48
+    .venv/bin/python benchmarks/roofline.py --run RUN --rates results/roofline-AVX2-2026-11-25.json   # rates measured earlier
 
 1. Measures this machine with torch's thread count: the matmul rate in float32 and bfloat16 on the
    model's own GEMM shapes (tokens x hidden -> intermediate, intermediate -> hidden, hidden ->
@@ -179,6 +180,8 @@ def main() -> None:
     ap.add_argument("--response-tokens", type=float, default=128, help="without --run: response length of every sequence")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="without --run: rollout and update precision")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rates", type=Path, help="reuse the matmul rates and bandwidth of an earlier roofline JSON "
+                    "(measured on a quiet machine) instead of measuring now, e.g. while other work runs")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -199,9 +202,17 @@ def main() -> None:
     shape, shape_from = model_shape(model)
 
     threads = torch.get_num_threads()
-    print(f"measuring matmul rates and memory bandwidth ({threads} threads) ...", flush=True)
-    mm = matmul_rates(shape, args.repeats)
-    bw = bandwidth(args.repeats)
+    if args.rates:
+        earlier = json.loads(args.rates.read_text())
+        if earlier["machine"]["cpu_capability"] != torch.backends.cpu.get_cpu_capability():
+            raise SystemExit(f"{args.rates} was measured on {earlier['machine']['cpu_capability']}, this CPU dispatches "
+                             f"{torch.backends.cpu.get_cpu_capability()}: measure here instead (drop --rates)")
+        mm, bw = earlier["rates"]["matmul"], earlier["rates"]["memory"]
+        print(f"rates from {args.rates} ({earlier['date']}, {earlier['machine']['threads']} threads)")
+    else:
+        print(f"measuring matmul rates and memory bandwidth ({threads} threads) ...", flush=True)
+        mm = matmul_rates(shape, args.repeats)
+        bw = bandwidth(args.repeats)
     rates = {name: r["best_flops_per_s"] for name, r in mm.items()}
     read_bw = bw["read_bytes_per_s"]
     print(f"matmul: fp32 {rates['fp32'] / 1e9:.1f} GFLOP/s, bf16 {rates['bf16'] / 1e9:.1f} GFLOP/s; "
@@ -250,7 +261,7 @@ def main() -> None:
         "machine": {"cpu_capability": capability, "threads": threads, "cpu_count": os.cpu_count(),
                     "load_avg_1m_at_end": os.getloadavg()[0]},
         "torch": torch.__version__,
-        "rates": {"matmul": mm, "memory": bw},
+        "rates": {"matmul": mm, "memory": bw}, "rates_from": str(args.rates) if args.rates else "measured",
         "model": {"spec": model, "shape_from": shape_from, **asdict(shape), "params": shape.num_params()},
         "batch": {**batch, **lens}, "run": str(args.run) if args.run else None,
         "phases": phases, "table": md,

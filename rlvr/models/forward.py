@@ -17,6 +17,13 @@ def cache_kwargs(model, cache) -> dict:
     return {_cache_name(type(_base_model(model))): cache}
 
 
+def output_cache(out):
+    """The KV cache of a forward pass's output: ``out.cache`` from 5.24 on (``out.past_key_values``
+    then warns), ``out.past_key_values`` before."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 def _base_model(model):
     """The transformers model under a peft wrapper (whose forward takes ``**kwargs``)."""
     get = getattr(model, "get_base_model", None)
@@ -102,7 +109,7 @@ def _shared_prompt_logits(model, input_ids: Tensor, attention_mask: Tensor, posi
         logits_to_keep=1,
         use_cache=True,
     )
-    cache = prompt.past_key_values
+    cache = output_cache(prompt)
     cache.batch_repeat_interleave(G)  # [P, ...] -> [P*G, ...] per layer, differentiable
     out = model(
         input_ids=input_ids[:, Lp:],

@@ -32,7 +32,7 @@ from torch import Tensor
 from transformers.cache_utils import DynamicLayer
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from rlvr.models.forward import cache_kwargs
+from rlvr.models.forward import cache_kwargs, output_cache
 
 
 def warpers(temperature: float, top_k: int, top_p: float) -> list:
@@ -235,7 +235,7 @@ def decode(
     B, device = P * G, input_ids.device
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = output_cache(out)
     reserve(cache, input_ids.shape[1] + max_new_tokens)
     if G > 1:
         cache.batch_repeat_interleave(G)
@@ -270,6 +270,6 @@ def decode(
         position_ids = mask.long().sum(-1, keepdim=True) - 1  # [b, 1]: the new token's position
         out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position_ids, **cache_kwargs(model, cache),
                     use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        cache = output_cache(out)
         logits = out.logits[:, -1].float()
     return Decoded(response[:, :T], stop_at, None if logprobs is None else logprobs[:, :T])

@@ -117,3 +117,23 @@ def test_reserved_layer_does_what_a_dynamic_layer_does():
     same()
     with pytest.raises(ValueError, match="positions"):
         reserved.update(torch.zeros(3, 3, 6, 4), torch.zeros(3, 3, 6, 4))  # 7 + 6 > 12
+
+
+def test_decode_and_the_shared_prompt_pass_use_the_installed_transformers_cache_names(monkeypatch):
+    # transformers 5.24 renamed past_key_values to cache (kwarg and output) and warns once per process
+    # on the old names; rlvr reads the name off the model's signature, so nothing warns on any release
+    import warnings
+
+    from transformers.utils import generic
+
+    from rlvr.models.forward import response_logits
+
+    logged = []
+    monkeypatch.setattr(generic.logger, "warning_once", lambda msg, *a, **k: logged.append(msg))
+    engine = HFRolloutEngine(tiny_model(seed=0), tiny_tokenizer(), max_new_tokens=6, temperature=1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batch = engine.generate(PROMPTS[:2], 2, seeds=list(range(4)))
+        response_logits(engine.model, batch.input_ids, batch.attention_mask, batch.response_mask.shape[1], group_size=2)
+    old = [str(w.message) for w in caught if "past_key_values" in str(w.message)] + [m for m in logged if "past_key_values" in m]
+    assert old == []
