@@ -187,6 +187,65 @@ def reflection_curve(rows: list[dict], *, pattern: re.Pattern | None = None) -> 
     return out
 
 
+@dataclass
+class Revision:
+    """A sample that revised its result without a reflection phrase: its reasoning states more than
+    one distinct result (``= N``), or a result other than its final answer.
+
+    The weaker signal a small model gives before it learns to say "wait" (or in its place): the
+    one-line answers of a 135M model never reflect in words, but some of them write
+    ``14 - 6 = 5, 14 - 6 = 8`` and answer 8. A multi-step solution (``3 + 4 = 7, 7 + 2 = 9``) also
+    states several results, so these are candidates to read, not counted aha moments."""
+
+    row: dict
+    results: list[str]  # the distinct results stated in the reasoning, in order
+    final: str | None
+    correct: bool
+
+    @property
+    def step(self) -> int:
+        return int(self.row.get("step", 0))
+
+    @property
+    def reward(self) -> float:
+        r = self.row.get("reward")
+        return float(r) if isinstance(r, (int, float)) else 0.0
+
+    @property
+    def corrected(self) -> bool:
+        """Right in the end after first stating another result."""
+        return self.correct and bool(self.results) and self.results[0] != self.final
+
+    def sort_key(self) -> tuple:
+        return (not self.corrected, not self.correct, -len(self.results), -self.reward, -self.step)
+
+
+def find_revisions(rows: list[dict], *, pattern: re.Pattern | None = None, accuracy_rule: str = "accuracy") -> list[Revision]:
+    """Every sample that revised its result (see :class:`Revision`) and has no reflection phrase
+    (those are :func:`find_aha`'s), best first: corrected to the right answer, then right, then by
+    how many results it stated."""
+    pattern = pattern or compile_phrases()
+    out = []
+    for row in rows:
+        text = row.get("completion")
+        if not isinstance(text, str):
+            continue
+        start, end = reasoning_span(text)
+        if pattern.search(text, start, end):
+            continue
+        results = list(dict.fromkeys(_norm(n.replace(",", "")) for n in _EQUALS_NUMBER.findall(text, start, end)))
+        final = _norm(extract_answer(text, fallback_last_number=True))
+        if len(results) > 1 or (results and final is not None and results[-1] != final):
+            out.append(Revision(row, results, final, is_correct(row, accuracy_rule)))
+    return sorted(out, key=Revision.sort_key)
+
+
+def describe_revision(rev: Revision) -> str:
+    """One header line: step, reward, the results stated -> the final answer."""
+    verdict = "corrected" if rev.corrected else "right" if rev.correct else "wrong"
+    return f"step {rev.step}  reward {rev.reward:.3f}  {verdict}: {' , '.join(rev.results)} -> {rev.final}"
+
+
 TIER_LABEL = {1: "correct, changed course after reflecting", 2: "correct, reflected", 3: "reflected"}
 
 

@@ -57,6 +57,19 @@ def cmd_aha(args) -> int:
             console.print(text)
         else:  # piped: mark the phrases so they survive without colour
             console.print(hit.highlighted(), markup=False)
+    if len(hits) < args.top:  # too few reflections to show: the samples that revised a result without one
+        rows = run.samples()
+        revisions = aha.find_revisions(rows, pattern=pattern, accuracy_rule=run.cfg("reward.accuracy_rule", "accuracy") or "accuracy")
+        corrected = sum(r.corrected for r in revisions)
+        console.print(
+            f"\nwithout a reflection phrase, {len(revisions)} of {scanned} completions state more than one result "
+            f"(= N) or one other than their answer; {corrected} end right after first stating another:", markup=False,
+        )
+        for rank, rev in enumerate(revisions[: args.top - len(hits)], start=1):
+            console.print()
+            console.print(f"r{rank}  {aha.describe_revision(rev)}", style="bold" if tty else None, markup=False)
+            console.print(f"question: {rev.row.get('question', '')}", markup=False)
+            console.print(str(rev.row.get("completion", "")), markup=False)
     if png:
         console.print(f"\naha curve: {png}", markup=False)
     sys.stdout.flush()

@@ -95,6 +95,34 @@ def test_aha_ranks_the_planted_self_correction_first(tmp_path):
     assert not any(h.row["completion"].startswith("<think>3 + 5 = 8</think> wait") for h in hits)
 
 
+def test_revisions_without_a_reflection_phrase_rank_the_corrected_ones_first():
+    rows = [
+        sample(1, "<think>3 + 5 = 8</think><answer>8</answer>", 1.0, 1.5),  # one result, the answer: not a revision
+        sample(2, "<think>3 + 5 = 9</think><answer>9</answer>", 0.0, 0.5),  # wrong, but no revision
+        sample(3, "<think>3 + 5 = 8, 3 + 5 = 9</think><answer>9</answer>", 0.0, 0.5),  # revised to wrong
+        sample(4, "<think>3 + 5 = 8</think><answer>7</answer>", 0.0, 0.5),  # answer other than its result
+        sample(5, "<think>3 + 5 = 9, so 3 + 5 = 8</think><answer>8</answer>", 1.0, 1.5),  # corrected
+        sample(6, PLANTED, 1.0, 1.5),  # reflects in words: find_aha's, not a revision
+    ]
+    revs = aha.find_revisions(rows)
+    assert [r.step for r in revs] == [5, 3, 4]
+    assert (revs[0].results, revs[0].final, revs[0].corrected) == (["9", "8"], "8", True)
+    assert not revs[1].corrected and not revs[2].correct
+    assert "corrected: 9 , 8 -> 8" in aha.describe_revision(revs[0])
+
+
+def test_aha_shows_revisions_when_too_few_samples_reflect(tmp_path, capsys):
+    run = make_run(tmp_path, samples=False)
+    rows = [sample(1, "<think>3 + 5 = 8</think><answer>8</answer>", 1.0, 1.5)] * 4
+    rows.append(sample(2, "<think>3 + 5 = 9, 3 + 5 = 8</think><answer>8</answer>", 1.0, 1.5))
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["aha", str(run), "--top", "3", "--output", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("0 of 5 completions reflect")
+    assert "1 of 5 completions state more than one result" in out and "1 end right after" in out
+    assert "r1  step 2  reward 1.500  corrected: 9 , 8 -> 8" in out
+
+
 def test_aha_english_only_ranks_planted_first_and_curve(tmp_path):
     rows = load_run(make_run(tmp_path)).samples()
     english = aha.compile_phrases([p for p in aha.DEFAULT_PHRASES if p.isascii()])
