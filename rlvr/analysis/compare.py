@@ -57,6 +57,8 @@ def summary_row(label: str, run: Run) -> list[str]:
     """Results of one run: steps, final reward/accuracy, eval accuracy, time, throughput, peak memory."""
     _, reward, k = first_last(run, M.REWARD_MEAN)
     _, acc, _ = first_last(run, M.ACCURACY)
+    acc_steps, acc_all = run.series(M.ACCURACY)
+    first_half = next((st for st, a in zip(acc_steps, acc_all) if a >= 0.5), None)
     _, ev = run.eval_series(M.EVAL_ACCURACY)
     _, step_s = run.series(M.TIME_STEP_S)
     _, eval_s = run.eval_series(M.EVAL_TIME_S)
@@ -78,6 +80,8 @@ def summary_row(label: str, run: Run) -> list[str]:
         steps + ("" if run.complete else " (incomplete)"),
         f(reward),
         f(acc),
+        f(sum(acc_all) / len(acc_all) if acc_all else None),
+        (str(first_half) if first_half is not None else "never") if acc_all else "n/a",
         (f"{ev[0]:.3f} → {ev[-1]:.3f}" if len(ev) > 1 else f(ev[0])) if ev else "n/a",
         f(wall / 60 if wall is not None else None, "{:.1f}"),
         f(sum(gen) / len(gen) if gen else None, "{:.1f}"),
@@ -87,7 +91,8 @@ def summary_row(label: str, run: Run) -> list[str]:
 
 
 SUMMARY_HEADERS = [
-    "run", "steps", "final reward", "final accuracy", "eval accuracy (first → last)", "wall time (min)",
+    "run", "steps", "final reward", "final accuracy", "mean accuracy (all steps)", "first step with accuracy ≥ 0.5",
+    "eval accuracy (first → last)", "wall time (min)",
     "generation tokens/s", "end-to-end tokens/s", "peak RSS (MiB)",
 ]
 
@@ -106,7 +111,9 @@ def compare_runs(run_dirs: list[str | Path], output: str | Path, *, title: str =
         raise UserError(f"cannot write the comparison to {out}: {e.strerror}") from None
 
     doc = Doc(title)
-    doc.p(f"{len(runs)} runs. 'final' is the mean of each run's last 10 logged steps (half the steps of a shorter run); wall time is the sum of "
+    doc.p(f"{len(runs)} runs. 'final' is the mean of each run's last 10 logged steps (half the steps of a shorter run); "
+          "'mean accuracy' the mean of the training accuracy over every logged step (the area under its curve: "
+          "how early it learned); wall time is the sum of "
           "step and evaluation times; tokens/s are means over steps; peak RSS is the trainer process's high-water mark.")
     doc.table(SUMMARY_HEADERS, [summary_row(label, run) for label, run in zip(labels, runs)])
     diffs = config_differences(runs)

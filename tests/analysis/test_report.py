@@ -180,6 +180,8 @@ def test_compare_overlays_runs_and_lists_config_differences(tmp_path):
     out = compare_runs([a, b], tmp_path / "cmp")
     md = (out / "compare.md").read_text()
     assert "| G=4 | 6/6 |" in md and "| G=8 | 8/8 |" in md
+    # training accuracy 0.15 * step (capped at 1): its mean over the steps, and the first step at 0.5
+    assert "| 0.525 | 4 |" in md and "| 0.644 | 4 |" in md
     assert "`rollout.samples_per_prompt` | 4 | 8 |" in md and "`train.steps` | 6 | 8 |" in md
     assert (out / "plots" / "reward.png").is_file() and (out / "plots" / "aha_curve.png").is_file()
     assert "data:image/png;base64," in (out / "compare.html").read_text()
