@@ -234,10 +234,18 @@ def find_revisions(rows: list[dict], *, pattern: re.Pattern | None = None, accur
         if pattern.search(text, start, end):
             continue
         results = list(dict.fromkeys(_norm(n.replace(",", "")) for n in _EQUALS_NUMBER.findall(text, start, end)))
-        final = _norm(extract_answer(text, fallback_last_number=True))
+        final = _final_number(text)
         if len(results) > 1 or (results and final is not None and results[-1] != final):
             out.append(Revision(row, results, final, is_correct(row, accuracy_rule)))
     return sorted(out, key=Revision.sort_key)
+
+
+def _final_number(text: str) -> str | None:
+    """The final answer as a number: an answer that is an expression (``20 + 20 = 40``) counts as its last number."""
+    answer = extract_answer(text, fallback_last_number=True)
+    if answer is None:
+        return None
+    return normalize_number(answer) or _norm(last_number(answer)) or answer.strip()
 
 
 def describe_revision(rev: Revision) -> str:

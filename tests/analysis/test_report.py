@@ -103,6 +103,7 @@ def test_revisions_without_a_reflection_phrase_rank_the_corrected_ones_first():
         sample(4, "<think>3 + 5 = 8</think><answer>7</answer>", 0.0, 0.5),  # answer other than its result
         sample(5, "<think>3 + 5 = 9, so 3 + 5 = 8</think><answer>8</answer>", 1.0, 1.5),  # corrected
         sample(6, PLANTED, 1.0, 1.5),  # reflects in words: find_aha's, not a revision
+        sample(7, "<think> 3 + 5 = 8</think><answer> 3 + 5 = 8 </answer>", 1.0, 1.5),  # an answer that restates its sum
     ]
     revs = aha.find_revisions(rows)
     assert [r.step for r in revs] == [5, 3, 4]
