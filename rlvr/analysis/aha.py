@@ -72,17 +72,10 @@ def reasoning_span(completion: str) -> tuple[int, int]:
     return start, min(ends) if ends else len(completion)
 
 
-@dataclass
-class AhaHit:
-    """One sample with at least one reflection phrase in its reasoning."""
+class _SampleRow:
+    """The step and reward of a ``samples.jsonl`` row held as ``self.row``."""
 
     row: dict
-    spans: list[tuple[int, int]]  # character spans of the phrases in row["completion"]
-    correct: bool
-    changed_course: bool
-    before: str | None  # the number written right before the first reflection
-    final: str | None  # the final answer
-    phrases: list[str] = field(default_factory=list)
 
     @property
     def step(self) -> int:
@@ -92,6 +85,19 @@ class AhaHit:
     def reward(self) -> float:
         r = self.row.get("reward")
         return float(r) if isinstance(r, (int, float)) else 0.0
+
+
+@dataclass
+class AhaHit(_SampleRow):
+    """One sample with at least one reflection phrase in its reasoning."""
+
+    row: dict
+    spans: list[tuple[int, int]]  # character spans of the phrases in row["completion"]
+    correct: bool
+    changed_course: bool
+    before: str | None  # the number written right before the first reflection
+    final: str | None  # the final answer
+    phrases: list[str] = field(default_factory=list)
 
     @property
     def tier(self) -> int:
@@ -188,7 +194,7 @@ def reflection_curve(rows: list[dict], *, pattern: re.Pattern | None = None) -> 
 
 
 @dataclass
-class Revision:
+class Revision(_SampleRow):
     """A sample that revised its result without a reflection phrase: its reasoning states more than
     one distinct result (``= N``), or a result other than its final answer.
 
@@ -201,15 +207,6 @@ class Revision:
     results: list[str]  # the distinct results stated in the reasoning, in order
     final: str | None
     correct: bool
-
-    @property
-    def step(self) -> int:
-        return int(self.row.get("step", 0))
-
-    @property
-    def reward(self) -> float:
-        r = self.row.get("reward")
-        return float(r) if isinstance(r, (int, float)) else 0.0
 
     @property
     def corrected(self) -> bool:
