@@ -122,6 +122,14 @@ def _norm(ans: str | None) -> str | None:
     return normalize_number(ans) or ans.strip()
 
 
+def _final_number(text: str) -> str | None:
+    """The final answer as a number: an answer that is an expression (``20 + 20 = 40``) counts as its last number."""
+    answer = extract_answer(text, fallback_last_number=True)
+    if answer is None:
+        return None
+    return normalize_number(answer) or _norm(last_number(answer)) or answer.strip()
+
+
 def is_correct(row: dict, accuracy_rule: str = "accuracy") -> bool:
     """The row's accuracy reward (> 0.5), else its final answer equal to the gold answer."""
     rewards = row.get("rewards")
@@ -147,7 +155,7 @@ def analyse(row: dict, pattern: re.Pattern, accuracy_rule: str = "accuracy") -> 
     head = text[start : spans[0][0]]
     eq = _EQUALS_NUMBER.findall(head)
     before = _norm(eq[-1].replace(",", "")) if eq else _norm(last_number(head))
-    final = _norm(extract_answer(text, fallback_last_number=True))
+    final = _final_number(text)
     correct = is_correct(row, accuracy_rule)
     changed = before is not None and final is not None and before != final
     return AhaHit(row, spans, correct, changed, before, final, phrases)
@@ -235,14 +243,6 @@ def find_revisions(rows: list[dict], *, pattern: re.Pattern | None = None, accur
         if len(results) > 1 or (results and final is not None and results[-1] != final):
             out.append(Revision(row, results, final, is_correct(row, accuracy_rule)))
     return sorted(out, key=Revision.sort_key)
-
-
-def _final_number(text: str) -> str | None:
-    """The final answer as a number: an answer that is an expression (``20 + 20 = 40``) counts as its last number."""
-    answer = extract_answer(text, fallback_last_number=True)
-    if answer is None:
-        return None
-    return normalize_number(answer) or _norm(last_number(answer)) or answer.strip()
 
 
 def describe_revision(rev: Revision) -> str:

@@ -143,12 +143,16 @@ def config_rows(run: Run) -> list[list[str]]:
     return rows
 
 
-def aha_hits(run: Run, *, pattern=None) -> tuple[list[aha.AhaHit], list[dict], int]:
-    """(ranked hits, per-step reflection curve, number of samples scanned)."""
-    rows = run.samples()
-    acc_rule = run.cfg("reward.accuracy_rule", "accuracy") or "accuracy"
+def accuracy_rule(run: Run) -> str:
+    """The reward rule that says whether a sample is right (``reward.accuracy_rule``)."""
+    return run.cfg("reward.accuracy_rule", "accuracy") or "accuracy"
+
+
+def aha_hits(run: Run, *, pattern=None, rows: list[dict] | None = None) -> tuple[list[aha.AhaHit], list[dict], int]:
+    """(ranked hits, per-step reflection curve, number of samples scanned) of ``rows`` (default: the run's samples)."""
+    rows = run.samples() if rows is None else rows
     pattern = pattern or aha.compile_phrases()
-    return aha.find_aha(rows, pattern=pattern, accuracy_rule=acc_rule), aha.reflection_curve(rows, pattern=pattern), len(rows)
+    return aha.find_aha(rows, pattern=pattern, accuracy_rule=accuracy_rule(run)), aha.reflection_curve(rows, pattern=pattern), len(rows)
 
 
 def aha_sample(hit: aha.AhaHit) -> Sample:

@@ -21,7 +21,7 @@ def cmd_aha(args) -> int:
     from rlvr.errors import UserError
     from rlvr.analysis import aha
     from rlvr.analysis.plots import save_aha_curve
-    from rlvr.analysis.report import aha_hits
+    from rlvr.analysis.report import accuracy_rule, aha_hits
     from rlvr.analysis.run import load_run
 
     if args.top < 0:
@@ -32,7 +32,8 @@ def cmd_aha(args) -> int:
     if run.samples_path is None:
         raise UserError(f"{run.path} has no samples.jsonl (the run had log.samples_every=0); nothing to scan")
     pattern = aha.compile_phrases([] if args.no_default_phrases else None, args.phrase or [])
-    hits, curve, scanned = aha_hits(run, pattern=pattern)
+    rows = run.samples()
+    hits, curve, scanned = aha_hits(run, pattern=pattern, rows=rows)
     out = Path(args.output) if args.output else run.dir.report_dir / "plots"
     try:
         png = save_aha_curve([(run.name, curve)], out / "aha_curve.png")
@@ -58,8 +59,7 @@ def cmd_aha(args) -> int:
         else:  # piped: mark the phrases so they survive without colour
             console.print(hit.highlighted(), markup=False)
     if len(hits) < args.top:  # too few reflections to show: the samples that revised a result without one
-        rows = run.samples()
-        revisions = aha.find_revisions(rows, pattern=pattern, accuracy_rule=run.cfg("reward.accuracy_rule", "accuracy") or "accuracy")
+        revisions = aha.find_revisions(rows, pattern=pattern, accuracy_rule=accuracy_rule(run))
         corrected = sum(r.corrected for r in revisions)
         console.print(
             f"\nwithout a reflection phrase, {len(revisions)} of {scanned} completions state more than one result "

@@ -95,6 +95,13 @@ def test_aha_ranks_the_planted_self_correction_first(tmp_path):
     assert not any(h.row["completion"].startswith("<think>3 + 5 = 8</think> wait") for h in hits)
 
 
+def test_an_answer_that_restates_its_sum_did_not_change_course():
+    # the final answer is the expression's last number, as the reasoning's: 8 before and after "Wait"
+    row = sample(1, "<think>3 + 5 = 8. Wait, let me check.</think><answer>3 + 5 = 8</answer>", 1.0, 1.5)
+    (hit,) = aha.find_aha([row])
+    assert (hit.before, hit.final, hit.changed_course, hit.tier) == ("8", "8", False, 2)
+
+
 def test_revisions_without_a_reflection_phrase_rank_the_corrected_ones_first():
     rows = [
         sample(1, "<think>3 + 5 = 8</think><answer>8</answer>", 1.0, 1.5),  # one result, the answer: not a revision
