@@ -9,7 +9,10 @@
 1. Measures this machine with torch's thread count: the matmul rate in float32 and bfloat16 on the
    model's own GEMM shapes (tokens x hidden -> intermediate, intermediate -> hidden, hidden ->
    vocab, for 1024 tokens: a prefill or update micro-batch; 32 where a dtype is so slow that one
-   call would take over a second), best of ``--repeats`` runs of each (at most 5 s of them),
+   call would take over a second), best of ``--repeats`` runs of each (at most 5 s of them), and
+   the best of two kernels: ``torch.mm`` (MKL) and oneDNN's prepacked linear (what rlvr's rollout
+   multiplies with; on a 2-core AVX-512 CPU it ran 1024-row fp32 products about 2x faster than MKL,
+   so a compute floor from ``torch.mm`` alone would be about twice too high, too easy to reach),
    and the memory bandwidth as the best rate of summing (read) and copying (read + write) a
    512 MiB float32 tensor, far larger than any cache.
 2. Counts the FLOPs and bytes of one step's phases with :mod:`rlvr.roofline` (its docstring says
@@ -47,6 +50,7 @@ import torch
 from rlvr.estimate import BYTES, model_shape
 from rlvr.models.forward import shared_prompt_group
 from rlvr.roofline import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
+from rlvr.rollout.packed import packing_available
 
 RESULTS = Path(__file__).parent / "results"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -82,12 +86,17 @@ def matmul_rates(shape, repeats: int, tokens: int = 1024, probe_tokens: int = 32
         t0 = time.perf_counter()
         torch.mm(a, b)
         rows = tokens if (time.perf_counter() - t0) * tokens / probe_tokens < call_budget_s else probe_tokens
-        per_shape = {}
+        per_shape, per_kernel = {}, {}
         for k, n in [(H, I), (I, H), (H, V)]:
             a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-            seconds = _best(lambda: torch.mm(a, b), repeats)
-            per_shape[f"{rows}x{k}x{n}"] = 2 * rows * k * n / seconds
-        out[name] = {"best_flops_per_s": max(per_shape.values()), "per_shape": per_shape}
+            kernels = {"mm": lambda: torch.mm(a, b)}
+            if packing_available():  # the kernel rlvr's rollout multiplies with (rlvr.rollout.packed)
+                packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), rows)
+                kernels["onednn_packed"] = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
+            for kernel, fn in kernels.items():
+                per_kernel.setdefault(kernel, {})[f"{rows}x{k}x{n}"] = 2 * rows * k * n / _best(fn, repeats)
+            per_shape[f"{rows}x{k}x{n}"] = max(r[f"{rows}x{k}x{n}"] for r in per_kernel.values())
+        out[name] = {"best_flops_per_s": max(per_shape.values()), "per_shape": per_shape, "per_kernel": per_kernel}
     return out
 
 

@@ -65,6 +65,10 @@ class Switch(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    def as_bool(self) -> bool | None:
+        """True for on, False for off, None for auto (the caller decides from the hardware)."""
+        return None if self is Switch.AUTO else self is Switch.ON
+
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:
@@ -221,6 +225,8 @@ class RolloutConfig:
     """Stop strings: a response ends right after the first one it produces (e.g. ['</answer>']), in training, evaluation, chat and generate alike."""
     batch_seqs: int = 64
     """At most this many sequences are generated together, in whole groups (max(1, batch_seqs // G) prompts' G samples per batch)."""
+    packed_weights: Switch = Switch.AUTO
+    """Sample with oneDNN-prepacked copies of the linear weights (about 2.5x faster decode products on a CPU; one more copy of the linear weights in memory, repacked when they change): auto (on for a float32/bfloat16 generation model on a CPU with oneDNN), true, false."""
     engine: Engine = Engine.HF
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
 
@@ -533,6 +539,11 @@ class Config:
             self.model.lora.rank == 0 or self.algo.ref_sync_every == 0,
             "algo.ref_sync_every copies the policy into a separate reference, but with model.lora.rank > 0 the "
             "reference is the base model with the adapter off; set algo.ref_sync_every=0 (or model.lora.rank=0)",
+        )
+        _check(
+            self.rollout.packed_weights != Switch.ON or not self.model.device.startswith("cuda"),
+            f"rollout.packed_weights=true packs weights for a CPU, but model.device={self.model.device}; "
+            "set rollout.packed_weights=auto (or false)",
         )
         if self.distributed.backend == Backend.RAY:
             self._check_distributed()

@@ -13,6 +13,7 @@ from transformers import GenerationConfig, StoppingCriteria
 from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
+from rlvr.rollout.packed import PACKING_NEEDS, PackedLinears, packable
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -107,6 +108,11 @@ class HFRolloutEngine:
     ``stop``, included in the text), as the EOS token ends it otherwise. A token can complete a
     stop string and carry more text (``></`` after ``</answer``): it is trained on, since it was
     sampled, but the text the rewards see ends with the stop string, as vLLM cuts it.
+
+    ``packed_weights`` (None = wherever it applies: a float32 or bfloat16 model on a CPU with
+    oneDNN) multiplies by oneDNN-prepacked copies of the linear weights while sampling
+    (:mod:`rlvr.rollout.packed`: about 2.5x faster decode products on a 2-core CPU, one more copy
+    of the linear weights in memory, repacked when the policy's weights change).
     """
 
     def __init__(
@@ -122,6 +128,7 @@ class HFRolloutEngine:
         batch_seqs: int = 64,
         logprobs: bool = False,
         stop: list[str] | tuple[str, ...] = (),
+        packed_weights: bool | None = None,
     ) -> None:
         self.logprobs = logprobs
         self.stop = list(stop)
@@ -134,15 +141,24 @@ class HFRolloutEngine:
         self.eos_ids = eos_token_ids(policy, tokenizer)
         self.sampling = Sampling(temperature, top_p, top_k, max_new_tokens)
         self._stop = StopStrings(tokenizer, self.stop, 0, 0, "cpu") if self.stop else None
+        can_pack = packable(self.model)
+        if packed_weights and not can_pack:
+            raise ValueError(PACKING_NEEDS)
+        use = can_pack if packed_weights is None else packed_weights
+        self.packed = PackedLinears(self.model, rows_hint=min(batch_seqs, 16)) if use else None
 
     def _stopped(self, responses: torch.Tensor) -> torch.Tensor:
         return self._stop.hits(responses)
 
     @torch.no_grad()
     def sync_weights(self) -> None:
-        """Copy the policy's current weights into the generation copy (no-op when shared)."""
+        """Copy the policy's current weights into the generation copy (no copy when shared), and
+        mark the packed weights stale (repacked at the next :meth:`generate`). Call it after every
+        change to the policy's weights."""
         if self.model is not self.policy:
             self.model.load_state_dict(self.policy.state_dict())
+        if self.packed is not None:
+            self.packed.invalidate()
 
     @torch.no_grad()
     def generate(
@@ -194,7 +210,7 @@ class HFRolloutEngine:
                 pick = SeededPicker(seeds[rows], temp, how.top_k, how.top_p)
             else:
                 pick = GlobalRNGPicker(temp, how.top_k, how.top_p)
-            with eval_mode(self.model):
+            with eval_mode(self.model), (self.packed.active() if self.packed else contextlib.nullcontext()):
                 chunks.append(decode(
                     self.model, enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk], G,
                     max_new_tokens=how.max_new_tokens, pick=pick, eos_ids=self.eos_ids, pad_id=tok.pad_token_id,

@@ -34,6 +34,7 @@ from rlvr.models.forward import shared_prompt_group
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
+from rlvr.rollout.packed import PACKING_NEEDS, packing_available
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory
 from rlvr.tracking.console import StepPrinter
@@ -233,11 +234,13 @@ class Trainer:
         # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
         if cfg.algo.kl_coef > 0 and self.adapter is None:
             self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
+        if cfg.rollout.packed_weights == Switch.ON and not packing_available():
+            raise UserError(f"rollout.packed_weights=true: {PACKING_NEEDS}; set rollout.packed_weights=auto or false")
         self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
             self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, dtype=cfg.rollout.dtype, batch_seqs=cfg.rollout.batch_seqs,
             logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
-            stop=cfg.rollout.stop,
+            stop=cfg.rollout.stop, packed_weights=cfg.rollout.packed_weights.as_bool(),
         )
         return state
 

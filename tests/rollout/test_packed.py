@@ -1,0 +1,133 @@
+"""oneDNN-prepacked linear weights (rlvr.rollout.packed) give what the plain forward gives, never stale weights,
+and leave training forwards alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.models.tiny import tiny_model, tiny_tokenizer
+from rlvr.rollout import HFRolloutEngine
+from rlvr.rollout.hf import sample_seed
+from rlvr.rollout.packed import PackedLinears, packable, packing_available
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
+
+PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?"]
+
+
+def batch(tok):
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
+    return enc.input_ids, enc.attention_mask
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)])
+def test_packed_logits_equal_plain_logits(dtype, tol):
+    model = tiny_model(seed=1).to(dtype).eval()
+    ids, mask = batch(tiny_tokenizer())
+    packed = PackedLinears(model)
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits.float()
+        with packed.active():
+            got = model(input_ids=ids, attention_mask=mask).logits.float()
+        after = model(input_ids=ids, attention_mask=mask).logits.float()
+    assert len(packed.linears) == 2 * 7 + 1  # 2 layers x (q, k, v, o, gate, up, down) + the LM head
+    torch.testing.assert_close(got, plain, atol=tol, rtol=tol)
+    assert torch.equal(after, plain)  # the plain forwards are back after the block
+
+
+def test_packed_weights_follow_the_optimizer():
+    """After an optimizer step (torch's fused AdamW, the trainer's, which leaves the parameters' version
+    counters alone) and invalidate(), the packed forward sees the new weights; a changed version
+    counter (load_state_dict) or a new tensor repacks without invalidate()."""
+    model = tiny_model(seed=2)
+    ids, mask = batch(tiny_tokenizer())
+    packed = PackedLinears(model)
+    with torch.no_grad(), packed.active():
+        before = model(input_ids=ids, attention_mask=mask).logits
+    assert packed.refresh() == 0  # nothing changed: nothing repacked
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    model(input_ids=ids, attention_mask=mask).logits.sum().backward()
+    opt.step()
+    packed.invalidate()
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits
+        with packed.active():
+            got = model(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(got, plain, atol=1e-5, rtol=1e-5)
+    assert (got - before).abs().max() > 1e-3  # the step moved the logits, and the packed forward saw it
+    model.load_state_dict({k: v + 0.01 for k, v in model.state_dict().items()})
+    assert packed.refresh() == len(packed.linears)
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    assert packed.refresh() == 1
+
+
+def test_engine_samples_from_the_weights_after_a_training_step():
+    """The trainer's order: fused AdamW step, sync_weights(), generate: the packed engine samples what an
+    engine without packing samples from the same updated weights."""
+    tok = tiny_tokenizer()
+    model = tiny_model(seed=7)
+    engine = HFRolloutEngine(model, tok, max_new_tokens=16, logprobs=True, packed_weights=True)
+    seeds = [sample_seed(8, i) for i in range(len(PROMPTS) * 4)]
+    engine.generate(PROMPTS, 4, seeds=seeds)  # packs the starting weights
+    ids, mask = batch(tok)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model(input_ids=ids, attention_mask=mask).logits[..., 1].sum().backward()  # push towards EOS
+    opt.step()
+    engine.sync_weights()
+    got = engine.generate(PROMPTS, 4, seeds=seeds)
+    plain = HFRolloutEngine(model, tok, max_new_tokens=16, logprobs=True, packed_weights=False).generate(PROMPTS, 4, seeds=seeds)
+    assert torch.equal(got.input_ids, plain.input_ids)
+    torch.testing.assert_close(got.logprobs, plain.logprobs, atol=1e-5, rtol=1e-5)
+
+
+def test_grad_forward_inside_the_block_is_the_plain_one():
+    model = tiny_model(seed=3)
+    ids, mask = batch(tiny_tokenizer())
+    ref = tiny_model(seed=3)
+    packed = PackedLinears(model)
+    with packed.active():
+        model(input_ids=ids, attention_mask=mask).logits.sum().backward()
+    ref(input_ids=ids, attention_mask=mask).logits.sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 20, 0.9)])
+def test_engine_samples_the_same_with_and_without_packing(temperature, top_k, top_p):
+    """Seeded sampling draws the same tokens (and near-equal log-probs) from packed and plain weights."""
+    tok = tiny_tokenizer()
+    out = {}
+    for packed in (True, False):
+        engine = HFRolloutEngine(tiny_model(seed=4), tok, max_new_tokens=24, temperature=temperature, top_k=top_k,
+                                 top_p=top_p, logprobs=True, packed_weights=packed)
+        assert (engine.packed is not None) == packed
+        seeds = [sample_seed(5, i) for i in range(len(PROMPTS) * 4)]
+        out[packed] = engine.generate(PROMPTS, 4, seeds=seeds)
+    a, b = out[True], out[False]
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.response_mask, b.response_mask)
+    torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=1e-5)
+
+
+def test_engine_packs_by_default_where_it_applies_and_refuses_where_it_cannot():
+    tok = tiny_tokenizer()
+    assert packable(tiny_model())
+    assert HFRolloutEngine(tiny_model(), tok, max_new_tokens=4).packed is not None
+    half = tiny_model().to(torch.float16)
+    assert HFRolloutEngine(half, tok, max_new_tokens=4, dtype="float16").packed is None  # auto: not for float16
+    with pytest.raises(ValueError, match="packed weights need"):
+        HFRolloutEngine(half, tok, max_new_tokens=4, dtype="float16", packed_weights=True)
+
+
+def test_the_block_multiplies_by_the_packed_copies():
+    """Inside active() a no-grad forward reads the packed weights, not the module's: an LM head packed
+    from zeros (with its record saying it is current) gives zero logits."""
+    model = tiny_model(seed=6).eval()
+    ids, mask = batch(tiny_tokenizer())
+    packed = PackedLinears(model)
+    packed.refresh()
+    head = packed.linears.index(model.lm_head)
+    packed.packed[head] = torch.ops.mkldnn._reorder_linear_weight(torch.zeros_like(model.lm_head.weight), 16)
+    with torch.no_grad(), packed.active():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.count_nonzero(logits) == 0
