@@ -50,7 +50,7 @@ import torch
 from rlvr.estimate import BYTES, model_shape
 from rlvr.models.forward import shared_prompt_group
 from rlvr.roofline import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
-from rlvr.rollout.packed import packing_available
+from rlvr.models.packed import packing_available
 
 RESULTS = Path(__file__).parent / "results"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -90,7 +90,7 @@ def matmul_rates(shape, repeats: int, tokens: int = 1024, probe_tokens: int = 32
         for k, n in [(H, I), (I, H), (H, V)]:
             a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
             kernels = {"mm": lambda: torch.mm(a, b)}
-            if packing_available():  # the kernel rlvr's rollout multiplies with (rlvr.rollout.packed)
+            if packing_available():  # the kernel rlvr's rollout multiplies with (rlvr.models.packed)
                 packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), rows)
                 kernels["onednn_packed"] = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
             for kernel, fn in kernels.items():

@@ -8,8 +8,10 @@ beside it at the end. Every item is a formula over the model shape and the confi
   exact for these families (a test checks it against the instantiated model).
 - **rollout copy**: N × bytes(rollout dtype) when ``rollout.dtype`` differs from ``model.dtype``
   (the bf16 generation copy of an fp32 policy); none when they match (the weights are shared).
-- **packed weights** (CPU, ``rollout.packed_weights`` not false): every linear weight and the LM
-  head once more, in the rollout dtype (:mod:`rlvr.rollout.packed`), LoRA's adapter included.
+- **packed weights** (CPU, ``model.packed_weights`` not false; :mod:`rlvr.models.packed`): every
+  linear weight and the LM head (LoRA's adapter included) once more in the rollout dtype, and,
+  without bf16 autocast, the policy's once more (its transpose, for the update's backward; twice
+  when the rollout samples from a copy of another dtype).
 - **reference model**: N × bytes(``model.dtype``) when ``algo.kl_coef > 0``; none with LoRA (the
   reference is the base with the adapter disabled).
 - **AdamW state**: 2 moments × trainable params × bytes(``model.dtype``) (fp32 by default).
@@ -380,12 +382,17 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     copy = rollout_dtype != cfg.model.dtype
     items.append(Item("rollout copy", N * BYTES[rollout_dtype] if copy else 0, "resident",
                       f"{rollout_dtype} generation copy" if copy else f"none: rollout shares the {cfg.model.dtype} weights"))
-    packed = device == "cpu" and cfg.rollout.packed_weights != Switch.OFF and rollout_dtype in ("float32", "bfloat16")
+    # oneDNN-packed linear weights (rlvr.models.packed): the rollout model's; the policy's W and W^T for the update
+    on = device == "cpu" and cfg.model.packed_weights != Switch.OFF
     linear = L * sum(i * o for i, o in shape.linear_shapes().values()) + V * H
     linear += shape.lora_params(rank, targets) if rank else 0
-    items.append(Item("packed weights", linear * BYTES[rollout_dtype] if packed else 0, "resident",
-                      f"oneDNN-packed copy of the linear weights and LM head, {rollout_dtype} (rollout.packed_weights)"
-                      if packed else "none (rollout.packed_weights=false, or not a CPU)"))
+    copies = {rollout_dtype: 1} if on else {}
+    if on and not autocast:
+        copies[cfg.model.dtype] = copies.get(cfg.model.dtype, 0) + (1 if cfg.model.dtype == rollout_dtype else 2)
+    packed = sum(linear * BYTES[d] * n for d, n in copies.items())
+    items.append(Item("packed weights", packed, "resident",
+                      " + ".join(f"{n} x {d}" for d, n in copies.items()) + " copies of the linear weights and LM head "
+                      "(model.packed_weights)" if on else "none (model.packed_weights=false, or not a CPU)"))
     if rank:
         ref, how_ref = 0, "none: LoRA's reference is the base with the adapter off"
     elif cfg.algo.kl_coef > 0:

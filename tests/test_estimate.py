@@ -53,12 +53,12 @@ def test_tiny_shape_arithmetic_by_hand():
     #   2 (K, V) * 2 layers * 16 kv dims * 96 tokens * 4 B = 24576
     assert got["KV cache"] == 24576
     assert got["runtime"] == CPU_RUNTIME_BYTES
-    # packed linears (rollout.packed_weights=auto on a CPU): 2 layers * (1024 + 512 + 512 + 1024 + 6144) + LM head
-    #   128 * 32 = 22528 weights * 4 B = 90112
-    assert got["packed weights"] == 90112
-    # resident 0.7 GiB + 90752 + 90112 + 90752 + 181504; update 90752 + 550502 > rollout 24576
-    assert est.total == CPU_RUNTIME_BYTES + 453120 + 641254
-    unpacked = _items(estimate(load_config(None, [*TINY_RUN, "rollout.packed_weights=false"]), TINY, device="cpu"))
+    # packed linears (model.packed_weights=auto on a CPU): 2 layers * (1024 + 512 + 512 + 1024 + 6144) + LM head
+    #   128 * 32 = 22528 weights * 4 B = 90112, twice: W (shared by the float32 rollout and update) and W^T
+    assert got["packed weights"] == 2 * 90112
+    # resident 0.7 GiB + 90752 + 180224 + 90752 + 181504; update 90752 + 550502 > rollout 24576
+    assert est.total == CPU_RUNTIME_BYTES + 543232 + 641254
+    unpacked = _items(estimate(load_config(None, [*TINY_RUN, "model.packed_weights=false"]), TINY, device="cpu"))
     assert unpacked["packed weights"] == 0
 
 

@@ -13,7 +13,7 @@ from transformers import GenerationConfig, StoppingCriteria
 from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
-from rlvr.rollout.packed import PACKING_NEEDS, PackedLinears, packable
+from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -111,7 +111,7 @@ class HFRolloutEngine:
 
     ``packed_weights`` (None = wherever it applies: a float32 or bfloat16 model on a CPU with
     oneDNN) multiplies by oneDNN-prepacked copies of the linear weights while sampling
-    (:mod:`rlvr.rollout.packed`: about 2.5x faster decode products on a 2-core CPU, one more copy
+    (:mod:`rlvr.models.packed`: about 2.5x faster decode products on a 2-core CPU, one more copy
     of the linear weights in memory, repacked when the policy's weights change).
     """
 

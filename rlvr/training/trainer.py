@@ -34,7 +34,7 @@ from rlvr.models.forward import shared_prompt_group
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
-from rlvr.rollout.packed import PACKING_NEEDS, packing_available
+from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable, packing_available
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory
 from rlvr.tracking.console import StepPrinter
@@ -234,15 +234,27 @@ class Trainer:
         # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
         if cfg.algo.kl_coef > 0 and self.adapter is None:
             self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
-        if cfg.rollout.packed_weights == Switch.ON and not packing_available():
-            raise UserError(f"rollout.packed_weights=true: {PACKING_NEEDS}; set rollout.packed_weights=auto or false")
+        if cfg.model.packed_weights == Switch.ON and not packing_available():
+            raise UserError(f"model.packed_weights=true: {PACKING_NEEDS}; set model.packed_weights=auto or false")
         self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
             self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
             top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, dtype=cfg.rollout.dtype, batch_seqs=cfg.rollout.batch_seqs,
             logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
-            stop=cfg.rollout.stop, packed_weights=cfg.rollout.packed_weights.as_bool(),
+            stop=cfg.rollout.stop, packed_weights=cfg.model.packed_weights.as_bool(),
         )
+        self.packed = self._training_packs()
         return state
+
+    def _training_packs(self) -> PackedLinears | None:
+        """The policy's packed linears for the log-prob passes and the update (:mod:`rlvr.models.packed`),
+        shared with the engine when it samples from the policy itself; None where they do not apply or
+        are off, and under bf16 autocast (whose products run in bf16 on the fly)."""
+        want = self.cfg.model.packed_weights.as_bool()
+        if want is False or self.cfg.model.autocast_bf16 == Switch.ON or not packable(self.policy):
+            return None
+        if self.engine.model is self.policy and self.engine.packed is not None:
+            return self.engine.packed
+        return PackedLinears(self.policy)
 
     def _load_policy(self):
         """(policy, LoRA adapter or None): the model to train, from the last checkpoint when resuming.
@@ -281,6 +293,8 @@ class Trainer:
             total_steps=cfg.train.steps * cfg.algo.num_iterations, min_lr_ratio=cfg.train.min_lr_ratio,
         )
         self.skipped_steps = 0  # steps with a skipped update
+        if self.packed is not None:
+            self.packed.watch(self.optimizer)  # every optimizer step makes the packed copies stale
         if state is None:
             return
         self.optimizer.load_state_dict(state["optimizer"])
@@ -333,14 +347,17 @@ class Trainer:
         batch = self._to_device(got.batch)
 
         # 3. log-probs that stay fixed during the updates; KL in the reward; advantages
+        packed = self.packed.active if self.packed is not None else contextlib.nullcontext
         t0 = time.perf_counter()
-        rewards, old_logp, loss_ref, kl_metrics = self._fixed_logprobs(batch, got.rewards)
+        with packed():
+            rewards, old_logp, loss_ref, kl_metrics = self._fixed_logprobs(batch, got.rewards)
         all_adv, adv = self._advantages(rewards)
         t_ref = time.perf_counter() - t0
 
         # 4. updates: each iteration is one optimizer step over the whole batch
         t0 = time.perf_counter()
-        update = self._update(step, batch, adv, old_logp, loss_ref)
+        with packed():  # each optimizer step inside marks the copies stale; the next forward repacks them
+            update = self._update(step, batch, adv, old_logp, loss_ref)
         t_update = time.perf_counter() - t0
 
         # 5. metrics (rollout/*: everything sampled this step, by every rank); samples (the trained batch)

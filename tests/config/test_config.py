@@ -342,7 +342,7 @@ def test_docs_config_md_is_in_sync():
 
 
 def test_packed_weights_on_a_gpu_is_one_clear_error():
-    with pytest.raises(UserError, match=r"rollout.packed_weights=true packs weights for a CPU, but model.device=cuda"):
-        load_config(None, ["rollout.packed_weights=true", "model.device=cuda"])
-    assert load_config(None, ["rollout.packed_weights=false"]).rollout.packed_weights.as_bool() is False
-    assert load_config(None, []).rollout.packed_weights.as_bool() is None
+    with pytest.raises(UserError, match=r"model.packed_weights=true packs weights for a CPU, but model.device=cuda"):
+        load_config(None, ["model.packed_weights=true", "model.device=cuda"])
+    assert load_config(None, ["model.packed_weights=false"]).model.packed_weights.as_bool() is False
+    assert load_config(None, []).model.packed_weights.as_bool() is None

@@ -1,7 +1,9 @@
-"""oneDNN-prepacked linear weights (rlvr.rollout.packed) give what the plain forward gives, never stale weights,
-and leave training forwards alone."""
+"""oneDNN-prepacked linear weights (rlvr.models.packed) give what the plain forward gives (logits, gradients,
+sampled tokens), never from stale weights."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ import torch
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.rollout.packed import PackedLinears, packable, packing_available
+from rlvr.models.packed import PackedLinears, packable, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -81,16 +83,76 @@ def test_engine_samples_from_the_weights_after_a_training_step():
     torch.testing.assert_close(got.logprobs, plain.logprobs, atol=1e-5, rtol=1e-5)
 
 
-def test_grad_forward_inside_the_block_is_the_plain_one():
-    model = tiny_model(seed=3)
+def test_gradients_through_packed_weights_equal_the_plain_ones():
+    """The update's path (_PackedLinearFn): the same loss and gradients as the plain forward and backward."""
+    model, ref = tiny_model(seed=3), tiny_model(seed=3)
     ids, mask = batch(tiny_tokenizer())
-    ref = tiny_model(seed=3)
     packed = PackedLinears(model)
     with packed.active():
-        model(input_ids=ids, attention_mask=mask).logits.sum().backward()
-    ref(input_ids=ids, attention_mask=mask).logits.sum().backward()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        assert type(logits.grad_fn).__name__ == "_PackedLinearFnBackward"  # the LM head ran the packed path
+        (logits.log_softmax(-1)[..., 5] * mask).sum().backward()
+    plain = ref(input_ids=ids, attention_mask=mask).logits
+    (plain.log_softmax(-1)[..., 5] * mask).sum().backward()
+    torch.testing.assert_close(logits, plain, atol=1e-5, rtol=1e-5)
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, msg=name)
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["trained", "frozen-weight"])
+def test_a_linear_with_bias_and_a_frozen_weight(frozen):
+    """Biases (Qwen2's q/k/v) get their gradient; a frozen weight (LoRA's base layer) passes the input's gradient on."""
+    torch.manual_seed(0)
+    lin, ref = torch.nn.Linear(24, 40), torch.nn.Linear(24, 40)
+    ref.load_state_dict(lin.state_dict())
+    for m in (lin, ref):
+        m.weight.requires_grad_(not frozen)
+    x = torch.randn(3, 5, 24, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    with PackedLinears(lin).active():
+        y = lin(x)
+    (y ** 2).sum().backward()
+    (ref(xr) ** 2).sum().backward()
+    torch.testing.assert_close(y, ref(xr), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(lin.bias.grad, ref.bias.grad, atol=1e-4, rtol=1e-5)
+    if frozen:
+        assert lin.weight.grad is None
+    else:
+        torch.testing.assert_close(lin.weight.grad, ref.weight.grad, atol=1e-4, rtol=1e-5)
+
+
+def test_an_optimizer_step_inside_the_block_is_seen_by_the_next_forward():
+    """algo.num_iterations > 1: several fused-AdamW steps in one block; each forward after a step uses the new
+    weights (watch() invalidates, the forward repacks), so the run equals the plain one."""
+    runs = {}
+    ids, mask = batch(tiny_tokenizer())
+    for use in (True, False):
+        model = tiny_model(seed=9)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+        packed = PackedLinears(model)
+        packed.watch(opt)
+        losses = []
+        with packed.active() if use else contextlib.nullcontext():
+            for _ in range(3):
+                loss = model(input_ids=ids, attention_mask=mask).logits.log_softmax(-1)[..., 7].mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.item())
+        runs[use] = losses, [p.detach().clone() for p in model.parameters()]
+    assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
+    assert len(set(runs[True][0])) == 3  # the loss moved each step: the forwards saw the new weights
+    for a, b in zip(runs[True][1], runs[False][1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_autocast_forwards_take_the_plain_path():
+    model = tiny_model(seed=10)
+    ids, mask = batch(tiny_tokenizer())
+    with PackedLinears(model).active(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    assert logits.dtype == torch.bfloat16 and type(logits.grad_fn).__name__ != "_PackedLinearFnBackward"
 
 
 @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 20, 0.9)])
@@ -127,7 +189,7 @@ def test_the_block_multiplies_by_the_packed_copies():
     packed = PackedLinears(model)
     packed.refresh()
     head = packed.linears.index(model.lm_head)
-    packed.packed[head] = torch.ops.mkldnn._reorder_linear_weight(torch.zeros_like(model.lm_head.weight), 16)
+    packed.slots[head].packed = torch.ops.mkldnn._reorder_linear_weight(torch.zeros_like(model.lm_head.weight), 16)
     with torch.no_grad(), packed.active():
         logits = model(input_ids=ids, attention_mask=mask).logits
     assert torch.count_nonzero(logits) == 0
