@@ -10,8 +10,9 @@ beside it at the end. Every item is a formula over the model shape and the confi
   (the bf16 generation copy of an fp32 policy); none when they match (the weights are shared).
 - **packed weights** (CPU, ``model.packed_weights`` not false; :mod:`rlvr.models.packed`): every
   linear weight and the LM head (LoRA's adapter included) once more in the rollout dtype, and,
-  without bf16 autocast, the policy's once more (its transpose, for the update's backward; twice
-  when the rollout samples from a copy of another dtype).
+  without bf16 autocast on a CPU where the packed update pays (AVX-512), the policy's once more
+  (its transpose, for the update's backward; twice when the rollout samples from a copy of another
+  dtype).
 - **reference model**: N × bytes(``model.dtype``) when ``algo.kl_coef > 0``; none with LoRA (the
   reference is the base with the adapter disabled).
 - **AdamW state**: 2 moments × trainable params × bytes(``model.dtype``) (fp32 by default).
@@ -269,6 +270,12 @@ def _device_kind(device: str) -> str:
     return "cuda" if device.startswith("cuda") else "cpu"
 
 
+def _packed_update() -> bool:
+    from rlvr.models.packed import packed_training_pays  # torch: imported only where a CPU estimate needs it
+
+    return packed_training_pays()
+
+
 def _precision(cfg: Config, device: str) -> tuple[str, bool]:
     """(rollout dtype, autocast on) as training resolves ``auto``; a CUDA device is assumed to have bf16."""
     if cfg.rollout.dtype != "auto" and cfg.model.autocast_bf16 != Switch.AUTO:
@@ -387,7 +394,7 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     linear = L * sum(i * o for i, o in shape.linear_shapes().values()) + V * H
     linear += shape.lora_params(rank, targets) if rank else 0
     copies = {rollout_dtype: 1} if on else {}
-    if on and not autocast:
+    if on and not autocast and _packed_update():  # the update multiplies by packed W and W^T too
         copies[cfg.model.dtype] = copies.get(cfg.model.dtype, 0) + (1 if cfg.model.dtype == rollout_dtype else 2)
     packed = sum(linear * BYTES[d] * n for d, n in copies.items())
     items.append(Item("packed weights", packed, "resident",

@@ -8,6 +8,7 @@ import torch
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
+from rlvr.models import packed
 from rlvr.estimate import (
     CPU_RUNTIME_BYTES,
     KNOWN_MODELS,
@@ -32,7 +33,8 @@ def _items(est):
     return {i.name: i.bytes for i in est.items}
 
 
-def test_tiny_shape_arithmetic_by_hand():
+def test_tiny_shape_arithmetic_by_hand(monkeypatch):
+    monkeypatch.setattr(packed, "packed_training_pays", lambda: True)  # an AVX-512 CPU: the update packed too
     # embeddings 128*32 = 4096 (tied: no LM head)
     # a layer: q 32*32 = 1024, k 32*16 = 512, v 512, o 1024, gate/up/down 3 * 32*64 = 6144, 2 norms 64 -> 9280
     # total 4096 + 2 * 9280 + final norm 32 = 22688
@@ -60,6 +62,8 @@ def test_tiny_shape_arithmetic_by_hand():
     assert est.total == CPU_RUNTIME_BYTES + 543232 + 641254
     unpacked = _items(estimate(load_config(None, [*TINY_RUN, "model.packed_weights=false"]), TINY, device="cpu"))
     assert unpacked["packed weights"] == 0
+    monkeypatch.setattr(packed, "packed_training_pays", lambda: False)  # AVX2: sampling packed, the update plain
+    assert _items(estimate(load_config(None, TINY_RUN), TINY, device="cpu"))["packed weights"] == 90112
 
 
 def test_no_reference_without_kl_and_no_runtime_on_cuda():

@@ -87,7 +87,7 @@ def test_gradients_through_packed_weights_equal_the_plain_ones():
     """The update's path (_PackedLinearFn): the same loss and gradients as the plain forward and backward."""
     model, ref = tiny_model(seed=3), tiny_model(seed=3)
     ids, mask = batch(tiny_tokenizer())
-    packed = PackedLinears(model)
+    packed = PackedLinears(model, train=True)
     with packed.active():
         logits = model(input_ids=ids, attention_mask=mask).logits
         assert type(logits.grad_fn).__name__ == "_PackedLinearFnBackward"  # the LM head ran the packed path
@@ -109,7 +109,7 @@ def test_a_linear_with_bias_and_a_frozen_weight(frozen):
         m.weight.requires_grad_(not frozen)
     x = torch.randn(3, 5, 24, requires_grad=True)
     xr = x.detach().clone().requires_grad_()
-    with PackedLinears(lin).active():
+    with PackedLinears(lin, train=True).active():
         y = lin(x)
     (y ** 2).sum().backward()
     (ref(xr) ** 2).sum().backward()
@@ -130,7 +130,7 @@ def test_an_optimizer_step_inside_the_block_is_seen_by_the_next_forward():
     for use in (True, False):
         model = tiny_model(seed=9)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
-        packed = PackedLinears(model)
+        packed = PackedLinears(model, train=True)
         packed.watch(opt)
         losses = []
         with packed.active() if use else contextlib.nullcontext():
@@ -145,6 +145,20 @@ def test_an_optimizer_step_inside_the_block_is_seen_by_the_next_forward():
     assert len(set(runs[True][0])) == 3  # the loss moved each step: the forwards saw the new weights
     for a, b in zip(runs[True][1], runs[False][1]):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_without_train_gradient_forwards_take_the_plain_path():
+    """train=False (the default with AVX2 dispatch): no-grad forwards packed, forwards that need gradients plain."""
+    model = tiny_model(seed=11)
+    ids, mask = batch(tiny_tokenizer())
+    packed = PackedLinears(model, train=False)
+    with packed.active():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+    assert type(logits.grad_fn).__name__ != "_PackedLinearFnBackward"
+    assert all(s.packed is not None for s in packed.slots)  # the no-grad forward packed them
+    assert all(s._t is None for s in packed.slots)  # no transposes: no backward went through them
 
 
 def test_autocast_forwards_take_the_plain_path():

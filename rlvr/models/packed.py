@@ -17,7 +17,8 @@ memory). Inside :meth:`PackedLinears.active` the linears' forwards multiply by t
 - with gradients (the update): :class:`_PackedLinearFn`, whose backward computes
   ``dx = dy W`` by the packed W^T and ``dW = dy^T x`` by oneDNN with one of the two activations
   reordered per call (:func:`_weight_grad`);
-- under autocast, or for an input of another dtype, the module's own forward.
+- under autocast, for an input of another dtype, and with gradients where
+  :func:`packed_training_pays` says no (AVX2 dispatch), the module's own forward.
 
 The products are the same sums in another order: results differ from the plain forward by float
 rounding (``tests/test_packed.py`` checks logits, gradients, log-probs and sampled tokens).
@@ -51,6 +52,14 @@ def packable(model) -> bool:
     """Whether :class:`PackedLinears` applies: a model on the CPU in float32 or bfloat16, with oneDNN."""
     p = next(model.parameters(), None)
     return p is not None and p.device.type == "cpu" and p.dtype in PACKED_DTYPES and packing_available()
+
+
+def packed_training_pays() -> bool:
+    """Whether the update's products are faster packed: where torch dispatches AVX-512. With AVX2
+    dispatch (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` on the AVX-512 machine) the packed
+    update ran 10-20 % slower than MKL's and held 2 GiB more at its peak, while sampling from packed
+    weights still ran 30 % faster (``benchmarks/NOTES.md``)."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 def _pack(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
@@ -126,10 +135,13 @@ class PackedLinears:
     Args:
         model: the model whose linears to pack (on the CPU, float32 or bfloat16).
         rows_hint: the rows per product oneDNN tunes the packed layout for (any number works).
+        train: forwards that need gradients use the packed weights too (:class:`_PackedLinearFn`);
+            False = they run the module's own forward. Default: :func:`packed_training_pays`.
     """
 
-    def __init__(self, model: nn.Module, rows_hint: int = 16) -> None:
+    def __init__(self, model: nn.Module, rows_hint: int = 16, *, train: bool | None = None) -> None:
         self.slots = [_Slot(m, rows_hint) for m in model.modules() if type(m) is nn.Linear and m.weight.dtype in PACKED_DTYPES]
+        self.train = packed_training_pays() if train is None else train
         self._depth = 0
 
     @property
@@ -166,7 +178,7 @@ class PackedLinears:
                 self._depth -= 1
             return
         for s in self.slots:
-            s.module.forward = _packed_forward(s)  # an instance attribute: Module.__call__ calls it
+            s.module.forward = _packed_forward(s, self.train)  # an instance attribute: Module.__call__ calls it
         self._depth = 1
         try:
             yield self
@@ -176,16 +188,19 @@ class PackedLinears:
                 s.module.__dict__.pop("forward", None)
 
 
-def _packed_forward(slot: _Slot):
+def _packed_forward(slot: _Slot, train: bool):
     module = slot.module
     plain = type(module).forward.__get__(module)
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         if x.dtype != module.weight.dtype or torch.is_autocast_enabled(x.device.type):
             return plain(x)
+        grad = torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad
+                                            or (module.bias is not None and module.bias.requires_grad))
+        if grad and not train:
+            return plain(x)
         slot.refresh()  # a key comparison; repacks after invalidate() or a changed tensor
-        if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad
-                                        or (module.bias is not None and module.bias.requires_grad)):
+        if grad:
             return _PackedLinearFn.apply(x, module.weight, module.bias, slot)
         return _linear(x, slot.packed, module.bias)
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlvr.models import packed as packed_module
 from rlvr.models.packed import packing_available
 from rlvr.training import train
 from tiny_run import metrics, tiny_config
@@ -14,8 +15,12 @@ from tiny_run import metrics, tiny_config
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
 
+@pytest.mark.parametrize("train_path", [True, False], ids=["packed-update", "packed-sampling-only"])
 @pytest.mark.parametrize("extra", [(), ("algo.num_iterations=2",)], ids=["one-update", "two-updates-per-rollout"])
-def test_packed_training_equals_plain_training(tiny_dir, tmp_path, extra):
+def test_packed_training_equals_plain_training(tiny_dir, tmp_path, extra, train_path, monkeypatch):
+    """Both the AVX-512 choice (the update on packed weights too) and the AVX2 one (sampling and no-grad
+    passes only), whatever this CPU dispatches."""
+    monkeypatch.setattr(packed_module, "packed_training_pays", lambda: train_path)
     runs = {}
     for packed in ("true", "false"):
         run_dir = tmp_path / packed
