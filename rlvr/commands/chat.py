@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 
 from rlvr.errors import UserError
@@ -39,9 +40,12 @@ class Chat:
     """A conversation with one model: history, system prompt, temperature."""
 
     def __init__(self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = ()) -> None:
+        from rlvr.models.packed import PackedLinears, packable
         from rlvr.rollout.hf import eos_token_ids
 
         self.model, self.tokenizer = model, tokenizer
+        # on a CPU each token multiplies by oneDNN-packed weights (rlvr.models.packed): about 2x faster at one row
+        self.packed = PackedLinears(model, rows_hint=1) if packable(model) else None
         self.template = style.resolve()
         self.system = self.template.system or ""
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
@@ -98,7 +102,8 @@ class Chat:
         try:
             from rlvr.rollout.hf import own_generation_settings
 
-            with torch.no_grad(), own_generation_settings(self.model):
+            packed = self.packed.active() if self.packed is not None else contextlib.nullcontext()
+            with torch.no_grad(), own_generation_settings(self.model), packed:
                 self.model.generate(**kwargs, streamer=streamer)
         except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
             self._error = e

@@ -100,6 +100,24 @@ def test_chat_once_is_scriptable_and_greedy_is_deterministic(cwd, tiny_model, ca
     assert capsys.readouterr().out == first.out
 
 
+def test_chat_answers_the_same_from_packed_weights(cwd, tiny_model, capsys, monkeypatch):
+    """On a CPU chat generates on oneDNN-packed weights (rlvr.models.packed); greedy, it says what the plain model says."""
+    from rlvr.models import packed
+
+    if not packed.packing_available():
+        pytest.skip("this torch has no oneDNN prepacked linear")
+    entered = []
+    active = packed.PackedLinears.active
+    monkeypatch.setattr(packed.PackedLinears, "active", lambda self: entered.append(1) or active(self))
+    argv = ["chat", "--model", str(tiny_model), "--once", "what is 3 + 4 ? 7 7", "--temperature", "0", *PLAIN]
+    assert main(argv) == 0
+    with_packing = capsys.readouterr().out
+    assert entered  # the packed path ran
+    monkeypatch.setattr(packed, "packable", lambda model: False)
+    assert main(argv) == 0
+    assert capsys.readouterr().out == with_packing and with_packing.strip()
+
+
 def test_think_part_is_dimmed():
     from io import StringIO
 
