@@ -398,8 +398,8 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
         copies[cfg.model.dtype] = copies.get(cfg.model.dtype, 0) + (1 if cfg.model.dtype == rollout_dtype else 2)
     packed = sum(linear * BYTES[d] * n for d, n in copies.items())
     items.append(Item("packed weights", packed, "resident",
-                      " + ".join(f"{n} x {d}" for d, n in copies.items()) + " copies of the linear weights and LM head "
-                      "(model.packed_weights)" if on else "none (model.packed_weights=false, or not a CPU)"))
+                      " + ".join(f"{n} {d} cop{'y' if n == 1 else 'ies'}" for d, n in copies.items())
+                      + " of the linear weights and LM head (model.packed_weights)" if on else "none (model.packed_weights=false, or not a CPU)"))
     if rank:
         ref, how_ref = 0, "none: LoRA's reference is the base with the adapter off"
     elif cfg.algo.kl_coef > 0:
