@@ -40,8 +40,10 @@ sample from the same distribution but draw different tokens, so the lengths diff
 
 **Not the same, by design of each library** (listed in the JSON under ``differences``): rlvr
 runs each group's shared prompt through the update once (``train.shared_prompt_forward``), TRL
-once per sequence; TRL's default optimizer is the fused AdamW kernel, rlvr's is torch's default
-AdamW (same math); rlvr samples each sequence from its own seeded generator; in bf16 rlvr samples
+once per sequence; both optimizers are torch's fused AdamW kernel; rlvr multiplies by
+oneDNN-prepacked copies of the linear weights (``model.packed_weights``: sampling, and the update
+where torch dispatches AVX-512), TRL by PyTorch's own ``F.linear`` (same products, summed in
+another order); rlvr samples each sequence from its own seeded generator; in bf16 rlvr samples
 from a bf16 copy of the weights while TRL generates under accelerate's bf16 autocast.
 
 **Reported for each**: seconds per step (median over the steps after the first, a warm-up), the
@@ -380,8 +382,12 @@ DIFFERENCES = [
     "rlvr's update runs each group's shared prompt once (train.shared_prompt_forward) and cuts each micro-batch at its "
     "longest response; TRL runs the prompt once per sequence and pads to the batch's longest completion "
     "(same gradients, fewer FLOPs for rlvr: an implementation choice, not less work done)",
-    "optimizer: TRL's default `adamw_torch_fused` (fused kernel), rlvr torch.optim.AdamW's default loop; same math and hyperparameters",
-    "sampling: rlvr draws each sequence from its own seeded generator (inverse CDF over softmax(z/T), float64 cumsum); "
+    "optimizer: both torch's fused AdamW kernel (TRL's default `adamw_torch_fused`, rlvr's on a device that has it); "
+    "same math and hyperparameters",
+    "products: rlvr multiplies by oneDNN-prepacked copies of the linear weights on a CPU (model.packed_weights: "
+    "sampling, and the update where torch dispatches AVX-512; one or two more copies of those weights in memory), "
+    "TRL by F.linear (MKL); the same products summed in another order",
+    "sampling: rlvr draws each sequence from its own seeded generator (two-level inverse CDF over softmax(z/T), sums in float64); "
     "TRL uses generate's torch.multinomial; same distribution, other draws",
     "TRL's loss pass also computes per-token entropy via transformers' fused LM-head log-probs; rlvr logs entropy too",
     "bf16 (--precision bf16): rlvr samples from a bf16 copy of the weights and trains under bf16 autocast; TRL "
