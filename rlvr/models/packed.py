@@ -63,7 +63,8 @@ def packed_training_pays() -> bool:
 
 
 def _pack(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), rows_hint)
+    """``w`` [out, in] in oneDNN's blocked layout; a transposed view is read as it is (no contiguous copy first)."""
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows_hint)
 
 
 def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
