@@ -158,9 +158,10 @@ class ReservedLayer(DynamicLayer):
         return self.length
 
     def batch_select_indices(self, indices: Tensor) -> None:
-        rows = indices.numel()
-        self.k_buf[:rows] = self.k_buf[indices]  # advanced indexing copies first: overlap is safe
-        self.v_buf[:rows] = self.v_buf[indices]
+        rows, n = indices.numel(), self.length
+        # only the filled positions move (not the reserved rest); advanced indexing copies first: overlap is safe
+        self.k_buf[:rows, :, :n] = self.k_buf[indices, :, :n]
+        self.v_buf[:rows, :, :n] = self.v_buf[indices, :, :n]
         self.rows = rows
         self._views()
 
