@@ -207,3 +207,26 @@ def test_the_block_multiplies_by_the_packed_copies():
     with torch.no_grad(), packed.active():
         logits = model(input_ids=ids, attention_mask=mask).logits
     assert torch.count_nonzero(logits) == 0
+
+
+def test_an_optimizer_step_repacks_only_the_weights_it_trains():
+    """LoRA's case: the frozen base stays packed; the trained weights are repacked after a step and after sync_weights."""
+    model = tiny_model(seed=12)
+    for name, p in model.named_parameters():
+        p.requires_grad_("mlp.down_proj" in name)  # the trained part: one linear per layer
+    ids, mask = batch(tiny_tokenizer())
+    packed = PackedLinears(model, train=True)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, fused=True)
+    packed.watch(opt)
+    with packed.active():
+        model(input_ids=ids, attention_mask=mask).logits.sum().backward()
+    opt.step()
+    assert packed.refresh() == 2  # the two down projections, nothing else
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits
+        with packed.active():
+            torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits, plain, atol=1e-5, rtol=1e-5)
+    engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=4, packed_weights=True)
+    engine.packed.refresh()
+    engine.sync_weights()
+    assert engine.packed.refresh() == 2

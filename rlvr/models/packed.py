@@ -23,9 +23,10 @@ memory). Inside :meth:`PackedLinears.active` the linears' forwards multiply by t
 The products are the same sums in another order: results differ from the plain forward by float
 rounding (``tests/test_packed.py`` checks logits, gradients, log-probs and sampled tokens).
 
-Staleness: :meth:`PackedLinears.invalidate` marks every copy stale; :meth:`PackedLinears.watch`
-calls it after each step of an optimizer (a step post-hook), and ``HFRolloutEngine.sync_weights``
-calls it. A forward inside :meth:`active` repacks its weight first when it is stale or its tensor
+Staleness: :meth:`PackedLinears.invalidate` marks copies stale; :meth:`PackedLinears.watch`
+calls it after each step of an optimizer for the weights that optimizer steps (a step post-hook),
+and ``HFRolloutEngine.sync_weights`` calls it for the weights that require grad (every weight
+when it samples from a copy of the policy). A forward inside :meth:`active` repacks its weight first when it is stale or its tensor
 (storage or version counter) changed since it was packed. The version counter alone is not enough: torch's fused
 AdamW (the trainer's optimizer where the device has the kernel) updates parameters without
 bumping it.
@@ -155,15 +156,21 @@ class PackedLinears:
         :meth:`invalidate`; returns how many were repacked."""
         return sum(s.refresh() for s in self.slots)
 
-    def invalidate(self) -> None:
-        """Marks every packed copy stale: the next :meth:`refresh` (every :meth:`active` starts with one)
-        repacks them all. Call it after changing the weights (an optimizer step, a weight sync)."""
+    def invalidate(self, params=None) -> None:
+        """Marks packed copies stale: every one, or those of the weights in ``params``; the next forward
+        that uses one repacks it. Call it after changing the weights (an optimizer step, a weight sync)."""
+        ids = None if params is None else {id(p) for p in params}
         for s in self.slots:
-            s.key = None
+            if ids is None or id(s.module.weight) in ids:
+                s.key = None
 
     def watch(self, optimizer: torch.optim.Optimizer):
-        """Invalidates after every ``optimizer.step()``; returns the hook's handle."""
-        return optimizer.register_step_post_hook(lambda *args, **kwargs: self.invalidate())
+        """Invalidates the weights ``optimizer`` steps after every ``optimizer.step()`` (with LoRA, the
+        adapter's: the frozen base stays packed); returns the hook's handle."""
+        def stepped(opt, *args, **kwargs):
+            self.invalidate([p for group in opt.param_groups for p in group["params"]])
+
+        return optimizer.register_step_post_hook(stepped)
 
     @contextlib.contextmanager
     def active(self):

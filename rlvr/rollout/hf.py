@@ -153,12 +153,16 @@ class HFRolloutEngine:
     @torch.no_grad()
     def sync_weights(self) -> None:
         """Copy the policy's current weights into the generation copy (no copy when shared), and
-        mark the packed weights stale (repacked at the next :meth:`generate`). Call it after every
-        change to the policy's weights."""
+        mark the packed weights stale (repacked at the next :meth:`generate`): all of a copy's; of a
+        shared policy, those that require grad (a frozen weight changed in place is still caught by
+        its version counter, unless a fused kernel changed it). Call it after every change to the
+        policy's weights."""
         if self.model is not self.policy:
             self.model.load_state_dict(self.policy.state_dict())
-        if self.packed is not None:
-            self.packed.invalidate()
+            if self.packed is not None:
+                self.packed.invalidate()
+        elif self.packed is not None:  # the weights training changes; frozen ones (LoRA's base) stay packed
+            self.packed.invalidate([p for p in self.model.parameters() if p.requires_grad])
 
     @torch.no_grad()
     def generate(
