@@ -230,3 +230,24 @@ def test_an_optimizer_step_repacks_only_the_weights_it_trains():
     engine.packed.refresh()
     engine.sync_weights()
     assert engine.packed.refresh() == 2
+
+
+def test_a_forward_set_on_the_instance_is_kept_and_restored():
+    """A hook that replaced a linear's forward on the instance (accelerate's offloading does) still runs for the
+    forwards the packed path leaves alone, and is back after the block."""
+    lin = torch.nn.Linear(8, 4)
+    calls = []
+    plain = lin.forward
+
+    def hooked(x):
+        calls.append(1)
+        return plain(x)
+
+    lin.forward = hooked
+    x = torch.randn(2, 8, requires_grad=True)
+    with PackedLinears(lin, train=False).active():
+        lin(x).sum().backward()  # with gradients and train=False: the instance's own forward
+        assert calls == [1]
+        with torch.no_grad():
+            torch.testing.assert_close(lin(x), plain(x), atol=1e-6, rtol=1e-6)  # packed
+    assert lin.forward is hooked

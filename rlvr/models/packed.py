@@ -185,20 +185,24 @@ class PackedLinears:
             finally:
                 self._depth -= 1
             return
-        for s in self.slots:
-            s.module.forward = _packed_forward(s, self.train)  # an instance attribute: Module.__call__ calls it
+        own = [s.module.__dict__.get("forward") for s in self.slots]  # a forward set on the instance (a hook's)
+        for s, prev in zip(self.slots, own):
+            s.module.forward = _packed_forward(s, self.train, prev)  # an instance attribute: Module.__call__ calls it
         self._depth = 1
         try:
             yield self
         finally:
             self._depth = 0
-            for s in self.slots:
-                s.module.__dict__.pop("forward", None)
+            for s, prev in zip(self.slots, own):
+                if prev is None:
+                    s.module.__dict__.pop("forward", None)
+                else:
+                    s.module.forward = prev
 
 
-def _packed_forward(slot: _Slot, train: bool):
+def _packed_forward(slot: _Slot, train: bool, own=None):
     module = slot.module
-    plain = type(module).forward.__get__(module)
+    plain = own if own is not None else type(module).forward.__get__(module)
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         if x.dtype != module.weight.dtype or torch.is_autocast_enabled(x.device.type):
