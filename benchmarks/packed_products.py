@@ -18,36 +18,16 @@ prints a table. Nothing else should run on the machine: the times are the point.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-RESULTS = Path(__file__).parent / "results"
+from rlvr.models.packed import pack_weight, packed_linear
+from roofline import _best, write_report  # benchmarks/ is this script's folder
+
 H, I, KV, V, LAYERS = 576, 1536, 192, 49152, 30  # SmolLM2-135M
 SHAPES = [(H, H), (KV, H), (KV, H), (H, H), (I, H), (I, H), (H, I)]  # (out, in) of q, k, v, o, gate, up, down
-
-
-def _packed(w: torch.Tensor, rows: int) -> torch.Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(w, rows)
-
-
-def _linear_packed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
-
-
-def _best(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:
@@ -59,48 +39,40 @@ def main() -> None:
     layers = [[torch.randn(o, i) * 0.02 for o, i in SHAPES] for _ in range(LAYERS)]
     head = torch.randn(V, H) * 0.02
     weights = [w for layer in layers for w in layer] + [head]
-    packed = [_packed(w, 16) for w in weights]
+    packed = [pack_weight(w, 16) for w in weights]
     for w, p in zip(weights[:7] + [head], packed[:7] + [packed[-1]]):  # the same products, to float rounding
         x = torch.randn(16, w.shape[1])
-        torch.testing.assert_close(_linear_packed(x, p), F.linear(x, w), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(packed_linear(x, p), F.linear(x, w), atol=1e-4, rtol=1e-4)
 
     def step(rows: int, kind: str):
         xs = {H: torch.randn(rows, H), I: torch.randn(rows, I)}
         ws = packed if kind == "onednn_packed" else weights
-        mul = _linear_packed if kind == "onednn_packed" else F.linear
+        mul = packed_linear if kind == "onednn_packed" else F.linear
         return lambda: [mul(xs[w.shape[1]], p) for w, p in zip(weights, ws)]
 
     decode = {}
     for rows in (16, 8, 4, 1):
         decode[rows] = {kind: _best(step(rows, kind), args.repeats) for kind in ("linear", "onednn_packed")}
     x, gate = torch.randn(1024, H), layers[0][4]
-    gate_packed = _packed(gate, 1024)
+    gate_packed = pack_weight(gate, 1024)
     big = {
         "linear": 2 * 1024 * H * I / _best(lambda: F.linear(x, gate), args.repeats),
-        "onednn_packed": 2 * 1024 * H * I / _best(lambda: _linear_packed(x, gate_packed), args.repeats),
+        "onednn_packed": 2 * 1024 * H * I / _best(lambda: packed_linear(x, gate_packed), args.repeats),
     }
-    capability = torch.backends.cpu.get_cpu_capability()
     lines = ["| rows | F.linear (ms) | oneDNN packed (ms) | speed-up |", "| --- | --- | --- | --- |"]
     for rows, t in decode.items():
         lines.append(f"| {rows} | {t['linear'] * 1e3:.1f} | {t['onednn_packed'] * 1e3:.1f} | {t['linear'] / t['onednn_packed']:.2f}x |")
     table = "\n".join(lines)
-    report = {
-        "date": datetime.date.today().isoformat(),
-        "machine": {"cpu_capability": capability, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-                    "load_avg_1m_at_end": os.getloadavg()[0]},
-        "torch": torch.__version__,
-        "weights_mb": sum(w.numel() * 4 for w in weights) / 1e6,
+    mb = sum(w.numel() * 4 for w in weights) / 1e6
+    report, out = write_report("packed_products", {
+        "weights_mb": mb,
         "decode_step_seconds": {str(r): t for r, t in decode.items()},
         "gflops_1024_rows_576x1536": {k: v / 1e9 for k, v in big.items()},
         "table": table,
-    }
-    out = args.out or RESULTS / f"packed_products-{capability}-{report['date']}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{capability}, {torch.get_num_threads()} threads; the 211 products of one decode step "
-          f"({report['weights_mb']:.0f} MB of float32 weights):\n\n{table}\n\n1,024 rows x 576 -> 1536: "
+    }, args.out)
+    print(f"{report['machine']['cpu_capability']}, {report['machine']['threads']} threads; the 211 products of one "
+          f"decode step ({mb:.0f} MB of float32 weights):\n\n{table}\n\n1,024 rows x 576 -> 1536: "
           f"F.linear {big['linear'] / 1e9:.0f} GFLOP/s, oneDNN packed {big['onednn_packed'] / 1e9:.0f} GFLOP/s\nwrote {out}")
-
 
 if __name__ == "__main__":
     main()

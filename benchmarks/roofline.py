@@ -49,8 +49,8 @@ import torch
 
 from rlvr.estimate import BYTES, model_shape
 from rlvr.models.forward import shared_prompt_group
+from rlvr.models.packed import pack_weight, packed_linear, packing_available
 from rlvr.roofline import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
-from rlvr.models.packed import packing_available
 
 RESULTS = Path(__file__).parent / "results"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -72,6 +72,19 @@ def _best(fn, repeats: int, budget_s: float = 5.0) -> float:
     return best
 
 
+def write_report(kind: str, body: dict, out: Path | None = None) -> tuple[dict, Path]:
+    """Writes a result file: the date, the machine it was measured on and the torch version, then
+    ``body``; by default to ``results/<kind>-<capability>-<date>.json``. Returns (report, path)."""
+    capability, date = torch.backends.cpu.get_cpu_capability(), datetime.date.today().isoformat()
+    machine = {"cpu_capability": capability, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+               "load_avg_1m_at_end": os.getloadavg()[0]}
+    report = {"date": date, "machine": machine, "torch": torch.__version__, **body}
+    out = out or RESULTS / f"{kind}-{capability}-{date}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    return report, out
+
+
 def matmul_rates(shape, repeats: int, tokens: int = 1024, probe_tokens: int = 32, call_budget_s: float = 1.0) -> dict:
     """FLOP/s of ``[tokens, k] @ [k, n]`` for the model's projection and LM-head shapes, per dtype.
 
@@ -91,8 +104,8 @@ def matmul_rates(shape, repeats: int, tokens: int = 1024, probe_tokens: int = 32
             a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
             kernels = {"mm": lambda: torch.mm(a, b)}
             if packing_available():  # the kernel rlvr's rollout multiplies with (rlvr.models.packed)
-                packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), rows)
-                kernels["onednn_packed"] = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
+                packed = pack_weight(b.t(), rows)
+                kernels["onednn_packed"] = lambda: packed_linear(a, packed)
             for kernel, fn in kernels.items():
                 per_kernel.setdefault(kernel, {})[f"{rows}x{k}x{n}"] = 2 * rows * k * n / _best(fn, repeats)
             per_shape[f"{rows}x{k}x{n}"] = max(r[f"{rows}x{k}x{n}"] for r in per_kernel.values())
@@ -263,21 +276,12 @@ def main() -> None:
             + ("" if frac is None else f"{frac:.1%}") + " |"
         )
     md = "\n".join(lines)
-    capability = torch.backends.cpu.get_cpu_capability()
-    date = datetime.date.today().isoformat()
-    report = {
-        "date": date,
-        "machine": {"cpu_capability": capability, "threads": threads, "cpu_count": os.cpu_count(),
-                    "load_avg_1m_at_end": os.getloadavg()[0]},
-        "torch": torch.__version__,
+    _, out = write_report("roofline", {
         "rates": {"matmul": mm, "memory": bw}, "rates_from": str(args.rates) if args.rates else "measured",
         "model": {"spec": model, "shape_from": shape_from, **asdict(shape), "params": shape.num_params()},
         "batch": {**batch, **lens}, "run": str(args.run) if args.run else None,
         "phases": phases, "table": md,
-    }
-    out = args.out or RESULTS / f"roofline-{capability}-{date}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    }, args.out)
     print(f"\n{model}: P={batch['prompts']} x G={batch['G']}, prompt {batch['prompt_tokens']:.0f} tokens, "
           f"response mean {lens['response_len_mean']:.1f} / max {lens['response_len_max']:.0f}, "
           f"rollout {batch['rollout_dtype']}, update {'bf16 autocast' if batch['autocast'] else 'fp32'}\n\n{md}\n\nwrote {out}")

@@ -11,7 +11,7 @@ import torch
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.models.packed import PackedLinears, packable, packing_available
+from rlvr.models.packed import PackedLinears, pack_weight, packable, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -203,7 +203,7 @@ def test_the_block_multiplies_by_the_packed_copies():
     packed = PackedLinears(model)
     packed.refresh()
     head = packed.linears.index(model.lm_head)
-    packed.slots[head].packed = torch.ops.mkldnn._reorder_linear_weight(torch.zeros_like(model.lm_head.weight), 16)
+    packed.slots[head].packed = pack_weight(torch.zeros_like(model.lm_head.weight), 16)
     with torch.no_grad(), packed.active():
         logits = model(input_ids=ids, attention_mask=mask).logits
     assert torch.count_nonzero(logits) == 0

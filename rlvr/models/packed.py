@@ -58,17 +58,20 @@ def packable(model) -> bool:
 def packed_training_pays() -> bool:
     """Whether the update's products are faster packed: where torch dispatches AVX-512. With AVX2
     dispatch (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` on the AVX-512 machine) the packed
-    update ran 10-20 % slower than MKL's and held 2 GiB more at its peak, while sampling from packed
-    weights still ran 30 % faster (``benchmarks/NOTES.md``)."""
+    update was no faster than MKL's within the noise (10.3-14.7 against 9.1-14.5 s a step) and peaked
+    at 6.9 against 4.6 GiB RSS, while sampling from packed weights still ran 1.75x faster
+    (``benchmarks/NOTES.md``)."""
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
-def _pack(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
-    """``w`` [out, in] in oneDNN's blocked layout; a transposed view is read as it is (no contiguous copy first)."""
+def pack_weight(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
+    """``w`` [out, in] in oneDNN's blocked layout for products of about ``rows_hint`` rows; a transposed
+    view is read as it is (no contiguous copy first)."""
     return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows_hint)
 
 
-def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x W^T + b`` by a weight from :func:`pack_weight`."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
@@ -79,7 +82,7 @@ class _PackedLinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, slot):
         ctx.save_for_backward(x)
         ctx.slot, ctx.has_bias = slot, bias is not None
-        return _linear(x, slot.packed, bias)
+        return packed_linear(x, slot.packed, bias)
 
     @staticmethod
     def backward(ctx, grad):
@@ -88,7 +91,7 @@ class _PackedLinearFn(torch.autograd.Function):
         grad = grad.contiguous()
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = _linear(grad, slot.transposed())
+            dx = packed_linear(grad, slot.transposed())
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
             g2, x2 = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
             if ctx.needs_input_grad[1]:
@@ -102,7 +105,7 @@ def _weight_grad(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dW [out, in] = g^T x for g [rows, out], x [rows, in]: a linear of g^T with weight x^T, by oneDNN
     (per shape of SmolLM2-135M on a 2-core AVX-512 CPU, 1,400 rows: 1536 x 576 10 ms against MKL's
     16 ms, the 49152 x 576 LM head 318 against 369 ms)."""
-    return _linear(g.t().contiguous(), _pack(x.t(), g.shape[1]))
+    return packed_linear(g.t().contiguous(), pack_weight(x.t(), g.shape[1]))
 
 
 class _Slot:
@@ -122,12 +125,12 @@ class _Slot:
         key = self.current_key()
         if key == self.key:
             return False
-        self.packed, self._t, self.key = _pack(self.module.weight, self.rows_hint), None, key
+        self.packed, self._t, self.key = pack_weight(self.module.weight, self.rows_hint), None, key
         return True
 
     def transposed(self) -> torch.Tensor:
         if self._t is None:
-            self._t = _pack(self.module.weight.t(), self.rows_hint)
+            self._t = pack_weight(self.module.weight.t(), self.rows_hint)
         return self._t
 
 
@@ -214,6 +217,6 @@ def _packed_forward(slot: _Slot, train: bool, own=None):
         slot.refresh()  # a key comparison; repacks after invalidate() or a changed tensor
         if grad:
             return _PackedLinearFn.apply(x, module.weight, module.bias, slot)
-        return _linear(x, slot.packed, module.bias)
+        return packed_linear(x, slot.packed, module.bias)
 
     return forward

@@ -11,9 +11,9 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria
 
 from rlvr.models.loading import eval_mode
+from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
-from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:

@@ -31,10 +31,10 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, lora, resolve_device, resolve_model_path
 from rlvr.models.forward import shared_prompt_group
+from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable, packing_available
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
-from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable, packing_available
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory
 from rlvr.tracking.console import StepPrinter
