@@ -227,6 +227,8 @@ class RolloutConfig:
     """Stop strings: a response ends right after the first one it produces (e.g. ['</answer>']), in training, evaluation, chat and generate alike."""
     batch_seqs: int = 64
     """At most this many sequences are generated together, in whole groups (max(1, batch_seqs // G) prompts' G samples per batch)."""
+    lean_decode: Switch = Switch.AUTO
+    """Decode steps by rlvr's lean forward (rlvr.rollout.lean: products on the packed weights with fused q/k/v and fused residual/SiLU, each group's prompt attended once): auto = where it applies (a float32 Llama or Qwen2 model with model.packed_weights on), true = require it (an error where it cannot run), false = the model's own forward. Same logits up to float rounding."""
     engine: Engine = Engine.HF
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
 
@@ -545,6 +547,15 @@ class Config:
             f"model.packed_weights=true packs weights for a CPU, but model.device={self.model.device}; "
             "set model.packed_weights=auto (or false)",
         )
+        if self.rollout.lean_decode == Switch.ON:
+            lean = "rollout.lean_decode=true decodes a float32 Llama/Qwen2 model on packed CPU weights"
+            _check(self.model.packed_weights != Switch.OFF and not self.model.device.startswith("cuda"),
+                   f"{lean}, but model.packed_weights={self.model.packed_weights} and model.device={self.model.device}; "
+                   "set rollout.lean_decode=auto (or false)")
+            _check(self.rollout.dtype != "bfloat16",
+                   f"{lean}, but rollout.dtype=bfloat16; set rollout.dtype=float32 (or auto), or rollout.lean_decode=auto")
+            _check(self.model.lora.rank == 0,
+                   f"{lean}, but model.lora.rank={self.model.lora.rank} wraps the linear layers; set rollout.lean_decode=auto")
         if self.distributed.backend == Backend.RAY:
             self._check_distributed()
 

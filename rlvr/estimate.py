@@ -12,7 +12,8 @@ beside it at the end. Every item is a formula over the model shape and the confi
   linear weight and the LM head (LoRA's adapter included) once more in the rollout dtype, and,
   without bf16 autocast on a CPU where the packed update pays (AVX-512), the policy's once more
   (its transpose, for the update's backward; twice when the rollout samples from a copy of another
-  dtype).
+  dtype); with ``rollout.lean_decode`` on a float32 rollout without LoRA, each layer's q, k and v
+  weights once more as one packed matrix.
 - **reference model**: N × bytes(``model.dtype``) when ``algo.kl_coef > 0``; none with LoRA (the
   reference is the base with the adapter disabled).
 - **AdamW state**: 2 moments × trainable params × bytes(``model.dtype``) (fp32 by default).
@@ -397,9 +398,13 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     if on and not autocast and _packed_update():  # the update multiplies by packed W and W^T too
         copies[cfg.model.dtype] = copies.get(cfg.model.dtype, 0) + (1 if cfg.model.dtype == rollout_dtype else 2)
     packed = sum(linear * BYTES[d] * n for d, n in copies.items())
-    items.append(Item("packed weights", packed, "resident",
-                      " + ".join(f"{n} {d} cop{'y' if n == 1 else 'ies'}" for d, n in copies.items())
-                      + " of the linear weights and LM head (model.packed_weights)" if on else "none (model.packed_weights=false, or not a CPU)"))
+    how_packed = (" + ".join(f"{n} {d} cop{'y' if n == 1 else 'ies'}" for d, n in copies.items())
+                  + " of the linear weights and LM head (model.packed_weights)") if on else "none (model.packed_weights=false, or not a CPU)"
+    if on and cfg.rollout.lean_decode != Switch.OFF and rollout_dtype == "float32" and not rank:
+        shapes = shape.linear_shapes()  # rollout.lean_decode: q, k and v packed once more as one matrix
+        packed += L * sum(i * o for name, (i, o) in shapes.items() if name in ("q_proj", "k_proj", "v_proj")) * BYTES["float32"]
+        how_packed += ", + [q; k; v] for rollout.lean_decode"
+    items.append(Item("packed weights", packed, "resident", how_packed))
     if rank:
         ref, how_ref = 0, "none: LoRA's reference is the base with the adapter off"
     elif cfg.algo.kl_coef > 0:

@@ -56,14 +56,17 @@ def test_tiny_shape_arithmetic_by_hand(monkeypatch):
     assert got["KV cache"] == 24576
     assert got["runtime"] == CPU_RUNTIME_BYTES
     # packed linears (model.packed_weights=auto on a CPU): 2 layers * (1024 + 512 + 512 + 1024 + 6144) + LM head
-    #   128 * 32 = 22528 weights * 4 B = 90112, twice: W (shared by the float32 rollout and update) and W^T
-    assert got["packed weights"] == 2 * 90112
-    # resident 0.7 GiB + 90752 + 180224 + 90752 + 181504; update 90752 + 550502 > rollout 24576
-    assert est.total == CPU_RUNTIME_BYTES + 543232 + 641254
+    #   128 * 32 = 22528 weights * 4 B = 90112, twice: W (shared by the float32 rollout and update) and W^T;
+    #   + rollout.lean_decode's [q; k; v]: 2 layers * (1024 + 512 + 512) * 4 B = 16384
+    assert got["packed weights"] == 2 * 90112 + 16384
+    # resident 0.7 GiB + 90752 + 196608 + 90752 + 181504; update 90752 + 550502 > rollout 24576
+    assert est.total == CPU_RUNTIME_BYTES + 559616 + 641254
     unpacked = _items(estimate(load_config(None, [*TINY_RUN, "model.packed_weights=false"]), TINY, device="cpu"))
     assert unpacked["packed weights"] == 0
+    no_lean = _items(estimate(load_config(None, [*TINY_RUN, "rollout.lean_decode=false"]), TINY, device="cpu"))
+    assert no_lean["packed weights"] == 2 * 90112
     monkeypatch.setattr(packed, "packed_training_pays", lambda: False)  # AVX2: sampling packed, the update plain
-    assert _items(estimate(load_config(None, TINY_RUN), TINY, device="cpu"))["packed weights"] == 90112
+    assert _items(estimate(load_config(None, TINY_RUN), TINY, device="cpu"))["packed weights"] == 90112 + 16384
 
 
 def test_no_reference_without_kl_and_no_runtime_on_cuda():

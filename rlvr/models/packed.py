@@ -116,6 +116,8 @@ class _Slot:
         self.packed: torch.Tensor | None = None
         self._t: torch.Tensor | None = None
         self.key: tuple | None = None
+        self.generation = 0
+        """Times the weight was packed: a copy derived from the packed weight is stale when this moved on."""
 
     def current_key(self) -> tuple:
         w = self.module.weight
@@ -126,6 +128,7 @@ class _Slot:
         if key == self.key:
             return False
         self.packed, self._t, self.key = pack_weight(self.module.weight, self.rows_hint), None, key
+        self.generation += 1
         return True
 
     def transposed(self) -> torch.Tensor:

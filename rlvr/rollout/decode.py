@@ -14,6 +14,9 @@ a KV cache, one token per row per step, stop at EOS), minus two wastes that matt
   position in place. ``DynamicCache`` concatenates instead, copying the whole cache of every layer
   at every step (O(T^2) bytes over a response: 18 % of the quickstart's decode time in a profile).
 
+With a :class:`~rlvr.rollout.lean.LeanDecoder` (float32 Llama / Qwen2 models on packed CPU weights),
+the decode steps run through it on its own cache, which keeps each prompt's keys and values once.
+
 The plain implementation it must equal is ``model.generate`` on the P·G repeated prompts with the
 same token picker as a logits processor (``tests/rollout/test_decode.py`` checks tokens, stop
 positions and log-probs against it). A row's logits do not depend on which other rows share its
@@ -217,6 +220,7 @@ def decode(
     pad_id: int,
     stopped: Callable[[Tensor], Tensor] | None = None,
     logprob_temperature: float | None = None,
+    lean=None,
 ) -> Decoded:
     """Generates ``repeats`` continuations of each of P left-padded prompts.
 
@@ -228,6 +232,8 @@ def decode(
         eos_ids: tokens that end a row (kept in the response, as ``generate`` keeps them).
         stopped: ``(responses [b, t] so far of the live rows) -> [b] bool``: a stop string completed now.
         logprob_temperature: record log-softmax(z / T) of each picked token (TIS); None = do not.
+        lean: a :class:`~rlvr.rollout.lean.LeanDecoder` of ``model`` to run the decode steps with
+            (the prefill is the model's own forward); None = the model's forward throughout.
 
     Returns:
         :class:`Decoded` with B = P·G rows.
@@ -237,9 +243,13 @@ def decode(
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1)
     cache = output_cache(out)
-    reserve(cache, input_ids.shape[1] + max_new_tokens)
-    if G > 1:
-        cache.batch_repeat_interleave(G)
+    if lean is not None:
+        cache = lean.cache(cache, attention_mask, G, max_new_tokens)
+        prompt_len = attention_mask.long().sum(-1).repeat_interleave(G)  # [B]: response token t sits at prompt_len + t
+    else:
+        reserve(cache, input_ids.shape[1] + max_new_tokens)
+        if G > 1:
+            cache.batch_repeat_interleave(G)
     logits = out.logits[:, -1].float().repeat_interleave(G, dim=0)  # [B, V]
     mask = attention_mask.repeat_interleave(G, dim=0)  # [b, L + t]: the live rows' attention mask
     live = torch.arange(B, device=device)  # the live rows' indices in [0, B)
@@ -266,7 +276,10 @@ def decode(
             if keep.numel() == 0:
                 break
             live, tokens, mask = live[keep], tokens[keep], mask[keep]
-            cache.batch_select_indices(keep)
+            cache.select(keep) if lean is not None else cache.batch_select_indices(keep)
+        if lean is not None:
+            logits = lean.step(tokens, prompt_len[live] + t, cache)
+            continue
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         position_ids = mask.long().sum(-1, keepdim=True) - 1  # [b, 1]: the new token's position
         out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position_ids, **cache_kwargs(model, cache),

@@ -35,6 +35,7 @@ from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable, packing_a
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
+from rlvr.rollout.lean import LeanUnavailable
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory
 from rlvr.tracking.console import StepPrinter
@@ -236,12 +237,16 @@ class Trainer:
             self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
         if cfg.model.packed_weights == Switch.ON and not packing_available():
             raise UserError(f"model.packed_weights=true: {PACKING_NEEDS}; set model.packed_weights=auto or false")
-        self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
-            self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, dtype=cfg.rollout.dtype, batch_seqs=cfg.rollout.batch_seqs,
-            logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
-            stop=cfg.rollout.stop, packed_weights=cfg.model.packed_weights.as_bool(),
-        )
+        try:
+            self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
+                self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, dtype=cfg.rollout.dtype, batch_seqs=cfg.rollout.batch_seqs,
+                logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
+                stop=cfg.rollout.stop, packed_weights=cfg.model.packed_weights.as_bool(),
+                lean_decode=cfg.rollout.lean_decode.as_bool(),
+            )
+        except LeanUnavailable as e:
+            raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
         self.packed = self._training_packs()
         return state
 

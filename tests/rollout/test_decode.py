@@ -50,12 +50,14 @@ def responses(batch):
     return [r[m.bool()].tolist() for r, m in zip(ids, batch.response_mask)], batch.truncated.tolist()
 
 
+@pytest.mark.parametrize("lean_decode", [None, False], ids=["lean-where-it-runs", "model-forward"])
 @pytest.mark.parametrize("stop", [[], ["</answer>", "7"]], ids=["eos-only", "stop-strings"])
 @pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (20, 0.9)])
-def test_decode_samples_what_generate_samples(stop, top_k, top_p):
+def test_decode_samples_what_generate_samples(stop, top_k, top_p, lean_decode):
     G, n = 4, 16
     engine = HFRolloutEngine(tiny_model(seed=3), tiny_tokenizer(), max_new_tokens=n, temperature=0.9, top_k=top_k,
-                             top_p=top_p, stop=stop, batch_seqs=8)  # 2 prompts per chunk: chunks of whole groups
+                             top_p=top_p, stop=stop, batch_seqs=8,  # 2 prompts per chunk: chunks of whole groups
+                             lean_decode=lean_decode)
     seeds = [sample_seed(7, i) for i in range(len(PROMPTS) * G)]
     got = responses(engine.generate(PROMPTS, G, seeds=seeds))
     want = plain_generate(engine, PROMPTS, G, SeededPicker(seeds, 0.9, top_k, top_p), n)

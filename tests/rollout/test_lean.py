@@ -1,0 +1,138 @@
+"""The lean decode step (rlvr.rollout.lean) computes what the model's own forward computes: logits of
+every live row against a full forward over prompt + response, for Llama and Qwen2 shapes (grouped-
+and multi-query attention, biases, a head_dim of its own, left padding, dropped rows); the same
+sampled tokens through the engine; never stale weights; a clear reason where it cannot run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from rlvr.config import load_config
+from rlvr.errors import UserError
+from rlvr.models.forward import output_cache
+from rlvr.models.packed import PackedLinears, packing_available
+from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
+from rlvr.rollout import HFRolloutEngine
+from rlvr.rollout.hf import sample_seed
+from rlvr.rollout.lean import LeanDecoder, LeanUnavailable, unsupported
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
+
+PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?"]  # unequal lengths: left padding
+SHAPE = dict(vocab_size=len(TINY_WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=256, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+
+
+def llama_with_biases():
+    """Multi-query attention, biases on every projection, a head_dim other than hidden / heads."""
+    torch.manual_seed(5)
+    return LlamaForCausalLM(LlamaConfig(**SHAPE, num_key_value_heads=1, head_dim=16, attention_bias=True, mlp_bias=True))
+
+
+def qwen2():
+    """Qwen2's q/k/v biases, an untied LM head."""
+    torch.manual_seed(6)
+    return Qwen2ForCausalLM(Qwen2Config(**SHAPE, num_key_value_heads=2, tie_word_embeddings=False))
+
+
+MODELS = {"llama": lambda: tiny_model(seed=4), "llama-mqa-biases": llama_with_biases, "qwen2": qwen2}
+
+
+def _eos(model):
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 1, 0
+    return model.eval()
+
+
+@pytest.mark.parametrize("arch", list(MODELS))
+def test_lean_step_logits_equal_a_full_forward(arch):
+    model = _eos(MODELS[arch]())
+    enc = tiny_tokenizer()(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
+    P, G, steps = len(PROMPTS), 3, 6
+    lean = LeanDecoder(model, PackedLinears(model))
+    ids, mask = enc.input_ids.repeat_interleave(G, 0), enc.attention_mask.repeat_interleave(G, 0)
+    prompt_len = mask.sum(-1)
+    response = torch.randint(3, len(TINY_WORDS), (P * G, steps), generator=torch.Generator().manual_seed(0))
+    live = torch.arange(P * G)
+    with torch.no_grad():
+        positions = (enc.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, position_ids=positions, use_cache=True)
+        cache = lean.cache(output_cache(out), enc.attention_mask, G, steps)
+        for t in range(steps):
+            if t == 3:  # rows of every prompt end: the rest move up in the cache
+                keep = torch.tensor([0, 2, 3, 5, 7])
+                cache.select(keep)
+                live = live[keep]
+            got = lean.step(response[live, t], prompt_len[live] + t, cache)
+            full_ids = torch.cat([ids[live], response[live, : t + 1]], 1)
+            full_mask = torch.cat([mask[live], torch.ones(len(live), t + 1, dtype=mask.dtype)], 1)
+            want = model(input_ids=full_ids, attention_mask=full_mask,
+                         position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, -1]
+            torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_engine_samples_the_same_tokens_with_and_without_lean_decode(arch):
+    model, tok = _eos(MODELS[arch]()), tiny_tokenizer()
+    G, seeds = 4, [sample_seed(3, i) for i in range(len(PROMPTS) * 4)]
+    kwargs = dict(max_new_tokens=12, temperature=0.8, top_k=30, stop=["7"], logprobs=True, batch_seqs=8)
+    lean_engine = HFRolloutEngine(model, tok, **kwargs)
+    plain_engine = HFRolloutEngine(model, tok, **kwargs, lean_decode=False)
+    assert lean_engine.lean is not None and plain_engine.lean is None
+    got, want = lean_engine.generate(PROMPTS, G, seeds=seeds), plain_engine.generate(PROMPTS, G, seeds=seeds)
+    assert torch.equal(got.input_ids, want.input_ids) and torch.equal(got.response_mask, want.response_mask)
+    assert got.texts == want.texts
+    torch.testing.assert_close(got.logprobs, want.logprobs, atol=1e-5, rtol=1e-5)
+    assert got.response_mask.sum(-1).unique().numel() > 1  # rows ended at different steps: some were dropped
+    greedy = [e.generate(PROMPTS, 2, greedy=True).input_ids for e in (lean_engine, plain_engine)]
+    assert torch.equal(*greedy)
+
+
+def test_lean_decode_sees_the_policys_new_weights_after_sync():
+    """The engine samples from the policy itself; an in-place change of the value weights that leaves
+    their version counters alone (as torch's fused AdamW does) is seen after sync_weights(): the
+    packed v is repacked, and with it the lean decoder's fused [q; k; v]."""
+    policy, tok = _eos(tiny_model(seed=7)), tiny_tokenizer()
+    engine = HFRolloutEngine(policy, tok, max_new_tokens=10)
+    before = engine.generate(PROMPTS, 2, greedy=True).input_ids
+    with torch.no_grad():
+        for layer in policy.model.layers:
+            layer.self_attn.v_proj.weight.data.normal_(0, 1.0)  # .data: the parameter's version counter stays
+    engine.sync_weights()
+    after = engine.generate(PROMPTS, 2, greedy=True).input_ids
+    fresh = HFRolloutEngine(policy, tok, max_new_tokens=10, lean_decode=False, packed_weights=False)
+    assert torch.equal(after, fresh.generate(PROMPTS, 2, greedy=True).input_ids)
+    assert not torch.equal(after, before)  # the change mattered
+
+
+def test_where_lean_decode_cannot_run_it_says_why_and_the_engine_falls_back():
+    model = tiny_model(seed=1)
+    assert unsupported(model, PackedLinears(model)) is None
+    assert "packed weights" in unsupported(model, None)
+    bf16 = tiny_model(seed=1).to(torch.bfloat16)
+    assert "bfloat16 model" in unsupported(bf16, PackedLinears(bf16))
+    torch.manual_seed(0)
+    mistral = MistralForCausalLM(MistralConfig(**SHAPE, num_key_value_heads=2))
+    assert "MistralForCausalLM is not one of" in unsupported(mistral, PackedLinears(mistral))
+    windowed = Qwen2ForCausalLM(Qwen2Config(**SHAPE, num_key_value_heads=2, use_sliding_window=True, sliding_window=8,
+                                            max_window_layers=0))
+    assert "sliding-window" in unsupported(windowed, PackedLinears(windowed))
+    tok = tiny_tokenizer()
+    assert HFRolloutEngine(model, tok, max_new_tokens=4, dtype="bfloat16").lean is None  # auto: the model's forward
+    with pytest.raises(LeanUnavailable, match="bfloat16 model"):
+        HFRolloutEngine(model, tok, max_new_tokens=4, dtype="bfloat16", lean_decode=True)
+    with pytest.raises(LeanUnavailable, match="packed weights"):
+        HFRolloutEngine(model, tok, max_new_tokens=4, packed_weights=False, lean_decode=True)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.packed_weights=false"], "but model.packed_weights=false"),
+    (["model.device=cuda"], "model.device=cuda"),
+    (["rollout.dtype=bfloat16"], "but rollout.dtype=bfloat16"),
+    (["model.lora.rank=8"], "but model.lora.rank=8"),
+])
+def test_lean_decode_true_where_it_cannot_run_is_one_config_error(overrides, message):
+    with pytest.raises(UserError, match=message):
+        load_config(None, ["rollout.lean_decode=true", *overrides])
+    assert load_config(None, ["rollout.lean_decode=false", *overrides]).rollout.lean_decode.as_bool() is False
