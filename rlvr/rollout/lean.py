@@ -60,11 +60,22 @@ def unsupported(model, packed: PackedLinears | None) -> str | None:
     if getattr(cfg, "pretraining_tp", 1) != 1:
         return f"pretraining_tp={cfg.pretraining_tp}"
     packed_modules = {id(m) for m in packed.linears}
-    if any(type(m) is nn.Linear and id(m) not in packed_modules for m in model.modules()):
-        return "some linear layers are not packed"
-    if any(type(m) is not nn.Linear and isinstance(m, nn.Linear) for m in model.modules()):
-        return "its linear layers are wrapped (LoRA)"
+    for name, m in _products(model):
+        if type(m) is not nn.Linear:
+            return f"its {name} is a {type(m).__name__}, not a plain linear layer (a LoRA adapter's?)"
+        if id(m) not in packed_modules:
+            return f"its {name} is not packed"
     return None
+
+
+def _products(model):
+    """(name, module) of every projection the decode step multiplies by: each layer's seven and the LM head."""
+    for i, layer in enumerate(model.model.layers):
+        a, m = layer.self_attn, layer.mlp
+        for name, lin in (("q_proj", a.q_proj), ("k_proj", a.k_proj), ("v_proj", a.v_proj), ("o_proj", a.o_proj),
+                          ("gate_proj", m.gate_proj), ("up_proj", m.up_proj), ("down_proj", m.down_proj)):
+            yield f"layers.{i}.{name}", lin
+    yield "lm_head", model.lm_head
 
 
 def _rms_norm(x: Tensor, norm) -> Tensor:

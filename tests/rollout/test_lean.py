@@ -118,7 +118,13 @@ def test_where_lean_decode_cannot_run_it_says_why_and_the_engine_falls_back():
     windowed = Qwen2ForCausalLM(Qwen2Config(**SHAPE, num_key_value_heads=2, use_sliding_window=True, sliding_window=8,
                                             max_window_layers=0))
     assert "sliding-window" in unsupported(windowed, PackedLinears(windowed))
+    from rlvr.models import lora
+
+    adapted = lora.add_adapter(tiny_model(seed=1), rank=2, alpha=4, dropout=0.0, target_modules=["q_proj", "v_proj"],
+                               base="tiny").model
+    assert "layers.0.q_proj is a Linear, not a plain linear layer" in unsupported(adapted, PackedLinears(adapted))
     tok = tiny_tokenizer()
+    assert HFRolloutEngine(adapted, tok, max_new_tokens=4).lean is None
     assert HFRolloutEngine(model, tok, max_new_tokens=4, dtype="bfloat16").lean is None  # auto: the model's forward
     with pytest.raises(LeanUnavailable, match="bfloat16 model"):
         HFRolloutEngine(model, tok, max_new_tokens=4, dtype="bfloat16", lean_decode=True)
