@@ -43,7 +43,8 @@ runs each group's shared prompt through the update once (``train.shared_prompt_f
 once per sequence; both optimizers are torch's fused AdamW kernel; rlvr multiplies by
 oneDNN-prepacked copies of the linear weights (``model.packed_weights``: sampling, and the update
 where torch dispatches AVX-512), TRL by PyTorch's own ``F.linear`` (same products, summed in
-another order); rlvr samples each sequence from its own seeded generator; in bf16 rlvr samples
+another order); rlvr's rollout decodes with its lean forward (``rollout.lean_decode``: each group's
+prompt attended once), TRL with the model's own; rlvr samples each sequence from its own seeded generator; in bf16 rlvr samples
 from a bf16 copy of the weights while TRL generates under accelerate's bf16 autocast.
 
 **Reported for each**: seconds per step (median over the steps after the first, a warm-up), the
@@ -387,6 +388,9 @@ DIFFERENCES = [
     "products: rlvr multiplies by oneDNN-prepacked copies of the linear weights on a CPU (model.packed_weights: "
     "sampling, and the update where torch dispatches AVX-512; one or two more copies of those weights in memory), "
     "TRL by F.linear (MKL); the same products summed in another order",
+    "decoding: rlvr's rollout decodes with its lean forward on a CPU in fp32 (rollout.lean_decode: fused q/k/v and "
+    "post-ops, each group's prompt keys/values kept and attended once); TRL with the model's own forward; the "
+    "same logits up to float rounding",
     "sampling: rlvr draws each sequence from its own seeded generator (two-level inverse CDF over softmax(z/T), sums in float64); "
     "TRL uses generate's torch.multinomial; same distribution, other draws",
     "TRL's loss pass also computes per-token entropy via transformers' fused LM-head log-probs; rlvr logs entropy too",
