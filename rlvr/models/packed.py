@@ -70,9 +70,16 @@ def pack_weight(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows_hint)
 
 
-def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x W^T + b`` by a weight from :func:`pack_weight`."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None, *,
+                  add: torch.Tensor | None = None, mul: torch.Tensor | None = None, silu: bool = False) -> torch.Tensor:
+    """``x W^T + b`` by a weight from :func:`pack_weight`, then (at most one, fused into the product as a
+    oneDNN post-op) ``+ add``, ``* mul`` (tensors of the output's shape) or SiLU."""
+    ops = torch.ops.mkldnn._linear_pointwise
+    if add is not None:
+        return ops.binary(x, add, packed, bias, "add")
+    if mul is not None:
+        return ops.binary(x, mul, packed, bias, "mul")
+    return ops(x, packed, bias, "swish" if silu else "none", [], "")
 
 
 class _PackedLinearFn(torch.autograd.Function):

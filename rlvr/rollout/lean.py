@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rlvr.models.packed import PackedLinears, pack_weight
+from rlvr.models.packed import PackedLinears, pack_weight, packed_linear
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
@@ -68,23 +68,24 @@ def unsupported(model, packed: PackedLinears | None) -> str | None:
     return None
 
 
+def _projections(layer) -> dict[str, nn.Module]:
+    """A decoder layer's seven projections by name: attention's q, k, v, o and the MLP's gate, up, down."""
+    a, m = layer.self_attn, layer.mlp
+    return {"q_proj": a.q_proj, "k_proj": a.k_proj, "v_proj": a.v_proj, "o_proj": a.o_proj,
+            "gate_proj": m.gate_proj, "up_proj": m.up_proj, "down_proj": m.down_proj}
+
+
 def _products(model):
     """(name, module) of every projection the decode step multiplies by: each layer's seven and the LM head."""
     for i, layer in enumerate(model.model.layers):
-        a, m = layer.self_attn, layer.mlp
-        for name, lin in (("q_proj", a.q_proj), ("k_proj", a.k_proj), ("v_proj", a.v_proj), ("o_proj", a.o_proj),
-                          ("gate_proj", m.gate_proj), ("up_proj", m.up_proj), ("down_proj", m.down_proj)):
+        for name, lin in _projections(layer).items():
             yield f"layers.{i}.{name}", lin
     yield "lm_head", model.lm_head
 
 
-def _product(x: Tensor, packed: Tensor, bias: Tensor | None, *, add: Tensor | None = None, mul: Tensor | None = None,
-             silu: bool = False) -> Tensor:
-    """``x W^T + b`` by a packed W, then (fused into the product as oneDNN post-ops) ``+ add``, ``* mul`` or SiLU."""
-    if add is not None or mul is not None:
-        return torch.ops.mkldnn._linear_pointwise.binary(x, add if add is not None else mul, packed, bias,
-                                                          "add" if add is not None else "mul")
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "swish" if silu else "none", [], "")
+def _product(x: Tensor, s, **post_op) -> Tensor:
+    """``x W^T + b`` by a slot's packed weight and its module's bias, with :func:`packed_linear`'s post-ops."""
+    return packed_linear(x, s.packed, s.module.bias, **post_op)
 
 
 def _rms_norm(x: Tensor, norm) -> Tensor:
@@ -104,7 +105,7 @@ class _Fused:
 
     @torch.no_grad()
     def refresh(self) -> None:
-        made_from = tuple((id(s.packed), s.generation) for s in self.parts)
+        made_from = tuple(s.generation for s in self.parts)
         if made_from == self._made_from:
             return
         modules = [s.module for s in self.parts]
@@ -121,10 +122,8 @@ class _Layer:
     and the up product the multiplication as oneDNN post-ops instead."""
 
     def __init__(self, layer, slot: dict) -> None:
-        a, m = layer.self_attn, layer.mlp
         self.ln_attn, self.ln_mlp = layer.input_layernorm, layer.post_attention_layernorm
-        q, k, v, self.o, self.gate, self.up, self.down = (
-            slot[id(lin)] for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj))
+        q, k, v, self.o, self.gate, self.up, self.down = (slot[id(lin)] for lin in _projections(layer).values())
         self.qkv = _Fused(q, k, v)
 
 
@@ -217,20 +216,19 @@ class LeanDecoder:
         cos, sin = cos * self._cos_scale, sin * self._sin_scale  # [b, H + KV, D]
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.ln_attn)
-            qkv = _product(h, layer.qkv.packed, layer.qkv.bias)
+            qkv = packed_linear(h, layer.qkv.packed, layer.qkv.bias)
             qk = qkv[:, : (H + KV) * D].view(b, H + KV, D)
             qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)
             keys, values = cache.response[i, 0], cache.response[i, 1]  # [B, KV, capacity, D]
             keys[:b, :, t] = qk[:, H:]
             values[:b, :, t] = qkv[:, (H + KV) * D :].view(b, KV, D)
             attn = self._attention(qk[:, :H], i, cache, b, t + 1)
-            x = _product(attn, layer.o.packed, layer.o.module.bias, add=x)
+            x = _product(attn, layer.o, add=x)
             h = _rms_norm(x, layer.ln_mlp)
-            gate = _product(h, layer.gate.packed, layer.gate.module.bias, silu=True)
-            act = _product(h, layer.up.packed, layer.up.module.bias, mul=gate)
-            x = _product(act, layer.down.packed, layer.down.module.bias, add=x)
+            act = _product(h, layer.up, mul=_product(h, layer.gate, silu=True))
+            x = _product(act, layer.down, add=x)
         cache.length = t + 1
-        return _product(_rms_norm(x, self.norm), self.head.packed, self.head.module.bias)
+        return _product(_rms_norm(x, self.norm), self.head)
 
     @staticmethod
     def _attention(q: Tensor, i: int, c: CascadeCache, b: int, t: int) -> Tensor:
