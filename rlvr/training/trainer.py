@@ -247,6 +247,8 @@ class Trainer:
             )
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
+        if self.engine.lean is not None and self.logs:
+            self.printer.note(self.engine.lean.describe())
         self.packed = self._training_packs()
         return state
 

@@ -5,6 +5,9 @@ sampled tokens through the engine; never stale weights; a clear reason where it 
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -37,7 +40,23 @@ def qwen2():
     return Qwen2ForCausalLM(Qwen2Config(**SHAPE, num_key_value_heads=2, tie_word_embeddings=False))
 
 
-MODELS = {"llama": lambda: tiny_model(seed=4), "llama-mqa-biases": llama_with_biases, "qwen2": qwen2}
+def llama_gqa_d64():
+    """Grouped-query attention with head_dim 64: a shape the compiled attention kernel has (3 query heads a KV head)."""
+    torch.manual_seed(8)
+    return LlamaForCausalLM(LlamaConfig(**{**SHAPE, "hidden_size": 48, "num_attention_heads": 6}, num_key_value_heads=2, head_dim=64))
+
+
+def qwen2_mqa_d128():
+    """Qwen2's biases with head_dim 128 and 4 query heads over one KV head: the kernel's other size."""
+    torch.manual_seed(9)
+    return Qwen2ForCausalLM(Qwen2Config(**{**SHAPE, "hidden_size": 512}, num_key_value_heads=1, tie_word_embeddings=False))
+
+
+MODELS = {"llama": lambda: tiny_model(seed=4), "llama-mqa-biases": llama_with_biases, "qwen2": qwen2,
+          "llama-gqa-d64": llama_gqa_d64, "qwen2-mqa-d128": qwen2_mqa_d128}
+KERNEL_SHAPES = ["llama-gqa-d64", "qwen2-mqa-d128"]  # the others run the attention as torch operations
+HAVE_CC = bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
+LONG_PROMPTS = [" ".join(["what is 3 + 4 ?"] * 5), "the answer", " ".join(["2 + 2 = 7 and 9 + 1 = ?"] * 3)]
 
 
 def _eos(model):
@@ -45,12 +64,13 @@ def _eos(model):
     return model.eval()
 
 
-@pytest.mark.parametrize("arch", list(MODELS))
-def test_lean_step_logits_equal_a_full_forward(arch):
-    model = _eos(MODELS[arch]())
-    enc = tiny_tokenizer()(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
-    P, G, steps = len(PROMPTS), 3, 6
-    lean = LeanDecoder(model, PackedLinears(model))
+def _steps_match_a_full_forward(model, prompts, *, G, steps, drops, kernel, atol=2e-5):
+    """Runs ``steps`` lean decode steps of G rows per prompt (teacher-forced random tokens; at each
+    step in ``drops`` the live rows at those indices stay) and compares each step's logits with the
+    model's full forward over prompt + response so far. Returns the decoder."""
+    enc = tiny_tokenizer()(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    P = len(prompts)
+    lean = LeanDecoder(model, PackedLinears(model), kernel=kernel)
     ids, mask = enc.input_ids.repeat_interleave(G, 0), enc.attention_mask.repeat_interleave(G, 0)
     prompt_len = mask.sum(-1)
     response = torch.randint(3, len(TINY_WORDS), (P * G, steps), generator=torch.Generator().manual_seed(0))
@@ -60,8 +80,8 @@ def test_lean_step_logits_equal_a_full_forward(arch):
         out = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, position_ids=positions, use_cache=True)
         cache = lean.cache(output_cache(out), enc.attention_mask, G, steps)
         for t in range(steps):
-            if t == 3:  # rows of every prompt end: the rest move up in the cache
-                keep = torch.tensor([0, 2, 3, 5, 7])
+            if t in drops:  # rows end: the rest move up in the cache
+                keep = torch.tensor(drops[t])
                 cache.select(keep)
                 live = live[keep]
             got = lean.step(response[live, t], prompt_len[live] + t, cache)
@@ -69,10 +89,60 @@ def test_lean_step_logits_equal_a_full_forward(arch):
             full_mask = torch.cat([mask[live], torch.ones(len(live), t + 1, dtype=mask.dtype)], 1)
             want = model(input_ids=full_ids, attention_mask=full_mask,
                          position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, -1]
-            torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+            torch.testing.assert_close(got, want, atol=atol, rtol=atol)
+    return lean
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("kernel", [None, False], ids=["auto", "torch-ops"])
+@pytest.mark.parametrize("arch", list(MODELS))
+def test_lean_step_logits_equal_a_full_forward(arch, kernel):
+    lean = _steps_match_a_full_forward(_eos(MODELS[arch]()), PROMPTS, G=3, steps=6, drops={3: [0, 2, 3, 5, 7]},
+                                       kernel=kernel)
+    compiled = kernel is None and arch in KERNEL_SHAPES and HAVE_CC
+    assert lean.attention == ("kernel" if compiled else "torch")
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the attention runs as torch operations")
+@pytest.mark.parametrize("arch", KERNEL_SHAPES)
+def test_compiled_attention_over_long_prompts_and_responses_equals_a_full_forward(arch):
+    """Prompts of 10-50 tokens (left padding of up to 40) and 40 response positions: the kernel's
+    16-position vector blocks and their scalar tails, on both parts of the cache, before and after
+    rows end (twice, in different groups)."""
+    lean = _steps_match_a_full_forward(_eos(MODELS[arch]()), LONG_PROMPTS, G=2, steps=40,
+                                       drops={5: [0, 1, 3, 4, 5], 21: [0, 2, 4]}, kernel=True, atol=5e-5)
+    assert lean.attention == "kernel" and "compiled kernel" in lean.describe()
+
+
+def test_the_kernel_says_why_it_does_not_run(monkeypatch):
+    """A shape it has no kernel for, no compiler, a compiler that fails, and the switch that turns it off:
+    the lean step runs torch operations and says why; kernel=True then raises instead."""
+    from rlvr.rollout import kernel as kernels
+
+    model = tiny_model(seed=1)  # head_dim 8
+    lean = LeanDecoder(model, PackedLinears(model))
+    assert lean.attention == "torch"
+    if HAVE_CC:
+        assert "no kernel for 4 query heads over 2 key/value heads of size 8" in lean.describe()
+        with pytest.raises(LeanUnavailable, match="no kernel for 4 query heads"):
+            LeanDecoder(model, PackedLinears(model), kernel=True)
+    d64 = llama_gqa_d64()
+    try:
+        for env, why in [({"RLVR_CASCADE_KERNEL": "0"}, "RLVR_CASCADE_KERNEL=0"),
+                         ({"CC": "/nonexistent/cc"}, "could not build cascade_attention.c with /nonexistent/cc"),
+                         ({"CC": "false"}, "false failed to build cascade_attention.c")]:
+            with monkeypatch.context() as m:
+                for k, v in env.items():
+                    m.setenv(k, v)
+                kernels.load.cache_clear()
+                lean = LeanDecoder(d64, PackedLinears(d64))
+                assert lean.attention == "torch" and why in lean.describe(), lean.describe()
+                with pytest.raises(LeanUnavailable, match="compiled attention kernel is unavailable"):
+                    LeanDecoder(d64, PackedLinears(d64), kernel=True)
+    finally:
+        kernels.load.cache_clear()  # later tests build it again
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", *KERNEL_SHAPES])
 def test_engine_samples_the_same_tokens_with_and_without_lean_decode(arch):
     model, tok = _eos(MODELS[arch]()), tiny_tokenizer()
     G, seeds = 4, [sample_seed(3, i) for i in range(len(PROMPTS) * 4)]

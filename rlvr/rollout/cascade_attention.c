@@ -1,0 +1,163 @@
+/* One lean decode step's attention for one layer, over a cascade cache (rlvr/rollout/lean.py).
+ *
+ * Compiled on the machine that runs it, at first use (rlvr/rollout/kernel.py: cc -O3 -march=native
+ * -fopenmp), and called through ctypes with the tensors' data pointers. OpenMP shares torch's runtime
+ * (libgomp.so.1, already loaded), so the thread count is torch's.
+ *
+ * Layouts (float32, contiguous; b live rows, H query heads, KV key/value heads, rep = H / KV):
+ *   qkv      [b, (H + 2 KV) D]    the [q; k; v] product of the step's token, before rotary
+ *   cos, sin [b, D]               the rotary tables at each row's position
+ *   keys_t   [rows, KV, D, cap]   the rows' response keys, transposed (position last)
+ *   values   [rows, KV, cap, D]   the rows' response values
+ *   prompt_kt [P, KV, D, L]       the prompts' keys, transposed; prompt_v [P, KV, L, D]
+ *   bias     [P, L]               0, or -inf on a prompt's left padding
+ *   prompt   [b]                  the prompt each live row samples from
+ *   scores   [b, KV, rep, L + t + 1]; out [b, KV, rep, D]
+ *
+ * Live row r keeps its response at index r of keys_t / values (the cache moves rows to the front
+ * when others finish), so each (row, key/value head) pair writes only its own slots: the pairs run
+ * in parallel without locks.
+ *
+ * Vectors are GCC's vector extension (16 floats), lowered to whatever the CPU has. A score is
+ * accumulated in the lane of its key position (keys transposed), so no horizontal sums are needed;
+ * an output row in four registers per query head. Results differ from torch's bmm + softmax by float
+ * rounding (the order of the sums).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+#define LOAD(p) (*(const v16 *)(p))
+#define STORE(p, v) (*(v16 *)(p) = (v))
+
+/* q · keys for keys [D, stride] (position last) at positions 0..n-1, the REP query heads of q [REP, D];
+ * adds bias[l] when bias is given; writes out[i * W + l]. */
+#define SCORES(REP, D)                                                                                  \
+    static void scores_##REP##_##D(const float *q, const float *keys, size_t stride, int n,            \
+                                   const float *bias, float *out, int W) {                             \
+        int l = 0;                                                                                      \
+        for (; l + 16 <= n; l += 16) {                                                                  \
+            v16 acc[REP];                                                                               \
+            for (int i = 0; i < REP; i++) acc[i] = (v16){0};                                            \
+            for (int d = 0; d < D; d++) {                                                               \
+                v16 k = LOAD(keys + (size_t)d * stride + l);                                            \
+                for (int i = 0; i < REP; i++) acc[i] += q[i * D + d] * k;                               \
+            }                                                                                           \
+            for (int i = 0; i < REP; i++) {                                                             \
+                if (bias) acc[i] += LOAD(bias + l);                                                     \
+                STORE(out + (size_t)i * W + l, acc[i]);                                                 \
+            }                                                                                           \
+        }                                                                                               \
+        for (; l < n; l++) {                                                                            \
+            for (int i = 0; i < REP; i++) {                                                             \
+                float s = 0;                                                                            \
+                for (int d = 0; d < D; d++) s += q[i * D + d] * keys[(size_t)d * stride + l];           \
+                out[(size_t)i * W + l] = bias ? s + bias[l] : s;                                        \
+            }                                                                                           \
+        }                                                                                               \
+    }
+
+/* out[i, :] (+)= sum over l < n of w[i * W + l] * values[l, :] for values [n, D]. */
+#define VALUES(REP, D)                                                                                  \
+    static void values_##REP##_##D(const float *w, int W, const float *values, int n, float *out,      \
+                                   int accumulate) {                                                    \
+        v16 acc[REP][D / 16];                                                                           \
+        for (int i = 0; i < REP; i++)                                                                   \
+            for (int j = 0; j < D / 16; j++) acc[i][j] = accumulate ? LOAD(out + i * D + 16 * j) : (v16){0}; \
+        for (int l = 0; l < n; l++) {                                                                   \
+            const float *v = values + (size_t)l * D;                                                    \
+            for (int j = 0; j < D / 16; j++) {                                                          \
+                v16 x = LOAD(v + 16 * j);                                                               \
+                for (int i = 0; i < REP; i++) acc[i][j] += w[(size_t)i * W + l] * x;                    \
+            }                                                                                           \
+        }                                                                                               \
+        for (int i = 0; i < REP; i++)                                                                   \
+            for (int j = 0; j < D / 16; j++) STORE(out + i * D + 16 * j, acc[i][j]);                    \
+    }
+
+#define KERNELS(D) SCORES(1, D) SCORES(2, D) SCORES(3, D) SCORES(4, D) SCORES(5, D) SCORES(6, D) \
+    SCORES(7, D) SCORES(8, D) VALUES(1, D) VALUES(2, D) VALUES(3, D) VALUES(4, D) VALUES(5, D)    \
+    VALUES(6, D) VALUES(7, D) VALUES(8, D)
+KERNELS(64)
+KERNELS(128)
+
+typedef void (*scores_fn)(const float *, const float *, size_t, int, const float *, float *, int);
+typedef void (*values_fn)(const float *, int, const float *, int, float *, int);
+
+static scores_fn pick_scores(int rep, int D) {
+    if (D != 64 && D != 128) return 0;
+#define CASE(R)                                                                                         \
+    case R:                                                                                             \
+        return D == 64 ? scores_##R##_64 : scores_##R##_128;
+    switch (rep) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) }
+#undef CASE
+    return 0;
+}
+
+static values_fn pick_values(int rep, int D) {
+    if (D != 64 && D != 128) return 0;
+#define CASE(R)                                                                                         \
+    case R:                                                                                             \
+        return D == 64 ? values_##R##_64 : values_##R##_128;
+    switch (rep) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) }
+#undef CASE
+    return 0;
+}
+
+/* Which (rep, D) this file has kernels for: 1 when supported. */
+int cascade_supports(int rep, int D) { return pick_scores(rep, D) != 0 && pick_values(rep, D) != 0; }
+
+/* Rotary on the row's q and k heads (q scaled by `scale`), k and v stored at response position t,
+ * then the scores of the rep query heads of each key/value head over the prompt (with its bias)
+ * and the response positions 0..t. */
+void cascade_scores(const float *qkv, const float *cos, const float *sin, float scale, float *keys_t,
+                    float *values, const float *prompt_kt, const float *bias, const int64_t *prompt,
+                    int b, int H, int KV, int D, int L, int cap, int t, float *scores) {
+    const int rep = H / KV, W = L + t + 1, half = D / 2;
+    const scores_fn score = pick_scores(rep, D);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < b; r++) {
+        for (int h = 0; h < KV; h++) {
+            const float *row = qkv + (size_t)r * (H + 2 * KV) * D, *c = cos + (size_t)r * D, *s = sin + (size_t)r * D;
+            float q[8 * 128];
+            for (int i = 0; i < rep; i++) {
+                const float *x = row + (size_t)(h * rep + i) * D;
+                for (int d = 0; d < D; d++) {
+                    float rot = d < half ? -x[d + half] : x[d - half];
+                    q[i * D + d] = (x[d] * c[d] + rot * s[d]) * scale;
+                }
+            }
+            const float *k = row + (size_t)(H + h) * D, *v = row + (size_t)(H + KV + h) * D;
+            float *kt = keys_t + ((size_t)r * KV + h) * D * cap;
+            for (int d = 0; d < D; d++) {
+                float rot = d < half ? -k[d + half] : k[d - half];
+                kt[(size_t)d * cap + t] = k[d] * c[d] + rot * s[d];
+            }
+            float *vv = values + (((size_t)r * KV + h) * cap + t) * D;
+            memcpy(vv, v, sizeof(float) * D);
+            const int64_t p = prompt[r];
+            float *out = scores + ((size_t)r * KV + h) * rep * W;
+            score(q, prompt_kt + ((size_t)p * KV + h) * D * L, L, L, bias + (size_t)p * L, out, W);
+            score(q, kt, cap, t + 1, 0, out + L, W);
+        }
+    }
+}
+
+/* out = weights · [prompt values; the row's response values 0..t]; weights [b, KV, rep, L + t + 1]. */
+void cascade_values(const float *weights, const float *prompt_v, const float *values, const int64_t *prompt,
+                    int b, int H, int KV, int D, int L, int cap, int t, float *out) {
+    const int rep = H / KV, W = L + t + 1;
+    const values_fn combine = pick_values(rep, D);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < b; r++) {
+        for (int h = 0; h < KV; h++) {
+            const int64_t p = prompt[r];
+            const float *w = weights + ((size_t)r * KV + h) * rep * W;
+            float *o = out + ((size_t)r * KV + h) * rep * D;
+            combine(w, W, prompt_v + ((size_t)p * KV + h) * L * D, L, o, 0);
+            combine(w + L, W, values + ((size_t)r * KV + h) * cap * D, t + 1, o, 1);
+        }
+    }
+}
