@@ -93,28 +93,25 @@ KERNELS(128)
 typedef void (*scores_fn)(const float *, const float *, size_t, int, const float *, float *, int);
 typedef void (*values_fn)(const float *, int, const float *, int, float *, int);
 
-static scores_fn pick_scores(int rep, int D) {
+/* The kernels for rep query heads per key/value head of size D: 1, or 0 where this file has none. */
+static int pick(int rep, int D, scores_fn *score, values_fn *combine) {
     if (D != 64 && D != 128) return 0;
 #define CASE(R)                                                                                         \
     case R:                                                                                             \
-        return D == 64 ? scores_##R##_64 : scores_##R##_128;
-    switch (rep) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) }
-#undef CASE
-    return 0;
-}
-
-static values_fn pick_values(int rep, int D) {
-    if (D != 64 && D != 128) return 0;
-#define CASE(R)                                                                                         \
-    case R:                                                                                             \
-        return D == 64 ? values_##R##_64 : values_##R##_128;
+        *score = D == 64 ? scores_##R##_64 : scores_##R##_128;                                          \
+        *combine = D == 64 ? values_##R##_64 : values_##R##_128;                                        \
+        return 1;
     switch (rep) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) }
 #undef CASE
     return 0;
 }
 
 /* Which (rep, D) this file has kernels for: 1 when supported. */
-int cascade_supports(int rep, int D) { return pick_scores(rep, D) != 0 && pick_values(rep, D) != 0; }
+int cascade_supports(int rep, int D) {
+    scores_fn s;
+    values_fn v;
+    return pick(rep, D, &s, &v);
+}
 
 /* Rotary on the row's q and k heads (q scaled by `scale`), k and v stored at response position t,
  * then the scores of the rep query heads of each key/value head over the prompt (with its bias)
@@ -123,7 +120,9 @@ void cascade_scores(const float *qkv, const float *cos, const float *sin, float 
                     float *values, const float *prompt_kt, const float *bias, const int64_t *prompt,
                     int b, int H, int KV, int D, int L, int cap, int t, float *scores) {
     const int rep = H / KV, W = L + t + 1, half = D / 2;
-    const scores_fn score = pick_scores(rep, D);
+    scores_fn score;
+    values_fn unused;
+    pick(rep, D, &score, &unused);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int r = 0; r < b; r++) {
         for (int h = 0; h < KV; h++) {
@@ -156,7 +155,9 @@ void cascade_scores(const float *qkv, const float *cos, const float *sin, float 
 void cascade_values(const float *weights, const float *prompt_v, const float *values, const int64_t *prompt,
                     int b, int H, int KV, int D, int L, int cap, int t, float *out) {
     const int rep = H / KV, W = L + t + 1;
-    const values_fn combine = pick_values(rep, D);
+    scores_fn unused;
+    values_fn combine;
+    pick(rep, D, &unused, &combine);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int r = 0; r < b; r++) {
         for (int h = 0; h < KV; h++) {
