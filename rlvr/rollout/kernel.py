@@ -1,19 +1,23 @@
-"""The cascade attention kernel (``cascade_attention.c``): compiled on this machine at first use,
+"""The lean decode step's kernels (``decode_kernels.c``): compiled on this machine at first use,
 called through ctypes.
 
-Why: the lean decode step's attention in torch operations is about 12 small operations a layer
-(index copies into the group layout, four batched products of a few rows each, a concatenation, a
-softmax); at 16 rows they took 6.3-7.0 ms of a 30 ms SmolLM2-135M decode step on a 2-core AVX-512
-CPU, mostly per-call overhead of products too small for a BLAS. The kernel does rotary, the cache
-write and both score products in one call per layer and the weighted sum of values in another,
-with torch's softmax between them (``benchmarks/NOTES.md`` has the measurements).
+Why (``benchmarks/NOTES.md`` has the measurements; SmolLM2-135M, 16 rows, a 2-core AVX-512 CPU):
+
+- **attention**: in torch operations about 12 small operations a layer (index copies into the group
+  layout, four batched products of a few rows each, a concatenation, a softmax), 6.3-7.9 ms of a
+  30-33 ms decode step, mostly per-call overhead of products too small for a BLAS. The kernel does
+  rotary, the cache write and both score products in one call a layer and the weighted sum of
+  values in another, with torch's softmax between them: 3.5 ms.
+- **products**: oneDNN's prepacked product does not overlap its weight reads with its arithmetic at
+  8-16 rows (the 211 products of a step 19-21 ms at 16 rows against 12.3 ms to read the weights
+  once). The kernel streams each weight panel once while 16 rows accumulate in registers: 14-16 ms.
 
 How: ``cc -O3 -march=native -fopenmp`` builds the C file into a temporary directory once per
 process (about 0.3 s; the library stays loaded after the directory is removed). ``-march=native``
 is why it is built where it runs: the same file gives AVX-512 code on one host and AVX2 on another.
 OpenMP resolves to the libgomp torch already loaded, so the kernel runs on torch's threads. With
 no C compiler, a failed build, or a shape the file has no kernel for (head_dim other than 64 or 128,
-more than 8 query heads per key/value head), :func:`load` / :meth:`CascadeKernel.supports` say so and
+more than 8 query heads per key/value head), :func:`load` / :meth:`DecodeKernels.supports` say so and
 the lean step runs the same attention as torch operations. ``RLVR_CASCADE_KERNEL=0`` turns it off.
 """
 
@@ -30,20 +34,54 @@ from pathlib import Path
 import torch  # noqa: F401  (loaded first: the kernel's OpenMP then binds to torch's libgomp)
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("cascade_attention.c")
+SOURCE = Path(__file__).with_name("decode_kernels.c")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11"]
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
-class CascadeKernel:
-    """The loaded library: :meth:`scores` and :meth:`values` for one layer of a decode step."""
+OPS = {None: 0, "add": 1, "mul": 2}
+
+
+class DecodeKernels:
+    """The loaded library: :meth:`linear` for the products, :meth:`scores` and :meth:`values` for the
+    attention of one layer of a decode step."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
         lib.cascade_supports.argtypes, lib.cascade_supports.restype = [_I, _I], _I
         lib.cascade_scores.argtypes = [_P, _P, _P, _F, _P, _P, _P, _P, _P] + [_I] * 7 + [_P]
         lib.cascade_values.argtypes = [_P, _P, _P, _P] + [_I] * 7 + [_P]
+        lib.lean_linear.argtypes = [_P, _I, _I, _P, _I, _P, _I, _P, _P]
+        lib.lean_vector_width.restype = _I
+        self.width = lib.lean_vector_width()
+        """Output columns per weight panel (the CPU's float vector width)."""
+
+    def panels(self, weight: Tensor, out: Tensor | None = None) -> Tensor:
+        """``weight`` [N, K] in the layout :meth:`linear` reads, [ceil(N / width), K, width] (the last
+        panel zero-padded), written into ``out`` when it has that shape (no new memory), else new."""
+        N, K = weight.shape
+        n = -(-N // self.width)
+        if out is None or out.shape != (n, K, self.width):
+            out = weight.new_zeros(n, K, self.width)
+        full = N // self.width
+        out[:full].copy_(weight[: full * self.width].view(full, self.width, K).transpose(1, 2))
+        if full < n:
+            out[full].zero_()
+            out[full, :, : N - full * self.width].copy_(weight[full * self.width :].t())
+        return out
+
+    def linear(self, x: Tensor, panels: Tensor, n: int, bias: Tensor | None = None, *, add: Tensor | None = None,
+               mul: Tensor | None = None) -> Tensor:
+        """``x`` [M, K] W^T + ``bias`` for W in :meth:`panels` (``n`` outputs), then ``+ add`` or ``* mul``
+        ([M, n]); x, bias and the other operand contiguous float32."""
+        M, K = x.shape
+        other = add if add is not None else mul
+        y = x.new_empty(M, n)
+        self.lib.lean_linear(x.data_ptr(), M, K, panels.data_ptr(), n, None if bias is None else bias.data_ptr(),
+                             OPS["add" if add is not None else "mul" if mul is not None else None],
+                             None if other is None else other.data_ptr(), y.data_ptr())
+        return y
 
     def supports(self, heads: int, kv_heads: int, head_dim: int) -> bool:
         """Whether the file has a kernel for this attention shape."""
@@ -53,7 +91,7 @@ class CascadeKernel:
                prompt_kt: Tensor, bias: Tensor, prompt: Tensor, heads: int, t: int, out: Tensor) -> None:
         """Rotary on ``qkv``'s q and k heads, k and v written at response position ``t``, and ``out``
         [b, KV, rep, L + t + 1] = the scaled queries' scores over the prompt (plus ``bias``) and the
-        row's response positions 0..t (layouts in ``cascade_attention.c``)."""
+        row's response positions 0..t (layouts in ``decode_kernels.c``)."""
         b = qkv.shape[0]
         KV, D, cap = keys_t.shape[1], keys_t.shape[2], keys_t.shape[3]
         self.lib.cascade_scores(
@@ -75,7 +113,7 @@ why_not: str | None = None
 
 
 @functools.cache
-def load() -> CascadeKernel | None:
+def load() -> DecodeKernels | None:
     """The compiled kernel, built once per process; None (and :data:`why_not` set) when it is turned
     off or cannot be built here."""
     global why_not
@@ -88,10 +126,10 @@ def load() -> CascadeKernel | None:
         else:
             try:
                 with tempfile.TemporaryDirectory(prefix="rlvr-kernel-") as tmp:
-                    so = Path(tmp) / "cascade_attention.so"
+                    so = Path(tmp) / "decode_kernels.so"
                     subprocess.run([cc, *FLAGS, "-o", str(so), str(SOURCE)], check=True, capture_output=True,
                                    text=True, timeout=300)
-                    return CascadeKernel(ctypes.CDLL(str(so)))
+                    return DecodeKernels(ctypes.CDLL(str(so)))
             except subprocess.CalledProcessError as e:
                 first = (e.stderr or e.stdout or "").strip().splitlines()
                 why_not = f"{cc} failed to build {SOURCE.name}: {first[0] if first else f'exit {e.returncode}'}"

@@ -99,13 +99,21 @@ def _rms_norm(x: Tensor, norm) -> Tensor:
 
 
 class _Fused:
-    """Linear layers that read the same input, packed as one matrix (their weights stacked): one product
-    instead of several, repacked when one of the parts' packed weights was."""
+    """Linear layers that read the same input (one or more), their weights stacked as one matrix in a
+    product's layout: one product instead of several, remade when one of the parts' packed weights
+    was repacked (its slot's ``generation`` moved on).
 
-    def __init__(self, *parts) -> None:
-        self.parts = parts
+    Args:
+        parts: the layers' :class:`~rlvr.models.packed` slots.
+        layout: ``(weight [N, K], previous or None) -> tensor``: oneDNN's packed layout, or the compiled
+            kernels' panels (which it may write into ``previous``, the last one it made).
+    """
+
+    def __init__(self, *parts, layout) -> None:
+        self.parts, self.layout = parts, layout
         self.packed: Tensor | None = None
         self.bias: Tensor | None = None
+        self.n = sum(s.module.out_features for s in parts)
         self._made_from: tuple | None = None
 
     @torch.no_grad()
@@ -114,22 +122,36 @@ class _Fused:
         if made_from == self._made_from:
             return
         modules = [s.module for s in self.parts]
-        self.packed = pack_weight(torch.cat([m.weight for m in modules]), self.parts[0].rows_hint)
+        weight = modules[0].weight if len(modules) == 1 else torch.cat([m.weight for m in modules])
+        self.packed = self.layout(weight.detach(), self.packed)
         self.bias = None if all(m.bias is None for m in modules) else torch.cat([
-            m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in modules])
+            m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in modules]).detach().contiguous()
         self._made_from = made_from
 
 
 class _Layer:
-    """One decoder layer's norms and packed products, [q; k; v] fused (for SmolLM2-135M's 30 layers at
-    16 rows, 2.3 against 3.2 ms a decode step). [gate; up] fused as well measured no faster within the
-    noise (a whole step 30.5 against 29.9 ms) for 0.2 GiB more, so the gate's product carries the SiLU
-    and the up product the multiplication as oneDNN post-ops instead."""
+    """One decoder layer's norms and products.
 
-    def __init__(self, layer, slot: dict) -> None:
+    With oneDNN (torch operations): the packed products, [q; k; v] fused (for SmolLM2-135M's 30 layers
+    at 16 rows, 2.3 against 3.2 ms a decode step). [gate; up] fused as well measured no faster within
+    the noise (a whole step 30.5 against 29.9 ms) for 0.2 GiB more, so the gate's product carries the
+    SiLU and the up product the multiplication as oneDNN post-ops instead.
+
+    With the compiled kernels: every product in the kernels' panel layout ([q; k; v] as one), a
+    copy of all the layer's weights beside the oneDNN-packed one (the prefill and the update use that).
+    """
+
+    def __init__(self, layer, slot: dict, kernels=None) -> None:
         self.ln_attn, self.ln_mlp = layer.input_layernorm, layer.post_attention_layernorm
         q, k, v, self.o, self.gate, self.up, self.down = (slot[id(lin)] for lin in _projections(layer).values())
-        self.qkv = _Fused(q, k, v)
+        if kernels is None:
+            self.qkv = _Fused(q, k, v, layout=lambda w, _: pack_weight(w, q.rows_hint))
+            self.fused = [self.qkv]
+        else:
+            panels = kernels.panels
+            self.qkv = _Fused(q, k, v, layout=panels)
+            self.o, self.gate, self.up, self.down = (_Fused(s, layout=panels) for s in (self.o, self.gate, self.up, self.down))
+            self.fused = [self.qkv, self.o, self.gate, self.up, self.down]
 
 
 class CascadeCache:
@@ -195,9 +217,6 @@ class LeanDecoder:
         slot = {id(s.module): s for s in packed.slots}
         base, cfg = model.model, model.config
         self.packed = packed
-        self.layers = [_Layer(layer, slot) for layer in base.layers]
-        self.embed, self.norm, self.rotary = base.embed_tokens, base.norm, base.rotary_emb
-        self.head = slot[id(model.lm_head)]
         H, KV = cfg.num_attention_heads, cfg.num_key_value_heads
         attn = base.layers[0].self_attn
         D = attn.head_dim
@@ -205,7 +224,13 @@ class LeanDecoder:
         self.kernel, self.why_torch = (None, "kernel=False") if kernel is False else _kernel_for(
             H, KV, D, required=kernel is True)
         self.attention = "kernel" if self.kernel is not None else "torch"
-        """How the attention runs: ``kernel`` (compiled, :mod:`rlvr.rollout.kernel`) or ``torch`` operations."""
+        """How the products and the attention run: ``kernel`` (compiled, :mod:`rlvr.rollout.kernel`) or
+        ``torch`` operations (oneDNN's packed products)."""
+        self.layers = [_Layer(layer, slot, self.kernel) for layer in base.layers]
+        self.embed, self.norm, self.rotary = base.embed_tokens, base.norm, base.rotary_emb
+        self.head = slot[id(model.lm_head)]
+        if self.kernel is not None:
+            self.head = _Fused(self.head, layout=self.kernel.panels)
         # torch operations: rotary as x·cos + roll(x, D/2)·sin·sign (rotate_half(x) = roll(x, D/2) with the
         # first half negated), on the query and key heads at once, the attention's scaling folded into the queries
         p = next(model.parameters())
@@ -218,14 +243,14 @@ class LeanDecoder:
     def describe(self) -> str:
         """One line for the run's log: lean decode is on, and how its attention runs (and why not compiled)."""
         if self.kernel is not None:
-            return "decode: lean step (rollout.lean_decode), attention by the compiled kernel"
-        return f"decode: lean step (rollout.lean_decode), attention as torch operations ({self.why_torch})"
+            return "decode: lean step (rollout.lean_decode), products and attention by the compiled kernels"
+        return f"decode: lean step (rollout.lean_decode), products and attention as torch operations ({self.why_torch})"
 
     def cache(self, hf_cache, attention_mask: Tensor, group_size: int, capacity: int) -> CascadeCache:
         """A :class:`CascadeCache` from the prefill's Hugging Face cache of the P prompts; repacks stale weights."""
         self.packed.refresh()
-        for layer in self.layers:
-            layer.qkv.refresh()
+        for fused in [f for layer in self.layers for f in layer.fused] + ([self.head] if self.kernel is not None else []):
+            fused.refresh()
         return CascadeCache([(layer.keys, layer.values) for layer in hf_cache.layers], attention_mask, group_size,
                             capacity, self.heads)
 
@@ -236,13 +261,13 @@ class LeanDecoder:
         b, t = tokens.shape[0], cache.length
         x = self.embed(tokens)  # [b, hidden]
         cos, sin = self.rotary(x, positions[:, None])  # [b, 1, D]
-        attend = self._kernel_attention if self.kernel is not None else self._torch_attention
-        tables = (cos.reshape(b, -1).contiguous(), sin.reshape(b, -1).contiguous()) if self.kernel is not None else (
-            cos * self._cos_scale, sin * self._sin_scale)  # [b, H + KV, D]
+        if self.kernel is not None:
+            return self._kernel_step(x, cos.reshape(b, -1).contiguous(), sin.reshape(b, -1).contiguous(), cache)
+        tables = cos * self._cos_scale, sin * self._sin_scale  # [b, H + KV, D]
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.ln_attn)
             qkv = packed_linear(h, layer.qkv.packed, layer.qkv.bias)
-            attn = attend(qkv, tables, i, cache, b, t)
+            attn = self._torch_attention(qkv, tables, i, cache, b, t)
             x = _product(attn, layer.o, add=x)
             h = _rms_norm(x, layer.ln_mlp)
             act = _product(h, layer.up, mul=_product(h, layer.gate, silu=True))
@@ -250,19 +275,28 @@ class LeanDecoder:
         cache.length = t + 1
         return _product(_rms_norm(x, self.norm), self.head)
 
-    def _kernel_attention(self, qkv: Tensor, tables, i: int, c: CascadeCache, b: int, t: int) -> Tensor:
-        """[b, H·D]: rotary, the cache write and the attention by the compiled kernel."""
-        H, KV, D = self.heads, self.kv_heads, self.head_dim
-        scores = qkv.new_empty(b, KV, H // KV, c.L + t + 1)
-        self.kernel.scores(qkv, *tables, self.scaling, c.keys_t[i], c.values[i], c.prompt_kt[i], c.bias, c.live_p, H,
-                           t, scores)
-        weights = scores.softmax(-1)
-        out = qkv.new_empty(b, H * D)
-        self.kernel.values(weights, c.prompt_v[i], c.values[i], c.live_p, H, t, out)
-        return out
+    def _kernel_step(self, x: Tensor, cos: Tensor, sin: Tensor, c: CascadeCache) -> Tensor:
+        """:meth:`step` by the compiled kernels: their products, rotary, cache write and attention."""
+        k, H, KV, D = self.kernel, self.heads, self.kv_heads, self.head_dim
+        b, t = x.shape[0], c.length
+        for i, layer in enumerate(self.layers):
+            h = _rms_norm(x, layer.ln_attn)
+            qkv = k.linear(h, layer.qkv.packed, layer.qkv.n, layer.qkv.bias)
+            scores = x.new_empty(b, KV, H // KV, c.L + t + 1)
+            k.scores(qkv, cos, sin, self.scaling, c.keys_t[i], c.values[i], c.prompt_kt[i], c.bias, c.live_p, H, t, scores)
+            attn = x.new_empty(b, H * D)
+            k.values(scores.softmax(-1), c.prompt_v[i], c.values[i], c.live_p, H, t, attn)
+            x = k.linear(attn, layer.o.packed, layer.o.n, layer.o.bias, add=x)
+            h = _rms_norm(x, layer.ln_mlp)
+            gate = torch.nn.functional.silu(k.linear(h, layer.gate.packed, layer.gate.n, layer.gate.bias), inplace=True)
+            act = k.linear(h, layer.up.packed, layer.up.n, layer.up.bias, mul=gate)
+            x = k.linear(act, layer.down.packed, layer.down.n, layer.down.bias, add=x)
+        c.length = t + 1
+        return k.linear(_rms_norm(x, self.norm).contiguous(), self.head.packed, self.head.n, self.head.bias)
 
     def _torch_attention(self, qkv: Tensor, tables, i: int, c: CascadeCache, b: int, t: int) -> Tensor:
-        """[b, H·D]: the same as :meth:`_kernel_attention` in torch operations."""
+        """[b, H·D]: rotary, the cache write and the attention in torch operations (what the kernels' step
+        does in ``cascade_scores`` and ``cascade_values``)."""
         H, KV, D = self.heads, self.kv_heads, self.head_dim
         cos, sin = tables
         qk = qkv[:, : (H + KV) * D].view(b, H + KV, D)

@@ -128,8 +128,8 @@ def test_the_kernel_says_why_it_does_not_run(monkeypatch):
     d64 = llama_gqa_d64()
     try:
         for env, why in [({"RLVR_CASCADE_KERNEL": "0"}, "RLVR_CASCADE_KERNEL=0"),
-                         ({"CC": "/nonexistent/cc"}, "could not build cascade_attention.c with /nonexistent/cc"),
-                         ({"CC": "false"}, "false failed to build cascade_attention.c")]:
+                         ({"CC": "/nonexistent/cc"}, "could not build decode_kernels.c with /nonexistent/cc"),
+                         ({"CC": "false"}, "false failed to build decode_kernels.c")]:
             with monkeypatch.context() as m:
                 for k, v in env.items():
                     m.setenv(k, v)

@@ -1,10 +1,17 @@
-/* One lean decode step's attention for one layer, over a cascade cache (rlvr/rollout/lean.py).
+/* Kernels of the lean decode step (rlvr/rollout/lean.py): its products and its attention over a
+ * cascade cache.
  *
  * Compiled on the machine that runs it, at first use (rlvr/rollout/kernel.py: cc -O3 -march=native
  * -fopenmp), and called through ctypes with the tensors' data pointers. OpenMP shares torch's runtime
  * (libgomp.so.1, already loaded), so the thread count is torch's.
  *
- * Layouts (float32, contiguous; b live rows, H query heads, KV key/value heads, rep = H / KV):
+ * Products (lean_linear): y = x W^T + bias, then + or * another tensor, for the few rows of a decode
+ * step. W is stored in panels of VL output columns, [ceil(N / VL), K, VL], each read once from
+ * memory front to back (prefetched ahead) while up to 16 rows accumulate in registers: the weight
+ * stream and the arithmetic overlap, which oneDNN's prepacked product does not manage at 8-16 rows.
+ *
+ * Attention (cascade_scores, cascade_values), float32, contiguous; b live rows, H query heads, KV
+ * key/value heads, rep = H / KV:
  *   qkv      [b, (H + 2 KV) D]    the [q; k; v] product of the step's token, before rotary
  *   cos, sin [b, D]               the rotary tables at each row's position
  *   keys_t   [rows, KV, D, cap]   the rows' response keys, transposed (position last)
@@ -18,9 +25,9 @@
  * when others finish), so each (row, key/value head) pair writes only its own slots: the pairs run
  * in parallel without locks.
  *
- * Vectors are GCC's vector extension, as wide as the CPU's (VL floats). A score is
- * accumulated in the lane of its key position (keys transposed), so no horizontal sums are needed;
- * an output row in four registers per query head. Results differ from torch's bmm + softmax by float
+ * Vectors are GCC's vector extension, as wide as the CPU's (VL floats). A score is accumulated in
+ * the lane of its key position (keys transposed), so no horizontal sums are needed; an output row in
+ * D / VL registers per query head. Results differ from torch's products, bmm and softmax by float
  * rounding (the order of the sums).
  */
 #include <stddef.h>
@@ -166,6 +173,54 @@ void cascade_values(const float *weights, const float *prompt_v, const float *va
             float *o = out + ((size_t)r * KV + h) * rep * D;
             combine(w, W, prompt_v + ((size_t)p * KV + h) * L * D, L, o, 0);
             combine(w + L, W, values + ((size_t)r * KV + h) * cap * D, t + 1, o, 1);
+        }
+    }
+}
+
+/* Products: y[m, n] for MC rows (MC <= 16) of x [.., K] and one panel [K, VL] of W^T, into acc. */
+#define PANEL(MC)                                                                                       \
+    static void panel_##MC(const float *x, int K, const float *w, vf *acc) {                           \
+        vf a[MC];                                                                                       \
+        for (int m = 0; m < MC; m++) a[m] = (vf){0};                                                    \
+        for (int k = 0; k < K; k++) {                                                                   \
+            __builtin_prefetch(w + (size_t)(k + 64) * VL);                                              \
+            vf b = LOAD(w + (size_t)k * VL);                                                            \
+            for (int m = 0; m < MC; m++) a[m] += x[(size_t)m * K + k] * b;                              \
+        }                                                                                               \
+        for (int m = 0; m < MC; m++) acc[m] = a[m];                                                     \
+    }
+#define ROWS_MAX 16
+PANEL(1) PANEL(2) PANEL(3) PANEL(4) PANEL(5) PANEL(6) PANEL(7) PANEL(8)
+PANEL(9) PANEL(10) PANEL(11) PANEL(12) PANEL(13) PANEL(14) PANEL(15) PANEL(16)
+typedef void (*panel_fn)(const float *, int, const float *, vf *);
+static const panel_fn PANELS[ROWS_MAX + 1] = {0, panel_1, panel_2, panel_3, panel_4, panel_5, panel_6, panel_7,
+    panel_8, panel_9, panel_10, panel_11, panel_12, panel_13, panel_14, panel_15, panel_16};
+
+int lean_vector_width(void) { return VL; }
+
+/* y [M, N] = x [M, K] W^T + bias (may be 0), then op 0: as is; 1: + other; 2: * other (other [M, N]).
+ * W in panels [ceil(N / VL), K, VL], the last one zero-padded. Rows beyond 16 go 16 at a time through
+ * each panel, which is then read from cache. */
+void lean_linear(const float *x, int M, int K, const float *w, int N, const float *bias, int op,
+                 const float *other, float *y) {
+    const int panels = (N + VL - 1) / VL;
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < panels; j++) {
+        const float *panel = w + (size_t)j * K * VL;
+        const int n0 = j * VL, cols = N - n0 < VL ? N - n0 : VL;
+        for (int m0 = 0; m0 < M; m0 += ROWS_MAX) {
+            const int rows = M - m0 < ROWS_MAX ? M - m0 : ROWS_MAX;
+            vf acc[ROWS_MAX];
+            PANELS[rows](x + (size_t)m0 * K, K, panel, acc);
+            for (int m = 0; m < rows; m++) {
+                float tile[VL], *out = y + (size_t)(m0 + m) * N + n0;
+                const float *o = other ? other + (size_t)(m0 + m) * N + n0 : 0;
+                STORE(tile, acc[m]);
+                for (int c = 0; c < cols; c++) {
+                    const float v = bias ? tile[c] + bias[n0 + c] : tile[c];
+                    out[c] = op == 1 ? v + o[c] : op == 2 ? v * o[c] : v;
+                }
+            }
         }
     }
 }
