@@ -12,8 +12,10 @@ beside it at the end. Every item is a formula over the model shape and the confi
   linear weight and the LM head (LoRA's adapter included) once more in the rollout dtype, and,
   without bf16 autocast on a CPU where the packed update pays (AVX-512), the policy's once more
   (its transpose, for the update's backward; twice when the rollout samples from a copy of another
-  dtype); with ``rollout.lean_decode`` on a float32 rollout without LoRA, each layer's q, k and v
-  weights once more as one packed matrix.
+  dtype); with ``rollout.lean_decode`` on a float32 rollout without LoRA, every linear weight and
+  the LM head once more in the compiled decode kernels' layout where they run (a C compiler, and a
+  kernel for the attention's shape), else each layer's q, k and v weights once more as one packed
+  matrix.
 - **reference model**: N × bytes(``model.dtype``) when ``algo.kl_coef > 0``; none with LoRA (the
   reference is the base with the adapter disabled).
 - **AdamW state**: 2 moments × trainable params × bytes(``model.dtype``) (fp32 by default).
@@ -277,6 +279,15 @@ def _packed_update() -> bool:
     return packed_training_pays()
 
 
+def _decode_kernels(shape: ModelShape) -> bool:
+    """Whether lean decode runs on the compiled kernels here (:mod:`rlvr.rollout.kernel`: built, at
+    most once per process, and with a kernel for this attention shape)."""
+    from rlvr.rollout import kernel  # torch: imported only where a CPU estimate needs it
+
+    k = kernel.load()
+    return k is not None and k.supports(shape.num_attention_heads, shape.num_key_value_heads, shape.dim)
+
+
 def _precision(cfg: Config, device: str) -> tuple[str, bool]:
     """(rollout dtype, autocast on) as training resolves ``auto``; a CUDA device is assumed to have bf16."""
     if cfg.rollout.dtype != "auto" and cfg.model.autocast_bf16 != Switch.AUTO:
@@ -401,9 +412,13 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     how_packed = (" + ".join(f"{n} {d} cop{'y' if n == 1 else 'ies'}" for d, n in copies.items())
                   + " of the linear weights and LM head (model.packed_weights)") if on else "none (model.packed_weights=false, or not a CPU)"
     if on and cfg.rollout.lean_decode != Switch.OFF and rollout_dtype == "float32" and not rank:
-        shapes = shape.linear_shapes()  # rollout.lean_decode: q, k and v packed once more as one matrix
-        packed += L * sum(i * o for name, (i, o) in shapes.items() if name in ("q_proj", "k_proj", "v_proj")) * BYTES["float32"]
-        how_packed += ", + [q; k; v] for rollout.lean_decode"
+        if _decode_kernels(shape):  # rollout.lean_decode's compiled products: every linear weight in their layout
+            packed += linear * BYTES["float32"]
+            how_packed += ", + all of them in the compiled decode kernels' layout (rollout.lean_decode)"
+        else:  # q, k and v packed once more as one matrix
+            shapes = shape.linear_shapes()
+            packed += L * sum(i * o for name, (i, o) in shapes.items() if name in ("q_proj", "k_proj", "v_proj")) * BYTES["float32"]
+            how_packed += ", + [q; k; v] for rollout.lean_decode"
     items.append(Item("packed weights", packed, "resident", how_packed))
     if rank:
         ref, how_ref = 0, "none: LoRA's reference is the base with the adapter off"

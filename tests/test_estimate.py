@@ -67,6 +67,20 @@ def test_tiny_shape_arithmetic_by_hand(monkeypatch):
     assert no_lean["packed weights"] == 2 * 90112
     monkeypatch.setattr(packed, "packed_training_pays", lambda: False)  # AVX2: sampling packed, the update plain
     assert _items(estimate(load_config(None, TINY_RUN), TINY, device="cpu"))["packed weights"] == 90112 + 16384
+    # head_dim 64, 2 query heads a KV head: where the compiled decode kernels build, lean decode keeps
+    # every linear weight once more in their layout instead of the [q; k; v] copy
+    from rlvr.rollout import kernel
+
+    d64 = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True, head_dim=64)
+    # 2 layers * (32*256 + 2 * 32*128 + 256*32 + 3 * 32*64) + 128*32 = 2 * 30720 + 4096 = 65536 weights
+    lean_extra = 65536 * 4 if kernel.load() is not None else 2 * (8192 + 4096 + 4096) * 4
+    assert _items(estimate(load_config(None, TINY_RUN), d64, device="cpu"))["packed weights"] == 65536 * 4 + lean_extra
+    monkeypatch.setenv("RLVR_CASCADE_KERNEL", "0")
+    kernel.load.cache_clear()
+    try:
+        assert _items(estimate(load_config(None, TINY_RUN), d64, device="cpu"))["packed weights"] == 65536 * 4 + 2 * 16384 * 4
+    finally:
+        kernel.load.cache_clear()
 
 
 def test_no_reference_without_kl_and_no_runtime_on_cuda():

@@ -212,3 +212,30 @@ def test_lean_decode_true_where_it_cannot_run_is_one_config_error(overrides, mes
     with pytest.raises(UserError, match=message):
         load_config(None, ["rollout.lean_decode=true", *overrides])
     assert load_config(None, ["rollout.lean_decode=false", *overrides]).rollout.lean_decode.as_bool() is False
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the products run as oneDNN's")
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 40])
+def test_compiled_products_equal_torch_linear(rows):
+    """The kernels' product (``lean_linear``) against ``F.linear``: rows below, at and beyond the 16 it
+    keeps in registers, output sizes that do not fill the last weight panel, with and without bias,
+    then ``+`` or ``*`` another tensor; and panels rewritten in place keep their memory."""
+    from rlvr.rollout import kernel as kernels
+
+    k = kernels.load()
+    assert k is not None, kernels.why_not
+    g = torch.Generator().manual_seed(rows)
+    for n, d in [(100, 64), (576, 576), (33, 1536), (k.width, 8)]:
+        w, x = torch.randn(n, d, generator=g), torch.randn(rows, d, generator=g)
+        bias, other = torch.randn(n, generator=g), torch.randn(rows, n, generator=g)
+        panels = k.panels(w)
+        assert panels.shape == (-(-n // k.width), d, k.width)
+        plain = torch.nn.functional.linear(x, w, bias)
+        torch.testing.assert_close(k.linear(x, panels, n, bias), plain, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(k.linear(x, panels, n), plain - bias, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(k.linear(x, panels, n, bias, add=other), plain + other, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(k.linear(x, panels, n, bias, mul=other), plain * other, atol=1e-4, rtol=1e-4)
+        w2 = torch.randn(n, d, generator=g)
+        again = k.panels(w2, out=panels)
+        assert again.data_ptr() == panels.data_ptr()
+        torch.testing.assert_close(k.linear(x, again, n), x @ w2.T, atol=1e-4, rtol=1e-4)
