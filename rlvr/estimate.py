@@ -280,11 +280,11 @@ def _packed_update() -> bool:
 
 
 def _decode_kernels(shape: ModelShape) -> bool:
-    """Whether lean decode runs on the compiled kernels here (:mod:`rlvr.rollout.kernel`: built, at
+    """Whether lean decode runs on the compiled kernels here (:mod:`rlvr.models.kernels`: built, at
     most once per process, and with a kernel for this attention shape)."""
-    from rlvr.rollout import kernel  # torch: imported only where a CPU estimate needs it
+    from rlvr.models import kernels  # torch: imported only where a CPU estimate needs it
 
-    k = kernel.load()
+    k = kernels.load()
     return k is not None and k.supports(shape.num_attention_heads, shape.num_key_value_heads, shape.dim)
 
 

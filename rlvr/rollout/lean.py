@@ -19,7 +19,7 @@ How: :class:`LeanDecoder` runs one decode step of a float32 ``LlamaForCausalLM``
   layer at 16 rows, 16-128 response positions);
 - where a C compiler is present and the shape has one (head_dim 64 or 128, up to 8 query heads a
   key/value head), rotary, the cache write and the attention by a kernel compiled for this CPU at
-  first use (:mod:`rlvr.rollout.kernel`): two calls and a softmax a layer instead of about 20
+  first use (:mod:`rlvr.models.kernels`): two calls and a softmax a layer instead of about 20
   operations (a 16-row, 1,459-token SmolLM2-135M rollout 2.97-3.04 against 3.78-3.96 s on a 2-core
   AVX-512 CPU); elsewhere the same attention in torch operations.
 
@@ -158,7 +158,7 @@ class CascadeCache:
     """Keys and values for decoding G samples of each of P prompts: the prompt's once, the response's per row.
 
     Keys are kept transposed (position last): a query's scores are then a product over the head
-    dimension with the positions in the vector lanes (:mod:`rlvr.rollout.kernel`), and the torch
+    dimension with the positions in the vector lanes (:mod:`rlvr.models.kernels`), and the torch
     operations' batched products read them as they are.
 
     Args:
@@ -205,7 +205,7 @@ class LeanDecoder:
         model: a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` (:func:`unsupported` returns None for it).
         packed: the model's :class:`PackedLinears`; :meth:`cache` (called once per rollout, before
             the first step) repacks the weights that changed since they were packed.
-        kernel: attention by the compiled kernel (:mod:`rlvr.rollout.kernel`): None = where it
+        kernel: attention by the compiled kernel (:mod:`rlvr.models.kernels`): None = where it
             builds here and has this shape; False = torch operations; True = the kernel or
             :class:`LeanUnavailable`. :attr:`attention` names the one chosen.
     """
@@ -224,7 +224,7 @@ class LeanDecoder:
         self.kernel, self.why_torch = (None, "kernel=False") if kernel is False else _kernel_for(
             H, KV, D, required=kernel is True)
         self.attention = "kernel" if self.kernel is not None else "torch"
-        """How the products and the attention run: ``kernel`` (compiled, :mod:`rlvr.rollout.kernel`) or
+        """How the products and the attention run: ``kernel`` (compiled, :mod:`rlvr.models.kernels`) or
         ``torch`` operations (oneDNN's packed products)."""
         self.layers = [_Layer(layer, slot, self.kernel) for layer in base.layers]
         self.embed, self.norm, self.rotary = base.embed_tokens, base.norm, base.rotary_emb
@@ -326,7 +326,7 @@ class LeanDecoder:
 def _kernel_for(heads: int, kv_heads: int, head_dim: int, *, required: bool):
     """(the compiled attention kernel, None) when it builds here and has this shape; else (None, why),
     or :class:`LeanUnavailable` when ``required``."""
-    from rlvr.rollout import kernel as kernels
+    from rlvr.models import kernels
 
     k = kernels.load()
     why = kernels.why_not if k is None else None

@@ -116,7 +116,7 @@ def test_compiled_attention_over_long_prompts_and_responses_equals_a_full_forwar
 def test_the_kernel_says_why_it_does_not_run(monkeypatch):
     """A shape it has no kernel for, no compiler, a compiler that fails, and the switch that turns it off:
     the lean step runs torch operations and says why; kernel=True then raises instead."""
-    from rlvr.rollout import kernel as kernels
+    from rlvr.models import kernels
 
     model = tiny_model(seed=1)  # head_dim 8
     lean = LeanDecoder(model, PackedLinears(model))
@@ -220,7 +220,7 @@ def test_compiled_products_equal_torch_linear(rows):
     """The kernels' product (``lean_linear``) against ``F.linear``: rows below, at and beyond the 16 it
     keeps in registers, output sizes that do not fill the last weight panel, with and without bias,
     then ``+`` or ``*`` another tensor; and panels rewritten in place keep their memory."""
-    from rlvr.rollout import kernel as kernels
+    from rlvr.models import kernels
 
     k = kernels.load()
     assert k is not None, kernels.why_not

@@ -1,7 +1,7 @@
 /* Kernels of the lean decode step (rlvr/rollout/lean.py): its products and its attention over a
  * cascade cache.
  *
- * Compiled on the machine that runs it, at first use (rlvr/rollout/kernel.py: cc -O3 -march=native
+ * Compiled on the machine that runs it, at first use (rlvr/models/kernels.py: cc -O3 -march=native
  * -fopenmp), and called through ctypes with the tensors' data pointers. OpenMP shares torch's runtime
  * (libgomp.so.1, already loaded), so the thread count is torch's.
  *
