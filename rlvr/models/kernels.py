@@ -18,7 +18,8 @@ is why it is built where it runs: the same file gives AVX-512 code on one host a
 OpenMP resolves to the libgomp torch already loaded, so the kernel runs on torch's threads. With
 no C compiler, a failed build, or a shape the file has no kernel for (head_dim other than 64 or 128,
 more than 8 query heads per key/value head), :func:`load` / :meth:`DecodeKernels.supports` say so and
-the lean step runs the same attention as torch operations. ``RLVR_CASCADE_KERNEL=0`` turns it off.
+the lean step runs oneDNN's packed products and the attention as torch operations.
+``RLVR_CASCADE_KERNEL=0`` turns the kernels off.
 """
 
 from __future__ import annotations
