@@ -75,7 +75,7 @@ def test_tiny_shape_arithmetic_by_hand(monkeypatch):
     # 2 layers * (32*256 + 2 * 32*128 + 256*32 + 3 * 32*64) + 128*32 = 2 * 30720 + 4096 = 65536 weights
     lean_extra = 65536 * 4 if kernel.load() is not None else 2 * (8192 + 4096 + 4096) * 4
     assert _items(estimate(load_config(None, TINY_RUN), d64, device="cpu"))["packed weights"] == 65536 * 4 + lean_extra
-    monkeypatch.setenv("RLVR_CASCADE_KERNEL", "0")
+    monkeypatch.setenv("RLVR_DECODE_KERNELS", "0")
     kernel.load.cache_clear()
     try:
         assert _items(estimate(load_config(None, TINY_RUN), d64, device="cpu"))["packed weights"] == 65536 * 4 + 2 * 16384 * 4

@@ -19,7 +19,7 @@ OpenMP resolves to the libgomp torch already loaded, so the kernel runs on torch
 no C compiler, a failed build, or a shape the file has no kernel for (head_dim other than 64 or 128,
 more than 8 query heads per key/value head), :func:`load` / :meth:`DecodeKernels.supports` say so and
 the lean step runs oneDNN's packed products and the attention as torch operations.
-``RLVR_CASCADE_KERNEL=0`` turns the kernels off.
+``RLVR_DECODE_KERNELS=0`` turns the kernels off.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def load() -> DecodeKernels | None:
     """The compiled kernel, built once per process; None (and :data:`why_not` set) when it is turned
     off or cannot be built here."""
     global why_not
-    if os.environ.get("RLVR_CASCADE_KERNEL", "1") == "0":
-        why_not = "RLVR_CASCADE_KERNEL=0"
+    if os.environ.get("RLVR_DECODE_KERNELS", "1") == "0":
+        why_not = "RLVR_DECODE_KERNELS=0"
     else:
         cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if cc is None:

@@ -127,7 +127,7 @@ def test_the_kernel_says_why_it_does_not_run(monkeypatch):
             LeanDecoder(model, PackedLinears(model), kernel=True)
     d64 = llama_gqa_d64()
     try:
-        for env, why in [({"RLVR_CASCADE_KERNEL": "0"}, "RLVR_CASCADE_KERNEL=0"),
+        for env, why in [({"RLVR_DECODE_KERNELS": "0"}, "RLVR_DECODE_KERNELS=0"),
                          ({"CC": "/nonexistent/cc"}, "could not build decode_kernels.c with /nonexistent/cc"),
                          ({"CC": "false"}, "false failed to build decode_kernels.c")]:
             with monkeypatch.context() as m:
