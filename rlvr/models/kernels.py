@@ -41,9 +41,6 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11"]
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
-OPS = {None: 0, "add": 1, "mul": 2}
-
-
 class DecodeKernels:
     """The loaded library: :meth:`linear` for the products, :meth:`scores` and :meth:`values` for the
     attention of one layer of a decode step."""
@@ -77,10 +74,9 @@ class DecodeKernels:
         """``x`` [M, K] W^T + ``bias`` for W in :meth:`panels` (``n`` outputs), then ``+ add`` or ``* mul``
         ([M, n]); x, bias and the other operand contiguous float32."""
         M, K = x.shape
-        other = add if add is not None else mul
+        op, other = (1, add) if add is not None else (2, mul) if mul is not None else (0, None)  # decode_kernels.c's op
         y = x.new_empty(M, n)
-        self.lib.lean_linear(x.data_ptr(), M, K, panels.data_ptr(), n, None if bias is None else bias.data_ptr(),
-                             OPS["add" if add is not None else "mul" if mul is not None else None],
+        self.lib.lean_linear(x.data_ptr(), M, K, panels.data_ptr(), n, None if bias is None else bias.data_ptr(), op,
                              None if other is None else other.data_ptr(), y.data_ptr())
         return y
 

@@ -118,7 +118,7 @@ class HFRolloutEngine:
     ``lean_decode`` (None = wherever it applies: a float32 Llama or Qwen2 model with packed weights;
     True = required, :class:`~rlvr.rollout.lean.LeanUnavailable` where it cannot run) runs the decode
     steps by :class:`~rlvr.rollout.lean.LeanDecoder` instead of the model's forward (the prefill stays
-    the model's): the same logits up to float rounding, about 20 % faster sampling.
+    the model's): the same logits up to float rounding, faster sampling (``benchmarks/NOTES.md``).
     """
 
     def __init__(

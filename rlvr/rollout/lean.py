@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from rlvr.models import kernels
 from rlvr.models.packed import PackedLinears, pack_weight, packed_linear
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
@@ -141,14 +142,14 @@ class _Layer:
     copy of all the layer's weights beside the oneDNN-packed one (the prefill and the update use that).
     """
 
-    def __init__(self, layer, slot: dict, kernels=None) -> None:
+    def __init__(self, layer, slot: dict, compiled=None) -> None:
         self.ln_attn, self.ln_mlp = layer.input_layernorm, layer.post_attention_layernorm
         q, k, v, self.o, self.gate, self.up, self.down = (slot[id(lin)] for lin in _projections(layer).values())
-        if kernels is None:
+        if compiled is None:
             self.qkv = _Fused(q, k, v, layout=lambda w, _: pack_weight(w, q.rows_hint))
             self.fused = [self.qkv]
         else:
-            panels = kernels.panels
+            panels = compiled.panels
             self.qkv = _Fused(q, k, v, layout=panels)
             self.o, self.gate, self.up, self.down = (_Fused(s, layout=panels) for s in (self.o, self.gate, self.up, self.down))
             self.fused = [self.qkv, self.o, self.gate, self.up, self.down]
@@ -205,9 +206,9 @@ class LeanDecoder:
         model: a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` (:func:`unsupported` returns None for it).
         packed: the model's :class:`PackedLinears`; :meth:`cache` (called once per rollout, before
             the first step) repacks the weights that changed since they were packed.
-        kernel: attention by the compiled kernel (:mod:`rlvr.models.kernels`): None = where it
-            builds here and has this shape; False = torch operations; True = the kernel or
-            :class:`LeanUnavailable`. :attr:`attention` names the one chosen.
+        kernel: products and attention by the compiled kernels (:mod:`rlvr.models.kernels`): None =
+            where they build here and have this shape; False = oneDNN's products and torch operations;
+            True = the kernels or :class:`LeanUnavailable`. :attr:`attention` names the one chosen.
     """
 
     def __init__(self, model, packed: PackedLinears, *, kernel: bool | None = None) -> None:
@@ -324,14 +325,12 @@ class LeanDecoder:
 
 
 def _kernel_for(heads: int, kv_heads: int, head_dim: int, *, required: bool):
-    """(the compiled attention kernel, None) when it builds here and has this shape; else (None, why),
+    """(the compiled decode kernels, None) when they build here and have this shape; else (None, why),
     or :class:`LeanUnavailable` when ``required``."""
-    from rlvr.models import kernels
-
     k = kernels.load()
     why = kernels.why_not if k is None else None
     if k is not None and not k.supports(heads, kv_heads, head_dim):
         k, why = None, f"no kernel for {heads} query heads over {kv_heads} key/value heads of size {head_dim}"
     if k is None and required:
-        raise LeanUnavailable(f"the compiled attention kernel is unavailable: {why}")
+        raise LeanUnavailable(f"the compiled decode kernels are unavailable: {why}")
     return k, why

@@ -41,7 +41,7 @@ def qwen2():
 
 
 def llama_gqa_d64():
-    """Grouped-query attention with head_dim 64: a shape the compiled attention kernel has (3 query heads a KV head)."""
+    """Grouped-query attention with head_dim 64: a shape the compiled decode kernels have (3 query heads a KV head)."""
     torch.manual_seed(8)
     return LlamaForCausalLM(LlamaConfig(**{**SHAPE, "hidden_size": 48, "num_attention_heads": 6}, num_key_value_heads=2, head_dim=64))
 
@@ -136,7 +136,7 @@ def test_the_kernel_says_why_it_does_not_run(monkeypatch):
                 kernels.load.cache_clear()
                 lean = LeanDecoder(d64, PackedLinears(d64))
                 assert lean.attention == "torch" and why in lean.describe(), lean.describe()
-                with pytest.raises(LeanUnavailable, match="compiled attention kernel is unavailable"):
+                with pytest.raises(LeanUnavailable, match="compiled decode kernels are unavailable"):
                     LeanDecoder(d64, PackedLinears(d64), kernel=True)
     finally:
         kernels.load.cache_clear()  # later tests build it again
