@@ -1,17 +1,24 @@
-/* Kernels of the lean decode step (rlvr/rollout/lean.py): its products and its attention over a
- * cascade cache.
+/* Kernels of the lean decode step (rlvr/rollout/lean.py): one whole decode step of a Llama-family
+ * model (lean_step), its products on their own (lean_linear, for the tests and any caller).
  *
  * Compiled on the machine that runs it, at first use (rlvr/models/kernels.py: cc -O3 -march=native
  * -fopenmp), and called through ctypes with the tensors' data pointers. OpenMP shares torch's runtime
  * (libgomp.so.1, already loaded), so the thread count is torch's.
  *
- * Products (lean_linear): y = x W^T + bias, then + or * another tensor, for the few rows of a decode
- * step. W is stored in panels of VL output columns, [ceil(N / VL), K, VL], each read once from
- * memory front to back (prefetched ahead) while up to 16 rows accumulate in registers: the weight
- * stream and the arithmetic overlap, which oneDNN's prepacked product does not manage at 8-16 rows.
+ * lean_step runs every layer in one OpenMP parallel region, each stage a work-shared loop with a
+ * barrier after it: RMSNorm over rows; [q; k; v] over weight panels; rotary, the cache write,
+ * scores, softmax and the weighted values over (row, key/value head) pairs; o (+ the residual);
+ * RMSNorm; gate and up together, silu(gate) * up, over panels; down (+ the residual); then the final
+ * norm and the LM head. No Python between the stages: the step before it made about 20 torch or
+ * ctypes calls a layer, each a few microseconds with the other thread idle.
  *
- * Attention (cascade_scores, cascade_values), float32, contiguous; b live rows, H query heads, KV
- * key/value heads, rep = H / KV:
+ * Products: y = x W^T + bias, then + or * another tensor, for the few rows of a decode step. W is
+ * stored in panels of VL output columns, [ceil(N / VL), K, VL], each read once from memory front to
+ * back (prefetched ahead) while up to 16 rows accumulate in registers: the weight stream and the
+ * arithmetic overlap, which oneDNN's prepacked product does not manage at 8-16 rows.
+ *
+ * Attention over a cascade cache, float32, contiguous; b live rows, H query heads, KV key/value
+ * heads, rep = H / KV, head size D, t response positions before this step:
  *   qkv      [b, (H + 2 KV) D]    the [q; k; v] product of the step's token, before rotary
  *   cos, sin [b, D]               the rotary tables at each row's position
  *   keys_t   [rows, KV, D, cap]   the rows' response keys, transposed (position last)
@@ -19,16 +26,14 @@
  *   prompt_kt [P, KV, D, L]       the prompts' keys, transposed; prompt_v [P, KV, L, D]
  *   bias     [P, L]               0, or -inf on a prompt's left padding
  *   prompt   [b]                  the prompt each live row samples from
- *   scores   [b, KV, rep, L + t + 1]; out [b, KV, rep, D]
- *
  * Live row r keeps its response at index r of keys_t / values (the cache moves rows to the front
  * when others finish), so each (row, key/value head) pair writes only its own slots: the pairs run
  * in parallel without locks.
  *
  * Vectors are GCC's vector extension, as wide as the CPU's (VL floats). A score is accumulated in
  * the lane of its key position (keys transposed), so no horizontal sums are needed; an output row in
- * D / VL registers per query head. Results differ from torch's products, bmm and softmax by float
- * rounding (the order of the sums).
+ * D / VL registers per query head. exp is a vector polynomial (Cephes' expf, within 2 ulp).
+ * Results differ from torch's products, norms and softmax by float rounding (the order of the sums).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -97,6 +102,160 @@ typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
 KERNELS(64)
 KERNELS(128)
 
+/* Products: y[m, n] for MC rows (MC <= 16) of x [.., K] and one panel [K, VL] of W^T, into acc. */
+#define PANEL(MC)                                                                                       \
+    static void panel_##MC(const float *x, int K, const float *w, vf *acc) {                           \
+        vf a[MC];                                                                                       \
+        for (int m = 0; m < MC; m++) a[m] = (vf){0};                                                    \
+        for (int k = 0; k < K; k++) {                                                                   \
+            __builtin_prefetch(w + (size_t)(k + 64) * VL);                                              \
+            vf b = LOAD(w + (size_t)k * VL);                                                            \
+            for (int m = 0; m < MC; m++) a[m] += x[(size_t)m * K + k] * b;                              \
+        }                                                                                               \
+        for (int m = 0; m < MC; m++) acc[m] = a[m];                                                     \
+    }
+#define ROWS_MAX 16
+PANEL(1) PANEL(2) PANEL(3) PANEL(4) PANEL(5) PANEL(6) PANEL(7) PANEL(8)
+PANEL(9) PANEL(10) PANEL(11) PANEL(12) PANEL(13) PANEL(14) PANEL(15) PANEL(16)
+typedef void (*panel_fn)(const float *, int, const float *, vf *);
+static const panel_fn PANELS[ROWS_MAX + 1] = {0, panel_1, panel_2, panel_3, panel_4, panel_5, panel_6, panel_7,
+    panel_8, panel_9, panel_10, panel_11, panel_12, panel_13, panel_14, panel_15, panel_16};
+
+
+typedef int32_t vi __attribute__((vector_size(VL * 4), aligned(4)));
+
+static inline vf splat(float a) { return (vf){0} + a; }
+/* a where the mask is set (all ones), else b (GCC's vector ?: is C++ only). */
+static inline vf vselect(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
+
+/* exp(x) within 2 ulp for x in [-87.3, 88] (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in
+ * r); exactly 0 below -87.3 (-inf gives 0, as a softmax over a padding bias needs), 2^127-ish above 88. */
+static inline vf vexp(vf x) {
+    const vi under = x < splat(-87.3365447504f);
+    x = vselect(under, splat(0), vselect(x > splat(88.0f), splat(88.0f), x));
+    vf n = x * 1.44269504088896341f;
+    n = (n + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 pushes the fraction out */
+    const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const vf y = p * r * r + r + 1.0f;
+    const vi scale = (__builtin_convertvector(n, vi) + 127) << 23; /* 2^n as a float's bits */
+    return vselect(under, splat(0), y * (vf)scale);
+}
+
+/* The first `cols` lanes from p (the rest 0); `cols` lanes of v to p. */
+static inline vf get(const float *p, int cols) {
+    if (cols == VL) return LOAD(p);
+    float tile[VL] = {0};
+    memcpy(tile, p, sizeof(float) * cols);
+    return LOAD(tile);
+}
+static inline void put(float *p, vf v, int cols) {
+    if (cols == VL) {
+        STORE(p, v);
+        return;
+    }
+    float tile[VL];
+    STORE(tile, v);
+    memcpy(p, tile, sizeof(float) * cols);
+}
+
+int lean_vector_width(void) { return VL; }
+
+/* y [M, N] = x [M, K] W^T + bias (may be 0), then op 0: as is; 1: + other; 2: * other (other [M, N],
+ * may be y itself). W in panels [ceil(N / VL), K, VL], the last one zero-padded. Rows beyond 16 go
+ * 16 at a time through each panel, which is then read from cache. A work-shared loop over the
+ * panels: call it from inside a parallel region (all threads), or from one thread alone. */
+static void product(const float *x, int M, int K, const float *w, int N, const float *bias, int op,
+                    const float *other, float *y) {
+    const int panels = (N + VL - 1) / VL;
+#pragma omp for schedule(static)
+    for (int j = 0; j < panels; j++) {
+        const int n0 = j * VL, cols = N - n0 < VL ? N - n0 : VL;
+        const vf b = bias ? get(bias + n0, cols) : (vf){0};
+        for (int m0 = 0; m0 < M; m0 += ROWS_MAX) {
+            const int rows = M - m0 < ROWS_MAX ? M - m0 : ROWS_MAX;
+            vf acc[ROWS_MAX];
+            PANELS[rows](x + (size_t)m0 * K, K, w + (size_t)j * K * VL, acc);
+            for (int m = 0; m < rows; m++) {
+                const size_t at = (size_t)(m0 + m) * N + n0;
+                vf v = acc[m] + b;
+                if (op == 1) v += get(other + at, cols);
+                if (op == 2) v *= get(other + at, cols);
+                put(y + at, v, cols);
+            }
+        }
+    }
+}
+
+/* y [M, N] = silu(x Wg^T + bg) * (x Wu^T + bu): a panel of the gate and the same panel of up, then
+ * the product of their tiles (biases may be 0). Work-shared like product(). */
+static void gated(const float *x, int M, int K, const float *wg, const float *bg, const float *wu,
+                  const float *bu, int N, float *y) {
+    const int panels = (N + VL - 1) / VL;
+#pragma omp for schedule(static)
+    for (int j = 0; j < panels; j++) {
+        const int n0 = j * VL, cols = N - n0 < VL ? N - n0 : VL;
+        const vf gb = bg ? get(bg + n0, cols) : (vf){0}, ub = bu ? get(bu + n0, cols) : (vf){0};
+        for (int m0 = 0; m0 < M; m0 += ROWS_MAX) {
+            const int rows = M - m0 < ROWS_MAX ? M - m0 : ROWS_MAX;
+            vf gate[ROWS_MAX], up[ROWS_MAX];
+            PANELS[rows](x + (size_t)m0 * K, K, wg + (size_t)j * K * VL, gate);
+            PANELS[rows](x + (size_t)m0 * K, K, wu + (size_t)j * K * VL, up);
+            for (int m = 0; m < rows; m++) {
+                const vf g = gate[m] + gb;
+                put(y + (size_t)(m0 + m) * N + n0, g / (1.0f + vexp(-g)) * (up[m] + ub), cols);
+            }
+        }
+    }
+}
+
+/* y = w * (x * rsqrt(mean(x^2) + eps)) per row of x [M, K] (the Llama / Qwen2 RMSNorm). Work-shared over rows. */
+static void rms_norm(const float *x, int M, int K, const float *w, float eps, float *y) {
+#pragma omp for schedule(static)
+    for (int m = 0; m < M; m++) {
+        const float *xr = x + (size_t)m * K;
+        float *yr = y + (size_t)m * K, ss = 0;
+        for (int k = 0; k < K; k++) ss += xr[k] * xr[k];
+        const float r = 1.0f / __builtin_sqrtf(ss / K + eps);
+        for (int k = 0; k < K; k++) yr[k] = w[k] * (xr[k] * r);
+    }
+}
+
+/* s[0..n) = exp(s - max(s)) in place; returns their sum. */
+static float softmax_numerators(float *s, int n) {
+    vf mv = splat(-__builtin_inff());
+    int l = 0;
+    for (; l + VL <= n; l += VL) {
+        const vf v = LOAD(s + l);
+        mv = vselect(v > mv, v, mv);
+    }
+    float mx = -__builtin_inff();
+    for (int i = 0; i < VL; i++) mx = mv[i] > mx ? mv[i] : mx;
+    for (int i = l; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+    vf sum = {0};
+    for (l = 0; l + VL <= n; l += VL) {
+        const vf e = vexp(LOAD(s + l) - mx);
+        STORE(s + l, e);
+        sum += e;
+    }
+    if (l < n) { /* the tail, padded with -inf (exp gives 0) */
+        float tile[VL];
+        for (int i = 0; i < VL; i++) tile[i] = l + i < n ? s[l + i] - mx : -__builtin_inff();
+        const vf e = vexp(LOAD(tile));
+        STORE(tile, e);
+        memcpy(s + l, tile, sizeof(float) * (n - l));
+        sum += e;
+    }
+    float total = 0;
+    for (int i = 0; i < VL; i++) total += sum[i];
+    return total;
+}
+
 typedef void (*scores_fn)(const float *, const float *, size_t, int, const float *, float *, int);
 typedef void (*values_fn)(const float *, int, const float *, int, float *, int);
 
@@ -120,107 +279,95 @@ int cascade_supports(int rep, int D) {
     return pick(rep, D, &s, &v);
 }
 
-/* Rotary on the row's q and k heads (q scaled by `scale`), k and v stored at response position t,
- * then the scores of the rep query heads of each key/value head over the prompt (with its bias)
- * and the response positions 0..t. */
-void cascade_scores(const float *qkv, const float *cos, const float *sin, float scale, float *keys_t,
-                    float *values, const float *prompt_kt, const float *bias, const int64_t *prompt,
-                    int b, int H, int KV, int D, int L, int cap, int t, float *scores) {
+/* One (row r, key/value head h) pair of a layer's attention: rotary on its rep query heads (scaled by
+ * `scale`) and its key, key and value stored at response position t, the scores over the prompt
+ * (with its bias) and response positions 0..t into sc [rep, W], their softmax, and
+ * out [rep, D] = softmax · [prompt values; response values 0..t]. */
+static void attend(int r, int h, const float *qkv, const float *cos, const float *sin, float scale, float *keys_t,
+                   float *values, const float *prompt_kt, const float *prompt_v, const float *bias,
+                   const int64_t *prompt, int H, int KV, int D, int L, int cap, int t, scores_fn score,
+                   values_fn combine, float *sc, float *out) {
     const int rep = H / KV, W = L + t + 1, half = D / 2;
-    scores_fn score;
-    values_fn unused;
-    pick(rep, D, &score, &unused);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int r = 0; r < b; r++) {
-        for (int h = 0; h < KV; h++) {
-            const float *row = qkv + (size_t)r * (H + 2 * KV) * D, *c = cos + (size_t)r * D, *s = sin + (size_t)r * D;
-            float q[8 * 128];
-            for (int i = 0; i < rep; i++) {
-                const float *x = row + (size_t)(h * rep + i) * D;
-                for (int d = 0; d < D; d++) {
-                    float rot = d < half ? -x[d + half] : x[d - half];
-                    q[i * D + d] = (x[d] * c[d] + rot * s[d]) * scale;
-                }
-            }
-            const float *k = row + (size_t)(H + h) * D, *v = row + (size_t)(H + KV + h) * D;
-            float *kt = keys_t + ((size_t)r * KV + h) * D * cap;
-            for (int d = 0; d < D; d++) {
-                float rot = d < half ? -k[d + half] : k[d - half];
-                kt[(size_t)d * cap + t] = k[d] * c[d] + rot * s[d];
-            }
-            float *vv = values + (((size_t)r * KV + h) * cap + t) * D;
-            memcpy(vv, v, sizeof(float) * D);
-            const int64_t p = prompt[r];
-            float *out = scores + ((size_t)r * KV + h) * rep * W;
-            score(q, prompt_kt + ((size_t)p * KV + h) * D * L, L, L, bias + (size_t)p * L, out, W);
-            score(q, kt, cap, t + 1, 0, out + L, W);
+    const float *row = qkv + (size_t)r * (H + 2 * KV) * D, *c = cos + (size_t)r * D, *s = sin + (size_t)r * D;
+    float q[8 * 128];
+    for (int i = 0; i < rep; i++) {
+        const float *x = row + (size_t)(h * rep + i) * D;
+        for (int d = 0; d < D; d++) {
+            const float rot = d < half ? -x[d + half] : x[d - half];
+            q[i * D + d] = (x[d] * c[d] + rot * s[d]) * scale;
         }
     }
+    const float *k = row + (size_t)(H + h) * D, *v = row + (size_t)(H + KV + h) * D;
+    float *kt = keys_t + ((size_t)r * KV + h) * D * cap, *vt = values + ((size_t)r * KV + h) * cap * D;
+    for (int d = 0; d < D; d++) {
+        const float rot = d < half ? -k[d + half] : k[d - half];
+        kt[(size_t)d * cap + t] = k[d] * c[d] + rot * s[d];
+    }
+    memcpy(vt + (size_t)t * D, v, sizeof(float) * D);
+    const int64_t p = prompt[r];
+    score(q, prompt_kt + ((size_t)p * KV + h) * D * L, L, L, bias + (size_t)p * L, sc, W);
+    score(q, kt, cap, t + 1, 0, sc + L, W);
+    float inv[8];
+    for (int i = 0; i < rep; i++) inv[i] = 1.0f / softmax_numerators(sc + (size_t)i * W, W);
+    combine(sc, W, prompt_v + ((size_t)p * KV + h) * L * D, L, out, 0);
+    combine(sc + L, W, vt, t + 1, out, 1);
+    for (int i = 0; i < rep; i++)
+        for (int d = 0; d < D; d += VL) STORE(out + i * D + d, LOAD(out + i * D + d) * inv[i]);
 }
 
-/* out = weights · [prompt values; the row's response values 0..t]; weights [b, KV, rep, L + t + 1]. */
-void cascade_values(const float *weights, const float *prompt_v, const float *values, const int64_t *prompt,
-                    int b, int H, int KV, int D, int L, int cap, int t, float *out) {
-    const int rep = H / KV, W = L + t + 1;
-    scores_fn unused;
-    values_fn combine;
-    pick(rep, D, &unused, &combine);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int r = 0; r < b; r++) {
-        for (int h = 0; h < KV; h++) {
-            const int64_t p = prompt[r];
-            const float *w = weights + ((size_t)r * KV + h) * rep * W;
-            float *o = out + ((size_t)r * KV + h) * rep * D;
-            combine(w, W, prompt_v + ((size_t)p * KV + h) * L * D, L, o, 0);
-            combine(w + L, W, values + ((size_t)r * KV + h) * cap * D, t + 1, o, 1);
-        }
-    }
-}
-
-/* Products: y[m, n] for MC rows (MC <= 16) of x [.., K] and one panel [K, VL] of W^T, into acc. */
-#define PANEL(MC)                                                                                       \
-    static void panel_##MC(const float *x, int K, const float *w, vf *acc) {                           \
-        vf a[MC];                                                                                       \
-        for (int m = 0; m < MC; m++) a[m] = (vf){0};                                                    \
-        for (int k = 0; k < K; k++) {                                                                   \
-            __builtin_prefetch(w + (size_t)(k + 64) * VL);                                              \
-            vf b = LOAD(w + (size_t)k * VL);                                                            \
-            for (int m = 0; m < MC; m++) a[m] += x[(size_t)m * K + k] * b;                              \
-        }                                                                                               \
-        for (int m = 0; m < MC; m++) acc[m] = a[m];                                                     \
-    }
-#define ROWS_MAX 16
-PANEL(1) PANEL(2) PANEL(3) PANEL(4) PANEL(5) PANEL(6) PANEL(7) PANEL(8)
-PANEL(9) PANEL(10) PANEL(11) PANEL(12) PANEL(13) PANEL(14) PANEL(15) PANEL(16)
-typedef void (*panel_fn)(const float *, int, const float *, vf *);
-static const panel_fn PANELS[ROWS_MAX + 1] = {0, panel_1, panel_2, panel_3, panel_4, panel_5, panel_6, panel_7,
-    panel_8, panel_9, panel_10, panel_11, panel_12, panel_13, panel_14, panel_15, panel_16};
-
-int lean_vector_width(void) { return VL; }
-
-/* y [M, N] = x [M, K] W^T + bias (may be 0), then op 0: as is; 1: + other; 2: * other (other [M, N]).
- * W in panels [ceil(N / VL), K, VL], the last one zero-padded. Rows beyond 16 go 16 at a time through
- * each panel, which is then read from cache. */
+/* y [M, N] = x W^T + bias, then op (see product()), on all threads. */
 void lean_linear(const float *x, int M, int K, const float *w, int N, const float *bias, int op,
                  const float *other, float *y) {
-    const int panels = (N + VL - 1) / VL;
-#pragma omp parallel for schedule(static)
-    for (int j = 0; j < panels; j++) {
-        const float *panel = w + (size_t)j * K * VL;
-        const int n0 = j * VL, cols = N - n0 < VL ? N - n0 : VL;
-        for (int m0 = 0; m0 < M; m0 += ROWS_MAX) {
-            const int rows = M - m0 < ROWS_MAX ? M - m0 : ROWS_MAX;
-            vf acc[ROWS_MAX];
-            PANELS[rows](x + (size_t)m0 * K, K, panel, acc);
-            for (int m = 0; m < rows; m++) {
-                float tile[VL], *out = y + (size_t)(m0 + m) * N + n0;
-                const float *o = other ? other + (size_t)(m0 + m) * N + n0 : 0;
-                STORE(tile, acc[m]);
-                for (int c = 0; c < cols; c++) {
-                    const float v = bias ? tile[c] + bias[n0 + c] : tile[c];
-                    out[c] = op == 1 ? v + o[c] : op == 2 ? v * o[c] : v;
-                }
-            }
+#pragma omp parallel
+    product(x, M, K, w, N, bias, op, other, y);
+}
+
+/* Per layer, the addresses lean_step reads (0 for a bias the model does not have): norms' weights,
+ * products' panels and biases, and the layer's cache. */
+enum { LN_ATTN, QKV, QKV_BIAS, O, O_BIAS, LN_MLP, GATE, GATE_BIAS, UP, UP_BIAS, DOWN, DOWN_BIAS,
+       KEYS_T, VALUES, PROMPT_KT, PROMPT_V, SLOTS };
+
+int lean_step_slots(void) { return SLOTS; }
+
+/* Floats of scratch lean_step needs for b rows at response position t. */
+size_t lean_step_work(int b, int hidden, int inter, int H, int KV, int D, int L, int t) {
+    return (size_t)b * (hidden + (size_t)(H + 2 * KV) * D + (size_t)H * D + inter + (size_t)H * (L + t + 1));
+}
+
+#define AT(p) ((float *)(intptr_t)(p))
+
+/* One decode step of b live rows: x [b, hidden] (the tokens' embeddings, overwritten by the residual
+ * stream), cos / sin [b, D] at their positions; logits [b, vocab]. layers [n_layers, SLOTS]
+ * (the enum above); the layers' caches get this step's keys and values at response position t.
+ * work: lean_step_work() floats. */
+void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int vocab, int H, int KV, int D,
+               float eps, float scale, const float *final_norm, const float *head, const float *head_bias,
+               const float *bias, const int64_t *prompt, int L, int cap, int t, int b, const float *cos,
+               const float *sin, float *x, float *work, float *logits) {
+    const int rep = H / KV, W = L + t + 1, nqkv = (H + 2 * KV) * D;
+    scores_fn score;
+    values_fn combine;
+    pick(rep, D, &score, &combine);
+    float *h = work, *qkv = h + (size_t)b * hidden, *attn = qkv + (size_t)b * nqkv, *act = attn + (size_t)b * H * D,
+          *sc = act + (size_t)b * inter;
+#pragma omp parallel
+    {
+        for (int i = 0; i < n_layers; i++) {
+            const int64_t *a = layers + (size_t)i * SLOTS;
+            rms_norm(x, b, hidden, AT(a[LN_ATTN]), eps, h);
+            product(h, b, hidden, AT(a[QKV]), nqkv, AT(a[QKV_BIAS]), 0, 0, qkv);
+#pragma omp for collapse(2) schedule(static)
+            for (int r = 0; r < b; r++)
+                for (int g = 0; g < KV; g++)
+                    attend(r, g, qkv, cos, sin, scale, AT(a[KEYS_T]), AT(a[VALUES]), AT(a[PROMPT_KT]),
+                           AT(a[PROMPT_V]), bias, prompt, H, KV, D, L, cap, t, score, combine,
+                           sc + ((size_t)r * KV + g) * rep * W, attn + ((size_t)r * KV + g) * rep * D);
+            product(attn, b, H * D, AT(a[O]), hidden, AT(a[O_BIAS]), 1, x, x);
+            rms_norm(x, b, hidden, AT(a[LN_MLP]), eps, h);
+            gated(h, b, hidden, AT(a[GATE]), AT(a[GATE_BIAS]), AT(a[UP]), AT(a[UP_BIAS]), inter, act);
+            product(act, b, inter, AT(a[DOWN]), hidden, AT(a[DOWN_BIAS]), 1, x, x);
         }
+        rms_norm(x, b, hidden, final_norm, eps, h);
+        product(h, b, hidden, head, vocab, head_bias, 0, 0, logits);
     }
 }

@@ -32,24 +32,48 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from dataclasses import dataclass
+
 import torch  # noqa: F401  (loaded first: the kernel's OpenMP then binds to torch's libgomp)
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("decode_kernels.c")
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11"]
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11"]
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
+SLOTS = ("ln_attn", "qkv", "qkv_bias", "o", "o_bias", "ln_mlp", "gate", "gate_bias", "up", "up_bias", "down",
+         "down_bias", "keys_t", "values", "prompt_kt", "prompt_v")
+"""What :meth:`DecodeKernels.step` reads per layer, in the order of ``decode_kernels.c``'s enum: norm
+weights, panels (:meth:`DecodeKernels.panels`) and biases of the products, and the layer's cache
+(:class:`~rlvr.rollout.lean.CascadeCache`'s layouts)."""
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The model dimensions :meth:`DecodeKernels.step` needs."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    scaling: float
+
 
 class DecodeKernels:
-    """The loaded library: :meth:`linear` for the products, :meth:`scores` and :meth:`values` for the
-    attention of one layer of a decode step."""
+    """The loaded library: :meth:`step` for a whole decode step, :meth:`linear` for one product."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
         lib.cascade_supports.argtypes, lib.cascade_supports.restype = [_I, _I], _I
-        lib.cascade_scores.argtypes = [_P, _P, _P, _F, _P, _P, _P, _P, _P] + [_I] * 7 + [_P]
-        lib.cascade_values.argtypes = [_P, _P, _P, _P] + [_I] * 7 + [_P]
+        lib.lean_step.argtypes = [_P] + [_I] * 7 + [_F, _F, _P, _P, _P, _P, _P, _I, _I, _I, _I, _P, _P, _P, _P, _P]
+        lib.lean_step_work.argtypes, lib.lean_step_work.restype = [_I] * 8, ctypes.c_size_t
+        lib.lean_step_slots.restype = _I
+        assert lib.lean_step_slots() == len(SLOTS), "decode_kernels.c and kernels.SLOTS disagree"
         lib.lean_linear.argtypes = [_P, _I, _I, _P, _I, _P, _I, _P, _P]
         lib.lean_vector_width.restype = _I
         self.width = lib.lean_vector_width()
@@ -84,25 +108,29 @@ class DecodeKernels:
         """Whether the file has a kernel for this attention shape."""
         return heads % kv_heads == 0 and bool(self.lib.cascade_supports(heads // kv_heads, head_dim))
 
-    def scores(self, qkv: Tensor, cos: Tensor, sin: Tensor, scale: float, keys_t: Tensor, values: Tensor,
-               prompt_kt: Tensor, bias: Tensor, prompt: Tensor, heads: int, t: int, out: Tensor) -> None:
-        """Rotary on ``qkv``'s q and k heads, k and v written at response position ``t``, and ``out``
-        [b, KV, rep, L + t + 1] = the scaled queries' scores over the prompt (plus ``bias``) and the
-        row's response positions 0..t (layouts in ``decode_kernels.c``)."""
-        b = qkv.shape[0]
-        KV, D, cap = keys_t.shape[1], keys_t.shape[2], keys_t.shape[3]
-        self.lib.cascade_scores(
-            qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), scale, keys_t.data_ptr(), values.data_ptr(),
-            prompt_kt.data_ptr(), bias.data_ptr(), prompt.data_ptr(),
-            b, heads, KV, D, prompt_kt.shape[-1], cap, t, out.data_ptr())
+    @staticmethod
+    def table(layers: list[dict[str, Tensor | None]]) -> Tensor:
+        """[layers, len(SLOTS)] int64: each layer's tensors (``SLOTS`` by name; None for a missing bias)
+        as the addresses :meth:`step` reads. The tensors must stay alive, contiguous float32, while it is used."""
+        return torch.tensor([[0 if layer[k] is None else layer[k].data_ptr() for k in SLOTS] for layer in layers],
+                            dtype=torch.int64)
 
-    def values(self, weights: Tensor, prompt_v: Tensor, values: Tensor, prompt: Tensor, heads: int, t: int,
-               out: Tensor) -> None:
-        """``out`` [b, KV, rep, D] = ``weights`` · [the prompt's values; the row's response values 0..t]."""
-        b, KV, cap, D = weights.shape[0], values.shape[1], values.shape[2], values.shape[3]
-        self.lib.cascade_values(
-            weights.data_ptr(), prompt_v.data_ptr(), values.data_ptr(), prompt.data_ptr(),
-            b, heads, KV, D, prompt_v.shape[-2], cap, t, out.data_ptr())
+    def step(self, shape: StepShape, table: Tensor, final_norm: Tensor, head: Tensor, head_bias: Tensor | None,
+             bias: Tensor, prompt: Tensor, capacity: int, t: int, cos: Tensor, sin: Tensor, x: Tensor) -> Tensor:
+        """Logits [b, vocab] of one decode step of ``x`` [b, hidden] (the tokens' embeddings; overwritten)
+        with the rotary tables ``cos``, ``sin`` [b, head_dim] at their positions; each layer's keys and
+        values (``table``, :meth:`table`) written at response position ``t`` of their ``capacity``.
+        ``bias`` [P, L] is the prompts' padding bias, ``prompt`` [b] the prompt of each row (layouts in
+        ``decode_kernels.c``)."""
+        s, b, L = shape, x.shape[0], bias.shape[1]
+        work = x.new_empty(self.lib.lean_step_work(b, s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, L, t))
+        logits = x.new_empty(b, s.vocab)
+        self.lib.lean_step(
+            table.data_ptr(), s.layers, s.hidden, s.intermediate, s.vocab, s.heads, s.kv_heads, s.head_dim, s.eps,
+            s.scaling, final_norm.data_ptr(), head.data_ptr(), None if head_bias is None else head_bias.data_ptr(),
+            bias.data_ptr(), prompt.data_ptr(), L, capacity, t, b, cos.data_ptr(), sin.data_ptr(), x.data_ptr(),
+            work.data_ptr(), logits.data_ptr())
+        return logits
 
 
 why_not: str | None = None

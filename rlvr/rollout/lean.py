@@ -232,6 +232,10 @@ class LeanDecoder:
         self.head = slot[id(model.lm_head)]
         if self.kernel is not None:
             self.head = _Fused(self.head, layout=self.kernel.panels)
+            self.shape = kernels.StepShape(
+                layers=len(self.layers), hidden=cfg.hidden_size, intermediate=cfg.intermediate_size,
+                vocab=model.lm_head.out_features, heads=H, kv_heads=KV, head_dim=D,
+                eps=float(self.norm.variance_epsilon), scaling=self.scaling)
         # torch operations: rotary as x·cos + roll(x, D/2)·sin·sign (rotate_half(x) = roll(x, D/2) with the
         # first half negated), on the query and key heads at once, the attention's scaling folded into the queries
         p = next(model.parameters())
@@ -252,8 +256,16 @@ class LeanDecoder:
         self.packed.refresh()
         for fused in [f for layer in self.layers for f in layer.fused] + ([self.head] if self.kernel is not None else []):
             fused.refresh()
-        return CascadeCache([(layer.keys, layer.values) for layer in hf_cache.layers], attention_mask, group_size,
-                            capacity, self.heads)
+        c = CascadeCache([(layer.keys, layer.values) for layer in hf_cache.layers], attention_mask, group_size,
+                         capacity, self.heads)
+        if self.kernel is not None:
+            c.table = self.kernel.table([
+                {"ln_attn": layer.ln_attn.weight, "qkv": layer.qkv.packed, "qkv_bias": layer.qkv.bias,
+                 "o": layer.o.packed, "o_bias": layer.o.bias, "ln_mlp": layer.ln_mlp.weight,
+                 "gate": layer.gate.packed, "gate_bias": layer.gate.bias, "up": layer.up.packed, "up_bias": layer.up.bias,
+                 "down": layer.down.packed, "down_bias": layer.down.bias, "keys_t": c.keys_t[i], "values": c.values[i],
+                 "prompt_kt": c.prompt_kt[i], "prompt_v": c.prompt_v[i]} for i, layer in enumerate(self.layers)])
+        return c
 
     @torch.no_grad()
     def step(self, tokens: Tensor, positions: Tensor, cache: CascadeCache) -> Tensor:
@@ -277,23 +289,11 @@ class LeanDecoder:
         return _product(_rms_norm(x, self.norm), self.head)
 
     def _kernel_step(self, x: Tensor, cos: Tensor, sin: Tensor, c: CascadeCache) -> Tensor:
-        """:meth:`step` by the compiled kernels: their products, rotary, cache write and attention."""
-        k, H, KV, D = self.kernel, self.heads, self.kv_heads, self.head_dim
-        b, t = x.shape[0], c.length
-        for i, layer in enumerate(self.layers):
-            h = _rms_norm(x, layer.ln_attn)
-            qkv = k.linear(h, layer.qkv.packed, layer.qkv.n, layer.qkv.bias)
-            scores = x.new_empty(b, KV, H // KV, c.L + t + 1)
-            k.scores(qkv, cos, sin, self.scaling, c.keys_t[i], c.values[i], c.prompt_kt[i], c.bias, c.live_p, H, t, scores)
-            attn = x.new_empty(b, H * D)
-            k.values(scores.softmax(-1), c.prompt_v[i], c.values[i], c.live_p, H, t, attn)
-            x = k.linear(attn, layer.o.packed, layer.o.n, layer.o.bias, add=x)
-            h = _rms_norm(x, layer.ln_mlp)
-            gate = torch.nn.functional.silu(k.linear(h, layer.gate.packed, layer.gate.n, layer.gate.bias), inplace=True)
-            act = k.linear(h, layer.up.packed, layer.up.n, layer.up.bias, mul=gate)
-            x = k.linear(act, layer.down.packed, layer.down.n, layer.down.bias, add=x)
-        c.length = t + 1
-        return k.linear(_rms_norm(x, self.norm).contiguous(), self.head.packed, self.head.n, self.head.bias)
+        """:meth:`step` by the compiled kernels: the whole step in one call (``decode_kernels.c``'s ``lean_step``)."""
+        logits = self.kernel.step(self.shape, c.table, self.norm.weight, self.head.packed, self.head.bias, c.bias,
+                                  c.live_p, c.keys_t.shape[-1], c.length, cos, sin, x)
+        c.length += 1
+        return logits
 
     def _torch_attention(self, qkv: Tensor, tables, i: int, c: CascadeCache, b: int, t: int) -> Tensor:
         """[b, H·D]: rotary, the cache write and the attention in torch operations (what the kernels' step
