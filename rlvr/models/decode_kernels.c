@@ -24,7 +24,9 @@
  *   keys_t   [rows, KV, D, cap]   the rows' response keys, transposed (position last)
  *   values   [rows, KV, cap, D]   the rows' response values
  *   prompt_kt [P, KV, D, L]       the prompts' keys, transposed; prompt_v [P, KV, L, D]
- *   bias     [P, L]               0, or -inf on a prompt's left padding
+ *   bias     [P, L]               0, or -inf on a prompt's padding (left, and up to L)
+ * L and cap are multiples of VL, so scores are whole vectors: a prompt's positions beyond its own
+ * length have zero keys and values and a -inf bias; response positions past t are set to -inf.
  *   prompt   [b]                  the prompt each live row samples from
  * Live row r keeps its response at index r of keys_t / values (the cache moves rows to the front
  * when others finish), so each (row, key/value head) pair writes only its own slots: the pairs run
@@ -51,31 +53,43 @@ typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
 #define LOAD(p) (*(const vf *)(p))
 #define STORE(p, v) (*(vf *)(p) = (v))
 
-/* q · keys for keys [D, stride] (position last) at positions 0..n-1, the REP query heads of q [REP, D];
- * adds bias[l] when bias is given; writes out[i * W + l]. */
+/* Vectors of key positions a score kernel takes at a time for REP query heads: REP x NB independent
+ * sums (8-14) hide the FMA latency, where one vector's REP sums alone (3 for SmolLM2) waited on it. */
+#define NB(REP) ((REP) == 1 ? 8 : (REP) == 2 ? 4 : (REP) == 3 ? 3 : (REP) <= 7 ? 2 : 1)
+
+/* Scores of NBV vectors of positions from vector v on (inside scores_REP_D). */
+#define SCORE_BLOCK(REP, D, NBV)                                                                        \
+    do {                                                                                                \
+        vf acc[REP][NBV];                                                                              \
+        for (int i = 0; i < REP; i++)                                                                   \
+            for (int j = 0; j < NBV; j++) acc[i][j] = (vf){0};                                         \
+        for (int d = 0; d < D; d++) {                                                                   \
+            const float *k = keys + (size_t)d * stride + (size_t)v * VL;                               \
+            vf kv[NBV];                                                                                 \
+            for (int j = 0; j < NBV; j++) kv[j] = LOAD(k + j * VL);                                    \
+            for (int i = 0; i < REP; i++) {                                                             \
+                const vf qi = (vf){0} + q[i * D + d];                                                   \
+                for (int j = 0; j < NBV; j++) acc[i][j] += qi * kv[j];                                  \
+            }                                                                                           \
+        }                                                                                               \
+        for (int i = 0; i < REP; i++)                                                                   \
+            for (int j = 0; j < NBV; j++) {                                                             \
+                vf s = acc[i][j];                                                                       \
+                if (bias) s += LOAD(bias + (size_t)(v + j) * VL);                                       \
+                STORE(out + (size_t)i * W + (size_t)(v + j) * VL, s);                                   \
+            }                                                                                           \
+    } while (0)
+
+/* q · keys for keys [D, stride] (position last) at positions 0..n-1 rounded up to whole vectors (the
+ * rows hold them: stride is a multiple of VL), the REP query heads of q [REP, D]; adds bias[l] when
+ * given; writes out[i * W + l]. */
 #define SCORES(REP, D)                                                                                  \
     static void scores_##REP##_##D(const float *q, const float *keys, size_t stride, int n,            \
                                    const float *bias, float *out, int W) {                             \
-        int l = 0;                                                                                      \
-        for (; l + VL <= n; l += VL) {                                                                  \
-            vf acc[REP];                                                                               \
-            for (int i = 0; i < REP; i++) acc[i] = (vf){0};                                            \
-            for (int d = 0; d < D; d++) {                                                               \
-                vf k = LOAD(keys + (size_t)d * stride + l);                                            \
-                for (int i = 0; i < REP; i++) acc[i] += q[i * D + d] * k;                               \
-            }                                                                                           \
-            for (int i = 0; i < REP; i++) {                                                             \
-                if (bias) acc[i] += LOAD(bias + l);                                                     \
-                STORE(out + (size_t)i * W + l, acc[i]);                                                 \
-            }                                                                                           \
-        }                                                                                               \
-        for (; l < n; l++) {                                                                            \
-            for (int i = 0; i < REP; i++) {                                                             \
-                float s = 0;                                                                            \
-                for (int d = 0; d < D; d++) s += q[i * D + d] * keys[(size_t)d * stride + l];           \
-                out[(size_t)i * W + l] = bias ? s + bias[l] : s;                                        \
-            }                                                                                           \
-        }                                                                                               \
+        const int nv = (n + VL - 1) / VL;                                                               \
+        int v = 0;                                                                                      \
+        for (; v + NB(REP) <= nv; v += NB(REP)) SCORE_BLOCK(REP, D, NB(REP));                           \
+        for (; v < nv; v++) SCORE_BLOCK(REP, D, 1);                                                     \
     }
 
 /* out[i, :] (+)= sum over l < n of w[i * W + l] * values[l, :] for values [n, D]. */
@@ -226,29 +240,19 @@ static void rms_norm(const float *x, int M, int K, const float *w, float eps, fl
     }
 }
 
-/* s[0..n) = exp(s - max(s)) in place; returns their sum. */
+/* s[0..n) = exp(s - max(s)) in place, n a multiple of VL; returns their sum. */
 static float softmax_numerators(float *s, int n) {
     vf mv = splat(-__builtin_inff());
-    int l = 0;
-    for (; l + VL <= n; l += VL) {
+    for (int l = 0; l < n; l += VL) {
         const vf v = LOAD(s + l);
         mv = vselect(v > mv, v, mv);
     }
     float mx = -__builtin_inff();
     for (int i = 0; i < VL; i++) mx = mv[i] > mx ? mv[i] : mx;
-    for (int i = l; i < n; i++) mx = s[i] > mx ? s[i] : mx;
     vf sum = {0};
-    for (l = 0; l + VL <= n; l += VL) {
+    for (int l = 0; l < n; l += VL) {
         const vf e = vexp(LOAD(s + l) - mx);
         STORE(s + l, e);
-        sum += e;
-    }
-    if (l < n) { /* the tail, padded with -inf (exp gives 0) */
-        float tile[VL];
-        for (int i = 0; i < VL; i++) tile[i] = l + i < n ? s[l + i] - mx : -__builtin_inff();
-        const vf e = vexp(LOAD(tile));
-        STORE(tile, e);
-        memcpy(s + l, tile, sizeof(float) * (n - l));
         sum += e;
     }
     float total = 0;
@@ -281,13 +285,14 @@ int cascade_supports(int rep, int D) {
 
 /* One (row r, key/value head h) pair of a layer's attention: rotary on its rep query heads (scaled by
  * `scale`) and its key, key and value stored at response position t, the scores over the prompt
- * (with its bias) and response positions 0..t into sc [rep, W], their softmax, and
+ * (with its bias; L a multiple of VL) and response positions 0..t (rounded up to whole vectors: cap
+ * is a multiple of VL) into sc [rep, W], their softmax, and
  * out [rep, D] = softmax · [prompt values; response values 0..t]. */
 static void attend(int r, int h, const float *qkv, const float *cos, const float *sin, float scale, float *keys_t,
                    float *values, const float *prompt_kt, const float *prompt_v, const float *bias,
                    const int64_t *prompt, int H, int KV, int D, int L, int cap, int t, scores_fn score,
                    values_fn combine, float *sc, float *out) {
-    const int rep = H / KV, W = L + t + 1, half = D / 2;
+    const int rep = H / KV, half = D / 2, own = (t + VL) / VL * VL, W = L + own;
     const float *row = qkv + (size_t)r * (H + 2 * KV) * D, *c = cos + (size_t)r * D, *s = sin + (size_t)r * D;
     float q[8 * 128];
     for (int i = 0; i < rep; i++) {
@@ -307,6 +312,8 @@ static void attend(int r, int h, const float *qkv, const float *cos, const float
     const int64_t p = prompt[r];
     score(q, prompt_kt + ((size_t)p * KV + h) * D * L, L, L, bias + (size_t)p * L, sc, W);
     score(q, kt, cap, t + 1, 0, sc + L, W);
+    for (int i = 0; i < rep; i++) /* the positions past t in the last vector take no attention */
+        for (int l = t + 1; l < own; l++) sc[(size_t)i * W + L + l] = -__builtin_inff();
     float inv[8];
     for (int i = 0; i < rep; i++) inv[i] = 1.0f / softmax_numerators(sc + (size_t)i * W, W);
     combine(sc, W, prompt_v + ((size_t)p * KV + h) * L * D, L, out, 0);
@@ -331,7 +338,8 @@ int lean_step_slots(void) { return SLOTS; }
 
 /* Floats of scratch lean_step needs for b rows at response position t. */
 size_t lean_step_work(int b, int hidden, int inter, int H, int KV, int D, int L, int t) {
-    return (size_t)b * (hidden + (size_t)(H + 2 * KV) * D + (size_t)H * D + inter + (size_t)H * (L + t + 1));
+    const size_t W = L + (t + VL) / VL * VL;
+    return (size_t)b * (hidden + (size_t)(H + 2 * KV) * D + (size_t)H * D + inter + (size_t)H * W);
 }
 
 #define AT(p) ((float *)(intptr_t)(p))
@@ -344,7 +352,7 @@ void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int v
                float eps, float scale, const float *final_norm, const float *head, const float *head_bias,
                const float *bias, const int64_t *prompt, int L, int cap, int t, int b, const float *cos,
                const float *sin, float *x, float *work, float *logits) {
-    const int rep = H / KV, W = L + t + 1, nqkv = (H + 2 * KV) * D;
+    const int rep = H / KV, W = L + (t + VL) / VL * VL, nqkv = (H + 2 * KV) * D;
     scores_fn score;
     values_fn combine;
     pick(rep, D, &score, &combine);

@@ -121,8 +121,11 @@ class DecodeKernels:
         with the rotary tables ``cos``, ``sin`` [b, head_dim] at their positions; each layer's keys and
         values (``table``, :meth:`table`) written at response position ``t`` of their ``capacity``.
         ``bias`` [P, L] is the prompts' padding bias, ``prompt`` [b] the prompt of each row (layouts in
-        ``decode_kernels.c``)."""
+        ``decode_kernels.c``); L and the capacity are multiples of :attr:`width`."""
         s, b, L = shape, x.shape[0], bias.shape[1]
+        if L % self.width or capacity % self.width:
+            raise ValueError(f"the prompt length ({L}) and the capacity ({capacity}) must be multiples of {self.width} "
+                             "(CascadeCache(multiple=width) pads them)")
         work = x.new_empty(self.lib.lean_step_work(b, s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, L, t))
         logits = x.new_empty(b, s.vocab)
         self.lib.lean_step(

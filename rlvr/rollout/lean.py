@@ -168,18 +168,25 @@ class CascadeCache:
         group_size: G; row ``p·G + j`` is prompt p's j-th sample.
         capacity: response positions to reserve.
         heads: query heads (a multiple of the key/value heads).
+        multiple: the prompt length and the capacity rounded up to a multiple of this (the compiled
+            kernels' vector width: their scores are whole vectors, no scalar tail); the prompt's extra
+            positions have zero keys and values and a -inf bias, so they take no attention.
     """
 
     def __init__(self, layers: list[tuple[Tensor, Tensor]], attention_mask: Tensor, group_size: int, capacity: int,
-                 heads: int) -> None:
+                 heads: int, multiple: int = 1) -> None:
         k0 = layers[0][0]
-        P, kv, L, d = k0.shape
+        P, kv, length, d = k0.shape
+        L, capacity = -(-length // multiple) * multiple, -(-capacity // multiple) * multiple
         G, rep = group_size, heads // kv
         self.P, self.G, self.kv, self.rep, self.L, self.d = P, G, kv, rep, L, d
-        self.prompt_kt = [k.reshape(P * kv, L, d).transpose(1, 2).contiguous() for k, _ in layers]  # [P·kv, d, L]
-        self.prompt_v = [v.reshape(P * kv, L, d).contiguous() for _, v in layers]
-        self.bias = torch.zeros(P, L, dtype=k0.dtype, device=k0.device)  # 0, or -inf on left padding
-        self.bias.masked_fill_(attention_mask == 0, float("-inf"))
+        self.prompt_kt = [k0.new_zeros(P * kv, d, L) for _ in layers]  # [P·kv, d, L]
+        self.prompt_v = [k0.new_zeros(P * kv, L, d) for _ in layers]
+        for (k, v), kt, vv in zip(layers, self.prompt_kt, self.prompt_v):
+            kt[:, :, :length] = k.reshape(P * kv, length, d).transpose(1, 2)
+            vv[:, :length] = v.reshape(P * kv, length, d)
+        self.bias = torch.full((P, L), float("-inf"), dtype=k0.dtype, device=k0.device)  # 0, or -inf on padding
+        self.bias[:, :length].masked_fill_(attention_mask != 0, 0.0)
         self.prompt_bias = self.bias[:, None, None, :].expand(P, kv, 1, L).reshape(P * kv, 1, L)
         self.keys_t = k0.new_zeros(len(layers), P * G, kv, d, capacity)  # live row r's at index r
         self.values = k0.new_zeros(len(layers), P * G, kv, capacity, d)
@@ -257,7 +264,7 @@ class LeanDecoder:
         for fused in [f for layer in self.layers for f in layer.fused] + ([self.head] if self.kernel is not None else []):
             fused.refresh()
         c = CascadeCache([(layer.keys, layer.values) for layer in hf_cache.layers], attention_mask, group_size,
-                         capacity, self.heads)
+                         capacity, self.heads, multiple=self.kernel.width if self.kernel is not None else 1)
         if self.kernel is not None:
             c.table = self.kernel.table([
                 {"ln_attn": layer.ln_attn.weight, "qkv": layer.qkv.packed, "qkv_bias": layer.qkv.bias,
