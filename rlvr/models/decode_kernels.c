@@ -182,6 +182,11 @@ static inline void put(float *p, vf v, int cols) {
 
 int lean_vector_width(void) { return VL; }
 
+/* y = exp(x) by the kernels' vexp, for n floats (the tests check it against torch.exp). */
+void lean_exp(const float *x, int n, float *y) {
+    for (int l = 0; l < n; l += VL) put(y + l, vexp(get(x + l, n - l < VL ? n - l : VL)), n - l < VL ? n - l : VL);
+}
+
 /* y [M, N] = x [M, K] W^T + bias (may be 0), then op 0: as is; 1: + other; 2: * other (other [M, N],
  * may be y itself). W in panels [ceil(N / VL), K, VL], the last one zero-padded. Rows beyond 16 go
  * 16 at a time through each panel, which is then read from cache. A work-shared loop over the

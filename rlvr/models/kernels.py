@@ -76,6 +76,7 @@ class DecodeKernels:
         assert lib.lean_step_slots() == len(SLOTS), "decode_kernels.c and kernels.SLOTS disagree"
         lib.lean_linear.argtypes = [_P, _I, _I, _P, _I, _P, _I, _P, _P]
         lib.lean_vector_width.restype = _I
+        lib.lean_exp.argtypes = [_P, _I, _P]
         self.width = lib.lean_vector_width()
         """Output columns per weight panel (the CPU's float vector width)."""
 
@@ -102,6 +103,12 @@ class DecodeKernels:
         y = x.new_empty(M, n)
         self.lib.lean_linear(x.data_ptr(), M, K, panels.data_ptr(), n, None if bias is None else bias.data_ptr(), op,
                              None if other is None else other.data_ptr(), y.data_ptr())
+        return y
+
+    def exp(self, x: Tensor) -> Tensor:
+        """exp of a contiguous float32 tensor by the kernels' vector exp (what their softmax and SiLU use)."""
+        y = torch.empty_like(x)
+        self.lib.lean_exp(x.data_ptr(), x.numel(), y.data_ptr())
         return y
 
     def supports(self, heads: int, kv_heads: int, head_dim: int) -> bool:

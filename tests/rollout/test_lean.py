@@ -239,3 +239,37 @@ def test_compiled_products_equal_torch_linear(rows):
         again = k.panels(w2, out=panels)
         assert again.data_ptr() == panels.data_ptr()
         torch.testing.assert_close(k.linear(x, again, n), x @ w2.T, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the softmax and SiLU run as torch's")
+def test_compiled_exp_is_within_two_ulp_of_torch():
+    """The vector exp the compiled step's softmax and SiLU use: within 2 ulp of torch.exp over the range a
+    softmax (x <= 0) and a SiLU (exp(-x)) see, exactly 0 for -inf and below float32's smallest normal
+    result, and a length that leaves a partial last vector."""
+    from rlvr.models import kernels
+
+    k = kernels.load()
+    assert k is not None, kernels.why_not
+    x = torch.cat([torch.linspace(-87.3, 88.0, 100_003), torch.tensor([0.0, -1e-8, 1e-8])])
+    want = torch.exp(x.double())
+    got = k.exp(x).double()
+    ulp = torch.exp2(torch.floor(torch.log2(want)) - 23)  # float32's spacing at each value
+    assert ((got - want).abs() / ulp).max() <= 2.0
+    low = k.exp(torch.tensor([float("-inf"), -1e4, -88.0, -100.0, -87.5]))
+    assert torch.equal(low, torch.zeros(5))
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
+def test_compiled_step_requires_padded_lengths():
+    """The step reads whole vectors of key positions: a prompt length or capacity that is not a multiple of
+    the vector width (what CascadeCache(multiple=width) guarantees) is refused, not read past."""
+    from rlvr.models import kernels
+
+    k = kernels.load()
+    assert k is not None, kernels.why_not
+    shape = kernels.StepShape(layers=1, hidden=8, intermediate=8, vocab=8, heads=1, kv_heads=1, head_dim=64, eps=1e-6,
+                              scaling=0.125)
+    x = torch.zeros(1, 8)
+    with pytest.raises(ValueError, match="multiples of"):
+        k.step(shape, torch.zeros(1, len(kernels.SLOTS), dtype=torch.int64), x, x, None, torch.zeros(1, k.width + 1),
+               torch.zeros(1, dtype=torch.int64), k.width, 0, x, x, x)
