@@ -3,14 +3,15 @@ called through ctypes.
 
 Why (``benchmarks/NOTES.md`` has the measurements; SmolLM2-135M, 16 rows, a 2-core AVX-512 CPU):
 
-- **attention**: in torch operations about 12 small operations a layer (index copies into the group
-  layout, four batched products of a few rows each, a concatenation, a softmax), 6.3-7.9 ms of a
-  30-33 ms decode step, mostly per-call overhead of products too small for a BLAS. The kernel does
-  rotary, the cache write and both score products in one call a layer and the weighted sum of
-  values in another, with torch's softmax between them: 3.5 ms.
 - **products**: oneDNN's prepacked product does not overlap its weight reads with its arithmetic at
   8-16 rows (the 211 products of a step 19-21 ms at 16 rows against 12.3 ms to read the weights
   once). The kernel streams each weight panel once while 16 rows accumulate in registers: 14-16 ms.
+- **attention**: in torch operations about 12 small operations a layer, 6.3-7.9 ms of a 30-33 ms
+  step, mostly per-call overhead of products too small for a BLAS.
+- **the rest of the step**: norms, SiLU, softmax and the calls themselves, about 20 torch or ctypes
+  calls a layer with the other thread idle during each: 4.4 ms of a 22 ms step when only the
+  products and the attention were compiled. :meth:`DecodeKernels.step` runs all of it in one call
+  (16.3-17.4 ms a step).
 
 How: ``cc -O3 -march=native -fopenmp`` builds the C file into a temporary directory once per
 process (about 0.3 s; the library stays loaded after the directory is removed). ``-march=native``
