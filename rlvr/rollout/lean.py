@@ -305,7 +305,7 @@ class LeanDecoder:
 
     def _torch_attention(self, qkv: Tensor, tables, i: int, c: CascadeCache, b: int, t: int) -> Tensor:
         """[b, H·D]: rotary, the cache write and the attention in torch operations (what the kernels' step
-        does in ``cascade_scores`` and ``cascade_values``)."""
+        does inside ``decode_kernels.c``'s ``lean_step``)."""
         H, KV, D = self.heads, self.kv_heads, self.head_dim
         cos, sin = tables
         qk = qkv[:, : (H + KV) * D].view(b, H + KV, D)
