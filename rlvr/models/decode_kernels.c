@@ -25,9 +25,9 @@
  *   values   [rows, KV, cap, D]   the rows' response values
  *   prompt_kt [P, KV, D, L]       the prompts' keys, transposed; prompt_v [P, KV, L, D]
  *   bias     [P, L]               0, or -inf on a prompt's padding (left, and up to L)
+ *   prompt   [b]                  the prompt each live row samples from
  * L and cap are multiples of VL, so scores are whole vectors: a prompt's positions beyond its own
  * length have zero keys and values and a -inf bias; response positions past t are set to -inf.
- *   prompt   [b]                  the prompt each live row samples from
  * Live row r keeps its response at index r of keys_t / values (the cache moves rows to the front
  * when others finish), so each (row, key/value head) pair writes only its own slots: the pairs run
  * in parallel without locks.
@@ -184,7 +184,10 @@ int lean_vector_width(void) { return VL; }
 
 /* y = exp(x) by the kernels' vexp, for n floats (the tests check it against torch.exp). */
 void lean_exp(const float *x, int n, float *y) {
-    for (int l = 0; l < n; l += VL) put(y + l, vexp(get(x + l, n - l < VL ? n - l : VL)), n - l < VL ? n - l : VL);
+    for (int l = 0; l < n; l += VL) {
+        const int cols = n - l < VL ? n - l : VL;
+        put(y + l, vexp(get(x + l, cols)), cols);
+    }
 }
 
 /* y [M, N] = x [M, K] W^T + bias (may be 0), then op 0: as is; 1: + other; 2: * other (other [M, N],

@@ -14,7 +14,7 @@ Why (``benchmarks/NOTES.md`` has the measurements; SmolLM2-135M, 16 rows, a 2-co
   (16.3-17.4 ms a step).
 
 How: ``cc -O3 -march=native -fopenmp`` builds the C file into a temporary directory once per
-process (about 0.3 s; the library stays loaded after the directory is removed). ``-march=native``
+process (about 1.4 s with gcc 12; the library stays loaded after the directory is removed). ``-march=native``
 is why it is built where it runs: the same file gives AVX-512 code on one host and AVX2 on another.
 OpenMP resolves to the libgomp torch already loaded, so the kernel runs on torch's threads. With
 no C compiler, a failed build, or a shape the file has no kernel for (head_dim other than 64 or 128,
@@ -31,9 +31,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch  # noqa: F401  (loaded first: the kernel's OpenMP then binds to torch's libgomp)
 from torch import Tensor

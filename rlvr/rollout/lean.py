@@ -115,7 +115,6 @@ class _Fused:
         self.parts, self.layout = parts, layout
         self.packed: Tensor | None = None
         self.bias: Tensor | None = None
-        self.n = sum(s.module.out_features for s in parts)
         self._made_from: tuple | None = None
 
     @torch.no_grad()
