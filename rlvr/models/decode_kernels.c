@@ -332,6 +332,79 @@ static void attend(int r, int h, const float *qkv, const float *cos, const float
         for (int d = 0; d < D; d += VL) STORE(out + i * D + d, LOAD(out + i * D + d) * inv[i]);
 }
 
+/* The sampled token of each of b rows, by inverse CDF as rollout/decode.py's inverse_cdf: with
+ * z = logits / T (float32, as transformers' temperature warper divides) and w = exp(z - max z), the
+ * first token v with CDF(v) > u * CDF(V), CDF the cumsum of w in float64 taken in two levels (block
+ * sums of `block` tokens, then the chosen block's own cumsum). logits [b, V] float32, u [b] in [0, 1);
+ * out [b]. Rows in parallel. w is exp by vexp (within 2 ulp of torch.exp), so a target within a few
+ * ulp of a CDF step can pick the neighbouring token; tests/rollout/test_lean.py counts how often. */
+typedef double vd __attribute__((vector_size(VL * 4)));
+#if VL == 16
+#define LOW(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+#define HIGH(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
+#define LANES {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+#else
+#define LOW(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
+#define HIGH(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
+#define LANES {0, 1, 2, 3, 4, 5, 6, 7}
+#endif
+
+void lean_pick(const float *logits, int b, int V, float T, const double *u, int block, int64_t *out) {
+    const vi lanes = LANES;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < b; r++) {
+        const float *z = logits + (size_t)r * V;
+        const int nb = (V + block - 1) / block;
+        double csum[nb];
+        vf mv = splat(-__builtin_inff());
+        for (int l = 0; l < V; l += VL) {
+            const int cols = V - l < VL ? V - l : VL;
+            vf v = get(z + l, cols);
+            if (T != 1.0f) v = v / T;
+            if (cols < VL)
+                for (int i = cols; i < VL; i++) v[i] = -__builtin_inff();
+            mv = vselect(v > mv, v, mv);
+        }
+        float mx = -__builtin_inff();
+        for (int i = 0; i < VL; i++) mx = mv[i] > mx ? mv[i] : mx;
+        double run = 0;
+        for (int k = 0; k < nb; k++) { /* block is a multiple of VL */
+            vd lo = {0}, hi = {0};
+            for (int l = k * block; l < (k + 1) * block && l < V; l += VL) {
+                const int cols = V - l < VL ? V - l : VL;
+                vf v = get(z + l, cols);
+                if (T != 1.0f) v = v / T;
+                const vf w = vselect(lanes < cols, vexp(v - mx), splat(0));
+                lo += __builtin_convertvector(LOW(w), vd);
+                hi += __builtin_convertvector(HIGH(w), vd);
+            }
+            double s = 0;
+            for (int i = 0; i < VL / 2; i++) s += lo[i] + hi[i];
+            csum[k] = run += s;
+        }
+        const double target = u[r] * csum[nb - 1];
+        int k = 0;
+        while (k < nb - 1 && !(csum[k] > target)) k++;
+        const double rest = target - (k > 0 ? csum[k - 1] : 0.0);
+        const int n = V - k * block < block ? V - k * block : block;
+        double inner[block];
+        run = 0;
+        for (int l = 0; l < n; l += VL) {
+            const int cols = n - l < VL ? n - l : VL;
+            vf v = get(z + (size_t)k * block + l, cols);
+            if (T != 1.0f) v = v / T;
+            const vf w = vexp(v - mx);
+            for (int i = 0; i < cols; i++) inner[l + i] = run += w[i];
+        }
+        for (int l = n; l < block; l++) inner[l] = run; /* the padding (weight 0) */
+        int j = 0, last = 0;
+        while (j < block && !(inner[j] > rest)) j++;
+        while (last < block && inner[last] < inner[block - 1]) last++;
+        const int64_t tok = (int64_t)k * block + (j < last ? j : last);
+        out[r] = tok < V - 1 ? tok : V - 1;
+    }
+}
+
 /* y [M, N] = x W^T + bias, then op (see product()), on all threads. */
 void lean_linear(const float *x, int M, int K, const float *w, int N, const float *bias, int op,
                  const float *other, float *y) {

@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch  # noqa: F401  (loaded first: the kernel's OpenMP then binds to torch's libgomp)
+import torch  # loaded first: the kernel's OpenMP then binds to torch's libgomp
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("decode_kernels.c")
@@ -77,6 +77,7 @@ class DecodeKernels:
         lib.lean_linear.argtypes = [_P, _I, _I, _P, _I, _P, _I, _P, _P]
         lib.lean_vector_width.restype = _I
         lib.lean_exp.argtypes = [_P, _I, _P]
+        lib.lean_pick.argtypes = [_P, _I, _I, _F, _P, _I, _P]
         self.width = lib.lean_vector_width()
         """Output columns per weight panel (the CPU's float vector width)."""
 
@@ -110,6 +111,18 @@ class DecodeKernels:
         y = torch.empty_like(x)
         self.lib.lean_exp(x.data_ptr(), x.numel(), y.data_ptr())
         return y
+
+    def pick(self, logits: Tensor, u: Tensor, temperature: float = 1.0, block: int = 256) -> Tensor:
+        """[b] tokens sampled by inverse CDF from ``logits`` [b, V] (float32) at ``temperature``, with the
+        uniform draws ``u`` [b] (float64): what :func:`rlvr.rollout.decode.inverse_cdf` picks on
+        ``logits / temperature``, up to the exp's rounding (``decode_kernels.c``'s ``lean_pick``)."""
+        if block % self.width:
+            raise ValueError(f"the block ({block}) must be a multiple of the vector width ({self.width})")
+        logits, u = logits.contiguous(), u.to(torch.float64).contiguous()
+        out = torch.empty(logits.shape[0], dtype=torch.int64)
+        self.lib.lean_pick(logits.data_ptr(), logits.shape[0], logits.shape[1], temperature, u.data_ptr(), block,
+                           out.data_ptr())
+        return out
 
     def supports(self, heads: int, kv_heads: int, head_dim: int) -> bool:
         """Whether the file has a kernel for this attention shape."""

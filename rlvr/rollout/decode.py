@@ -74,21 +74,32 @@ class SeededPicker:
     ``torch.multinomial(p_r, 1, generator=g_r)`` row by row (same distribution, other draws). The
     generators live on the CPU, so a GPU samples what a CPU samples.
 
+    With ``kernel`` (the compiled decode kernels, :mod:`rlvr.models.kernels`) and no top-k / top-p,
+    the temperature, the weights, both levels of sums and the search run in one compiled call
+    (``lean_pick``) on float32 CPU logits: about 0.1 against 1 ms a step for 16 rows of SmolLM2's
+    49k tokens. Its exp is within 2 ulp of torch's, so a draw within rounding of a CDF step may pick
+    the neighbour (``tests/rollout/test_lean.py`` counts none in 30,000 draws).
+
     Args:
         seeds: one seed per sequence of the batch (row ``r`` of the first step is sequence ``r``).
+        kernel: a :class:`~rlvr.models.kernels.DecodeKernels` to pick with, or None.
     """
 
     BLOCK = 256
 
-    def __init__(self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0) -> None:
+    def __init__(self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0, *, kernel=None) -> None:
         self.gens = [torch.Generator().manual_seed(s) for s in seeds]
         self.warpers = warpers(temperature, top_k, top_p)
+        self.temperature = temperature
+        self.kernel = kernel if not top_k and top_p >= 1.0 else None
 
     def __call__(self, logits: Tensor, rows: Tensor) -> Tensor:
+        u = torch.cat([torch.rand(1, generator=self.gens[r], dtype=torch.float64) for r in rows.tolist()])
+        if self.kernel is not None and logits.device.type == "cpu" and logits.dtype == torch.float32:
+            return self.kernel.pick(logits, u, self.temperature, self.BLOCK)
         for warp in self.warpers:
             logits = warp(None, logits)
-        u = torch.cat([torch.rand(1, generator=self.gens[r], dtype=torch.float64) for r in rows.tolist()]).to(logits.device)
-        return inverse_cdf(logits, u, self.BLOCK)
+        return inverse_cdf(logits, u.to(logits.device), self.BLOCK)
 
 
 def inverse_cdf(logits: Tensor, u: Tensor, block: int = 256) -> Tensor:

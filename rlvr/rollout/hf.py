@@ -220,7 +220,8 @@ class HFRolloutEngine:
             if greedy:
                 pick = GreedyPicker()
             elif seeded:
-                pick = SeededPicker(seeds[rows], temp, how.top_k, how.top_p)
+                pick = SeededPicker(seeds[rows], temp, how.top_k, how.top_p,
+                                    kernel=self.lean.kernel if self.lean is not None else None)
             else:
                 pick = GlobalRNGPicker(temp, how.top_k, how.top_p)
             with eval_mode(self.model), (self.packed.active() if self.packed else contextlib.nullcontext()):

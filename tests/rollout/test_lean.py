@@ -273,3 +273,43 @@ def test_compiled_step_requires_padded_lengths():
     with pytest.raises(ValueError, match="multiples of"):
         k.step(shape, torch.zeros(1, len(kernels.SLOTS), dtype=torch.int64), x, x, None, torch.zeros(1, k.width + 1),
                torch.zeros(1, dtype=torch.int64), k.width, 0, x, x, x)
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the torch sampler runs")
+def test_compiled_sampler_picks_what_inverse_cdf_picks():
+    """lean_pick (temperature, exp, two-level float64 CDF and search in one call) against
+    rollout/decode.py's inverse_cdf on z / T: the same token in 30,000 draws over a vocabulary with a
+    partial last block and vector, peaked and flat rows, -inf logits and the extreme draws."""
+    from rlvr.models import kernels
+    from rlvr.rollout.decode import inverse_cdf
+
+    k = kernels.load()
+    assert k is not None, kernels.why_not
+    g = torch.Generator().manual_seed(0)
+    V, rows, differ = 5003, 100, 0
+    for T in (1.0, 0.7, 1.3):
+        for _ in range(100):
+            logits = torch.randn(rows, V, generator=g) * torch.rand(rows, 1, generator=g) * 6
+            logits[: rows // 2, :50] += 6  # a peaked head, as a model's next-token logits
+            logits[rows // 4 : rows // 2, V // 2 :] = float("-inf")  # cut tokens take no draws
+            u = torch.rand(rows, generator=g, dtype=torch.float64)
+            got = k.pick(logits, u, T)
+            differ += int((got != inverse_cdf(logits / T if T != 1.0 else logits, u, 256)).sum())
+            assert (got[rows // 4 : rows // 2] < V // 2).all()
+    assert differ == 0
+    ends = torch.tensor([0.0, 1 - 2**-53, 0.5], dtype=torch.float64)
+    logits = torch.randn(3, V, generator=g)
+    torch.testing.assert_close(k.pick(logits, ends), inverse_cdf(logits, ends, 256), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the torch sampler runs")
+def test_engine_samples_with_the_compiled_sampler_what_the_torch_sampler_samples():
+    """Without top-k / top-p the lean engine samples by lean_pick; the plain engine by inverse_cdf."""
+    model, tok = _eos(MODELS["llama-gqa-d64"]()), tiny_tokenizer()
+    G, seeds = 4, [sample_seed(5, i) for i in range(len(PROMPTS) * 4)]
+    kwargs = dict(max_new_tokens=12, temperature=0.8, batch_seqs=8)
+    lean_engine = HFRolloutEngine(model, tok, **kwargs)
+    assert lean_engine.lean is not None and lean_engine.lean.kernel is not None
+    got = lean_engine.generate(PROMPTS, G, seeds=seeds)
+    want = HFRolloutEngine(model, tok, **kwargs, lean_decode=False).generate(PROMPTS, G, seeds=seeds)
+    assert torch.equal(got.input_ids, want.input_ids) and got.texts == want.texts
