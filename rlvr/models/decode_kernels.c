@@ -26,11 +26,11 @@
  *   prompt_kt [P, KV, D, L]       the prompts' keys, transposed; prompt_v [P, KV, L, D]
  *   bias     [P, L]               0, or -inf on a prompt's padding (left, and up to L)
  *   prompt   [b]                  the prompt each live row samples from
+ *   cache_row [b]                 each live row's index in keys_t / values (its row in the batch)
  * L and cap are multiples of VL, so scores are whole vectors: a prompt's positions beyond its own
  * length have zero keys and values and a -inf bias; response positions past t are set to -inf.
- * Live row r keeps its response at index r of keys_t / values (the cache moves rows to the front
- * when others finish), so each (row, key/value head) pair writes only its own slots: the pairs run
- * in parallel without locks.
+ * Rows keep their index in keys_t / values when others finish (the cache does not move them), so
+ * each (row, key/value head) pair writes only its own positions: the pairs run in parallel without locks.
  *
  * Vectors are GCC's vector extension, as wide as the CPU's (VL floats). A score is accumulated in
  * the lane of its key position (keys transposed), so no horizontal sums are needed; an output row in
@@ -300,7 +300,7 @@ int cascade_supports(int rep, int D) {
  * out [rep, D] = softmax · [prompt values; response values 0..t]. */
 static void attend(int r, int h, const float *qkv, const float *cos, const float *sin, float scale, float *keys_t,
                    float *values, const float *prompt_kt, const float *prompt_v, const float *bias,
-                   const int64_t *prompt, int H, int KV, int D, int L, int cap, int t, scores_fn score,
+                   const int64_t *prompt, const int64_t *cache_row, int H, int KV, int D, int L, int cap, int t, scores_fn score,
                    values_fn combine, float *sc, float *out) {
     const int rep = H / KV, half = D / 2, own = (t + VL) / VL * VL, W = L + own;
     const float *row = qkv + (size_t)r * (H + 2 * KV) * D, *c = cos + (size_t)r * D, *s = sin + (size_t)r * D;
@@ -313,7 +313,8 @@ static void attend(int r, int h, const float *qkv, const float *cos, const float
         }
     }
     const float *k = row + (size_t)(H + h) * D, *v = row + (size_t)(H + KV + h) * D;
-    float *kt = keys_t + ((size_t)r * KV + h) * D * cap, *vt = values + ((size_t)r * KV + h) * cap * D;
+    const size_t own_kv = (size_t)cache_row[r] * KV + h;
+    float *kt = keys_t + own_kv * D * cap, *vt = values + own_kv * cap * D;
     for (int d = 0; d < D; d++) {
         const float rot = d < half ? -k[d + half] : k[d - half];
         kt[(size_t)d * cap + t] = k[d] * c[d] + rot * s[d];
@@ -433,7 +434,7 @@ size_t lean_step_work(int b, int hidden, int inter, int H, int KV, int D, int L,
  * work: lean_step_work() floats. */
 void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int vocab, int H, int KV, int D,
                float eps, float scale, const float *final_norm, const float *head, const float *head_bias,
-               const float *bias, const int64_t *prompt, int L, int cap, int t, int b, const float *cos,
+               const float *bias, const int64_t *prompt, const int64_t *cache_row, int L, int cap, int t, int b, const float *cos,
                const float *sin, float *x, float *work, float *logits) {
     const int rep = H / KV, W = L + (t + VL) / VL * VL, nqkv = (H + 2 * KV) * D;
     scores_fn score;
@@ -451,7 +452,7 @@ void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int v
             for (int r = 0; r < b; r++)
                 for (int g = 0; g < KV; g++)
                     attend(r, g, qkv, cos, sin, scale, AT(a[KEYS_T]), AT(a[VALUES]), AT(a[PROMPT_KT]),
-                           AT(a[PROMPT_V]), bias, prompt, H, KV, D, L, cap, t, score, combine,
+                           AT(a[PROMPT_V]), bias, prompt, cache_row, H, KV, D, L, cap, t, score, combine,
                            sc + ((size_t)r * KV + g) * rep * W, attn + ((size_t)r * KV + g) * rep * D);
             product(attn, b, H * D, AT(a[O]), hidden, AT(a[O_BIAS]), 1, x, x);
             rms_norm(x, b, hidden, AT(a[LN_MLP]), eps, h);

@@ -70,7 +70,7 @@ class DecodeKernels:
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
         lib.cascade_supports.argtypes, lib.cascade_supports.restype = [_I, _I], _I
-        lib.lean_step.argtypes = [_P] + [_I] * 7 + [_F, _F, _P, _P, _P, _P, _P, _I, _I, _I, _I, _P, _P, _P, _P, _P]
+        lib.lean_step.argtypes = [_P] + [_I] * 7 + [_F, _F, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _P, _P, _P, _P, _P]
         lib.lean_step_work.argtypes, lib.lean_step_work.restype = [_I] * 8, ctypes.c_size_t
         lib.lean_step_slots.restype = _I
         assert lib.lean_step_slots() == len(SLOTS), "decode_kernels.c and kernels.SLOTS disagree"
@@ -136,12 +136,14 @@ class DecodeKernels:
                             dtype=torch.int64)
 
     def step(self, shape: StepShape, table: Tensor, final_norm: Tensor, head: Tensor, head_bias: Tensor | None,
-             bias: Tensor, prompt: Tensor, capacity: int, t: int, cos: Tensor, sin: Tensor, x: Tensor) -> Tensor:
+             bias: Tensor, prompt: Tensor, cache_row: Tensor, capacity: int, t: int, cos: Tensor, sin: Tensor,
+             x: Tensor) -> Tensor:
         """Logits [b, vocab] of one decode step of ``x`` [b, hidden] (the tokens' embeddings; overwritten)
         with the rotary tables ``cos``, ``sin`` [b, head_dim] at their positions; each layer's keys and
         values (``table``, :meth:`table`) written at response position ``t`` of their ``capacity``.
-        ``bias`` [P, L] is the prompts' padding bias, ``prompt`` [b] the prompt of each row (layouts in
-        ``decode_kernels.c``); L and the capacity are multiples of :attr:`width`."""
+        ``bias`` [P, L] is the prompts' padding bias, ``prompt`` [b] the prompt of each row and
+        ``cache_row`` [b] (int64) its row in the response caches (layouts in ``decode_kernels.c``); L
+        and the capacity are multiples of :attr:`width`."""
         s, b, L = shape, x.shape[0], bias.shape[1]
         if L % self.width or capacity % self.width:
             raise ValueError(f"the prompt length ({L}) and the capacity ({capacity}) must be multiples of {self.width} "
@@ -151,7 +153,7 @@ class DecodeKernels:
         self.lib.lean_step(
             table.data_ptr(), s.layers, s.hidden, s.intermediate, s.vocab, s.heads, s.kv_heads, s.head_dim, s.eps,
             s.scaling, final_norm.data_ptr(), head.data_ptr(), None if head_bias is None else head_bias.data_ptr(),
-            bias.data_ptr(), prompt.data_ptr(), L, capacity, t, b, cos.data_ptr(), sin.data_ptr(), x.data_ptr(),
+            bias.data_ptr(), prompt.data_ptr(), cache_row.data_ptr(), L, capacity, t, b, cos.data_ptr(), sin.data_ptr(), x.data_ptr(),
             work.data_ptr(), logits.data_ptr())
         return logits
 

@@ -171,10 +171,13 @@ class CascadeCache:
         multiple: the prompt length and the capacity rounded up to a multiple of this (the compiled
             kernels' vector width: their scores are whole vectors, no scalar tail); the prompt's extra
             positions have zero keys and values and a -inf bias, so they take no attention.
+        move_rows: :meth:`select` moves the kept rows' response caches to the front (the torch
+            operations read rows 0..b-1); False = rows stay where they are and :attr:`live` says
+            where (the compiled step reads each row's own; no copy when rows finish).
     """
 
     def __init__(self, layers: list[tuple[Tensor, Tensor]], attention_mask: Tensor, group_size: int, capacity: int,
-                 heads: int, multiple: int = 1) -> None:
+                 heads: int, multiple: int = 1, move_rows: bool = True) -> None:
         k0 = layers[0][0]
         P, kv, length, d = k0.shape
         L, capacity = -(-length // multiple) * multiple, -(-capacity // multiple) * multiple
@@ -193,16 +196,19 @@ class CascadeCache:
         self.q_groups = k0.new_zeros(P, kv, G, rep, d)
         self.p_groups = k0.new_zeros(P, kv, G, rep, L)
         self.length = 0  # response positions filled
+        self.move_rows = move_rows
         self.set_live(torch.arange(P * G, device=k0.device))
 
     def set_live(self, live: Tensor) -> None:
         self.live, self.live_p, self.live_g = live, live // self.G, live % self.G
 
     def select(self, keep: Tensor) -> None:
-        """Keeps the live rows at indices ``keep`` (in the live order): their response caches move to the front."""
-        n, t = keep.numel(), self.length
-        self.keys_t[:, :n, :, :, :t] = self.keys_t[:, keep, :, :, :t]
-        self.values[:, :n, :, :t] = self.values[:, keep, :, :t]
+        """Keeps the live rows at indices ``keep`` (in the live order); with ``move_rows`` their response
+        caches move to the front (live row i's at index i), else stay at index ``live[i]``."""
+        if self.move_rows:
+            n, t = keep.numel(), self.length
+            self.keys_t[:, :n, :, :, :t] = self.keys_t[:, keep, :, :, :t]
+            self.values[:, :n, :, :t] = self.values[:, keep, :, :t]
         self.set_live(self.live[keep])
 
 
@@ -264,7 +270,8 @@ class LeanDecoder:
         for fused in [f for layer in self.layers for f in layer.fused] + ([self.head] if self.kernel is not None else []):
             fused.refresh()
         c = CascadeCache([(layer.keys, layer.values) for layer in hf_cache.layers], attention_mask, group_size,
-                         capacity, self.heads, multiple=self.kernel.width if self.kernel is not None else 1)
+                         capacity, self.heads, multiple=self.kernel.width if self.kernel is not None else 1,
+                         move_rows=self.kernel is None)
         if self.kernel is not None:
             c.table = self.kernel.table([
                 {"ln_attn": layer.ln_attn.weight, "qkv": layer.qkv.packed, "qkv_bias": layer.qkv.bias,
@@ -298,7 +305,7 @@ class LeanDecoder:
     def _kernel_step(self, x: Tensor, cos: Tensor, sin: Tensor, c: CascadeCache) -> Tensor:
         """:meth:`step` by the compiled kernels: the whole step in one call (``decode_kernels.c``'s ``lean_step``)."""
         logits = self.kernel.step(self.shape, c.table, self.norm.weight, self.head.packed, self.head.bias, c.bias,
-                                  c.live_p, c.keys_t.shape[-1], c.length, cos, sin, x)
+                                  c.live_p, c.live, c.keys_t.shape[-1], c.length, cos, sin, x)
         c.length += 1
         return logits
 

@@ -272,7 +272,7 @@ def test_compiled_step_requires_padded_lengths():
     x = torch.zeros(1, 8)
     with pytest.raises(ValueError, match="multiples of"):
         k.step(shape, torch.zeros(1, len(kernels.SLOTS), dtype=torch.int64), x, x, None, torch.zeros(1, k.width + 1),
-               torch.zeros(1, dtype=torch.int64), k.width, 0, x, x, x)
+               torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), k.width, 0, x, x, x)
 
 
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the torch sampler runs")
