@@ -107,8 +107,9 @@ class _Fused:
 
     Args:
         parts: the layers' :class:`~rlvr.models.packed` slots.
-        layout: ``(weight [N, K], previous or None) -> tensor``: oneDNN's packed layout, or the compiled
-            kernels' panels (which it may write into ``previous``, the last one it made).
+        layout: ``(weights [N_i, K] stacked along N, previous or None) -> tensor``: oneDNN's packed
+            layout, or the compiled kernels' panels (which it may write into ``previous``, the last one
+            it made).
     """
 
     def __init__(self, *parts, layout) -> None:
@@ -123,8 +124,7 @@ class _Fused:
         if made_from == self._made_from:
             return
         modules = [s.module for s in self.parts]
-        weight = modules[0].weight if len(modules) == 1 else torch.cat([m.weight for m in modules])
-        self.packed = self.layout(weight.detach(), self.packed)
+        self.packed = self.layout([m.weight.detach() for m in modules], self.packed)
         self.bias = None if all(m.bias is None for m in modules) else torch.cat([
             m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in modules]).detach().contiguous()
         self._made_from = made_from
@@ -146,7 +146,7 @@ class _Layer:
         self.ln_attn, self.ln_mlp = layer.input_layernorm, layer.post_attention_layernorm
         q, k, v, self.o, self.gate, self.up, self.down = (slot[id(lin)] for lin in _projections(layer).values())
         if compiled is None:
-            self.qkv = _Fused(q, k, v, layout=lambda w, _: pack_weight(w, q.rows_hint))
+            self.qkv = _Fused(q, k, v, layout=lambda w, _: pack_weight(torch.cat(w), q.rows_hint))
             self.fused = [self.qkv]
         else:
             panels = compiled.panels

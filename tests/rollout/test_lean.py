@@ -241,6 +241,27 @@ def test_compiled_products_equal_torch_linear(rows):
         torch.testing.assert_close(k.linear(x, again, n), x @ w2.T, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the products run as oneDNN's")
+def test_compiled_panels_of_stacked_parts_equal_the_layout_of_their_concatenation():
+    """``panels`` of parts stacked along N (as [q; k; v], without their torch.cat) is, exactly, the panel
+    layout of the concatenated matrix: parts that start and end inside a panel, a zero-padded last
+    panel, and a reused buffer whose old contents do not leak into the padding."""
+    from rlvr.models import kernels
+
+    k = kernels.load()
+    assert k is not None, kernels.why_not
+    W, K = k.width, 70
+    parts = [torch.randn(n, K) for n in (5, W + 4, W, 3)]
+    full = torch.cat(parts)
+    n = -(-full.shape[0] // W)
+    want = torch.nn.functional.pad(full, (0, 0, 0, n * W - full.shape[0])).view(n, W, K).transpose(1, 2)
+    stale = torch.full((n, K, W), float("nan"))
+    for out in (None, stale):
+        got = k.panels(parts, out=out)
+        assert torch.equal(got, want)
+    assert k.panels(parts, out=stale).data_ptr() == stale.data_ptr()
+
+
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the softmax and SiLU run as torch's")
 def test_compiled_exp_is_within_two_ulp_of_torch():
     """The vector exp the compiled step's softmax and SiLU use: within 2 ulp of torch.exp over the range a
