@@ -39,6 +39,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE__)
 #include <immintrin.h>
@@ -128,9 +129,12 @@ typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
 KERNELS(64)
 KERNELS(128)
 
-/* Products: y[m, n] for MC rows (MC <= 16) of x [.., K] and one panel [K, VL] of W^T, into acc. The
- * weights are prefetched 256 vectors (16 KB) ahead into L2: a 16-row step 16.3-16.6 ms against
- * 17.2-17.4 ms with 4 KB ahead into L1 (benchmarks/NOTES.md). */
+/* Products: y[m, n] for MC rows (MC <= 16) of x and one panel [K, VL] of W^T, into acc. x is k-major,
+ * [K, MC] (see xt_at): the MC broadcasts of one k come from one cache line at fixed offsets, where
+ * rows [MC, K] needed MC address registers (GCC spilled them to vector registers): 16-row products
+ * with the weights in cache 432-486 against 379-394 GFLOP/s. The weights are prefetched 256 vectors
+ * (16 KB) ahead into L2: a 16-row step 16.3-16.6 ms against 17.2-17.4 ms with 4 KB ahead into L1
+ * (benchmarks/NOTES.md). */
 #define PANEL(MC)                                                                                       \
     static void panel_##MC(const float *x, int K, const float *w, vf *acc) {                           \
         vf a[MC];                                                                                       \
@@ -138,11 +142,18 @@ KERNELS(128)
         for (int k = 0; k < K; k++) {                                                                   \
             __builtin_prefetch(w + (size_t)(k + 256) * VL, 0, 2);                                       \
             vf b = LOAD(w + (size_t)k * VL);                                                            \
-            for (int m = 0; m < MC; m++) a[m] += x[(size_t)m * K + k] * b;                              \
+            for (int m = 0; m < MC; m++) a[m] += x[(size_t)k * MC + m] * b;                             \
         }                                                                                               \
         for (int m = 0; m < MC; m++) acc[m] = a[m];                                                     \
     }
 #define ROWS_MAX 16
+
+/* Where element (m, k) of a product's input x [M, K] lives in its k-major layout: rows in chunks of
+ * ROWS_MAX, each chunk [K, rows in it] (for M <= 16 simply [K, M]), chunk after chunk. */
+static inline size_t xt_at(int m, int k, int M, int K) {
+    const int m0 = m / ROWS_MAX * ROWS_MAX, rows = M - m0 < ROWS_MAX ? M - m0 : ROWS_MAX;
+    return (size_t)m0 * K + (size_t)k * rows + (m - m0);
+}
 PANEL(1) PANEL(2) PANEL(3) PANEL(4) PANEL(5) PANEL(6) PANEL(7) PANEL(8)
 PANEL(9) PANEL(10) PANEL(11) PANEL(12) PANEL(13) PANEL(14) PANEL(15) PANEL(16)
 typedef void (*panel_fn)(const float *, int, const float *, vf *);
@@ -203,9 +214,10 @@ void lean_exp(const float *x, int n, float *y) {
 }
 
 /* y [M, N] = x [M, K] W^T + bias (may be 0), then op 0: as is; 1: + other; 2: * other (other [M, N],
- * may be y itself). W in panels [ceil(N / VL), K, VL], the last one zero-padded. Rows beyond 16 go
- * 16 at a time through each panel, which is then read from cache. A work-shared loop over the
- * panels: call it from inside a parallel region (all threads), or from one thread alone. */
+ * may be y itself). x k-major (xt_at), y and other row-major. W in panels [ceil(N / VL), K, VL], the
+ * last one zero-padded. Rows beyond 16 go 16 at a time through each panel, which is then read from
+ * cache. A work-shared loop over the panels: call it from inside a parallel region (all threads),
+ * or from one thread alone. */
 static void product(const float *x, int M, int K, const float *w, int N, const float *bias, int op,
                     const float *other, float *y) {
     const int panels = (N + VL - 1) / VL;
@@ -229,7 +241,8 @@ static void product(const float *x, int M, int K, const float *w, int N, const f
 }
 
 /* y [M, N] = silu(x Wg^T + bg) * (x Wu^T + bu): a panel of the gate and the same panel of up, then
- * the product of their tiles (biases may be 0). Work-shared like product(). */
+ * the product of their tiles (biases may be 0). x and y k-major (y is the next product's input).
+ * Work-shared like product(). */
 static void gated(const float *x, int M, int K, const float *wg, const float *bg, const float *wu,
                   const float *bu, int N, float *y) {
     const int panels = (N + VL - 1) / VL;
@@ -244,22 +257,37 @@ static void gated(const float *x, int M, int K, const float *wg, const float *bg
             PANELS[rows](x + (size_t)m0 * K, K, wu + (size_t)j * K * VL, up);
             for (int m = 0; m < rows; m++) {
                 const vf g = gate[m] + gb;
-                put(y + (size_t)(m0 + m) * N + n0, g / (1.0f + vexp(-g)) * (up[m] + ub), cols);
+                const vf v = g / (1.0f + vexp(-g)) * (up[m] + ub);
+                float *at = y + xt_at(m0 + m, n0, M, N);
+                for (int i = 0; i < cols; i++) at[(size_t)i * rows] = v[i];
             }
         }
     }
 }
 
-/* y = w * (x * rsqrt(mean(x^2) + eps)) per row of x [M, K] (the Llama / Qwen2 RMSNorm). Work-shared over rows. */
+/* y = w * (x * rsqrt(mean(x^2) + eps)) per row of x [M, K] (the Llama / Qwen2 RMSNorm), y k-major (a
+ * product's input). Every thread takes the rows' scales, then a share of the columns: a k-major cache
+ * line holds one column of 16 rows, which threads sharing the rows would both write. */
 static void rms_norm(const float *x, int M, int K, const float *w, float eps, float *y) {
-#pragma omp for schedule(static)
+    float scale[M];
     for (int m = 0; m < M; m++) {
         const float *xr = x + (size_t)m * K;
-        float *yr = y + (size_t)m * K, ss = 0;
+        float ss = 0;
         for (int k = 0; k < K; k++) ss += xr[k] * xr[k];
-        const float r = 1.0f / __builtin_sqrtf(ss / K + eps);
-        for (int k = 0; k < K; k++) yr[k] = w[k] * (xr[k] * r);
+        scale[m] = 1.0f / __builtin_sqrtf(ss / K + eps);
     }
+#pragma omp for schedule(static)
+    for (int k0 = 0; k0 < K; k0 += VL)
+        for (int m = 0; m < M; m++)
+            for (int k = k0; k < k0 + VL && k < K; k++) y[xt_at(m, k, M, K)] = w[k] * (x[(size_t)m * K + k] * scale[m]);
+}
+
+/* y = x [M, K] in the k-major layout, work-shared over columns like rms_norm(). */
+static void to_kmajor(const float *x, int M, int K, float *y) {
+#pragma omp for schedule(static)
+    for (int k0 = 0; k0 < K; k0 += VL)
+        for (int m = 0; m < M; m++)
+            for (int k = k0; k < k0 + VL && k < K; k++) y[xt_at(m, k, M, K)] = x[(size_t)m * K + k];
 }
 
 /* s[0..n) = exp(s - max(s)) in place, n a multiple of VL; returns their sum. */
@@ -446,11 +474,16 @@ void lean_panels(const float *w, int n, int K, int row0, float *out) {
 #endif
 }
 
-/* y [M, N] = x W^T + bias, then op (see product()), on all threads. */
+/* y [M, N] = x W^T + bias, then op (see product()), on all threads; x row-major [M, K] (copied to the
+ * k-major layout first). */
 void lean_linear(const float *x, int M, int K, const float *w, int N, const float *bias, int op,
                  const float *other, float *y) {
+    float *xt = malloc(sizeof(float) * M * K);
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) xt[xt_at(m, k, M, K)] = x[(size_t)m * K + k];
 #pragma omp parallel
-    product(x, M, K, w, N, bias, op, other, y);
+    product(xt, M, K, w, N, bias, op, other, y);
+    free(xt);
 }
 
 /* Per layer, the addresses lean_step reads (0 for a bias the model does not have): norms' weights,
@@ -463,7 +496,7 @@ int lean_step_slots(void) { return SLOTS; }
 /* Floats of scratch lean_step needs for b rows at response position t. */
 size_t lean_step_work(int b, int hidden, int inter, int H, int KV, int D, int L, int t) {
     const size_t W = L + (t + VL) / VL * VL;
-    return (size_t)b * (hidden + (size_t)(H + 2 * KV) * D + (size_t)H * D + inter + (size_t)H * W);
+    return (size_t)b * (hidden + (size_t)(H + 2 * KV) * D + 2 * (size_t)H * D + inter + (size_t)H * W);
 }
 
 #define AT(p) ((float *)(intptr_t)(p))
@@ -480,8 +513,8 @@ void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int v
     scores_fn score;
     values_fn combine;
     pick(rep, D, &score, &combine);
-    float *h = work, *qkv = h + (size_t)b * hidden, *attn = qkv + (size_t)b * nqkv, *act = attn + (size_t)b * H * D,
-          *sc = act + (size_t)b * inter;
+    float *h = work, *qkv = h + (size_t)b * hidden, *attn = qkv + (size_t)b * nqkv, *attn_t = attn + (size_t)b * H * D,
+          *act = attn_t + (size_t)b * H * D, *sc = act + (size_t)b * inter;
 #pragma omp parallel
     {
         for (int i = 0; i < n_layers; i++) {
@@ -494,7 +527,8 @@ void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int v
                     attend(r, g, qkv, cos, sin, scale, AT(a[KEYS_T]), AT(a[VALUES]), AT(a[PROMPT_KT]),
                            AT(a[PROMPT_V]), bias, prompt, cache_row, H, KV, D, L, cap, t, score, combine,
                            sc + ((size_t)r * KV + g) * rep * W, attn + ((size_t)r * KV + g) * rep * D);
-            product(attn, b, H * D, AT(a[O]), hidden, AT(a[O_BIAS]), 1, x, x);
+            if (b > 1) to_kmajor(attn, b, H * D, attn_t); /* one row: the layouts are the same */
+            product(b > 1 ? attn_t : attn, b, H * D, AT(a[O]), hidden, AT(a[O_BIAS]), 1, x, x);
             rms_norm(x, b, hidden, AT(a[LN_MLP]), eps, h);
             gated(h, b, hidden, AT(a[GATE]), AT(a[GATE_BIAS]), AT(a[UP]), AT(a[UP_BIAS]), inter, act);
             product(act, b, inter, AT(a[DOWN]), hidden, AT(a[DOWN_BIAS]), 1, x, x);
