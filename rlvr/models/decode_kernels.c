@@ -266,28 +266,42 @@ static void gated(const float *x, int M, int K, const float *wg, const float *bg
 }
 
 /* y = w * (x * rsqrt(mean(x^2) + eps)) per row of x [M, K] (the Llama / Qwen2 RMSNorm), y k-major (a
- * product's input). Every thread takes the rows' scales, then a share of the columns: a k-major cache
- * line holds one column of 16 rows, which threads sharing the rows would both write. */
+ * product's input). Every thread takes the rows' scales (sums of squares in vectors), then a share
+ * of the columns: a k-major cache line holds one column of 16 rows, which threads sharing the rows
+ * would both write. */
 static void rms_norm(const float *x, int M, int K, const float *w, float eps, float *y) {
     float scale[M];
     for (int m = 0; m < M; m++) {
         const float *xr = x + (size_t)m * K;
-        float ss = 0;
-        for (int k = 0; k < K; k++) ss += xr[k] * xr[k];
-        scale[m] = 1.0f / __builtin_sqrtf(ss / K + eps);
+        vf ss = {0};
+        for (int k = 0; k < K; k += VL) {
+            const vf v = get(xr + k, K - k < VL ? K - k : VL);
+            ss += v * v;
+        }
+        float sum = 0;
+        for (int i = 0; i < VL; i++) sum += ss[i];
+        scale[m] = 1.0f / __builtin_sqrtf(sum / K + eps);
     }
 #pragma omp for schedule(static)
     for (int k0 = 0; k0 < K; k0 += VL)
-        for (int m = 0; m < M; m++)
-            for (int k = k0; k < k0 + VL && k < K; k++) y[xt_at(m, k, M, K)] = w[k] * (x[(size_t)m * K + k] * scale[m]);
+        for (int m0 = 0; m0 < M; m0 += ROWS_MAX) {
+            const int rows = M - m0 < ROWS_MAX ? M - m0 : ROWS_MAX;
+            float *out = y + (size_t)m0 * K;
+            for (int k = k0; k < k0 + VL && k < K; k++)
+                for (int m = m0; m < m0 + rows; m++) out[(size_t)k * rows + m - m0] = w[k] * (x[(size_t)m * K + k] * scale[m]);
+        }
 }
 
 /* y = x [M, K] in the k-major layout, work-shared over columns like rms_norm(). */
 static void to_kmajor(const float *x, int M, int K, float *y) {
 #pragma omp for schedule(static)
     for (int k0 = 0; k0 < K; k0 += VL)
-        for (int m = 0; m < M; m++)
-            for (int k = k0; k < k0 + VL && k < K; k++) y[xt_at(m, k, M, K)] = x[(size_t)m * K + k];
+        for (int m0 = 0; m0 < M; m0 += ROWS_MAX) {
+            const int rows = M - m0 < ROWS_MAX ? M - m0 : ROWS_MAX;
+            float *out = y + (size_t)m0 * K;
+            for (int k = k0; k < k0 + VL && k < K; k++)
+                for (int m = m0; m < m0 + rows; m++) out[(size_t)k * rows + m - m0] = x[(size_t)m * K + k];
+        }
 }
 
 /* s[0..n) = exp(s - max(s)) in place, n a multiple of VL; returns their sum. */
