@@ -133,14 +133,15 @@ KERNELS(128)
  * [K, MC] (see xt_at): the MC broadcasts of one k come from one cache line at fixed offsets, where
  * rows [MC, K] needed MC address registers (GCC spilled them to vector registers): 16-row products
  * with the weights in cache 432-486 against 379-394 GFLOP/s. The weights are prefetched 256 vectors
- * (16 KB) ahead into L2: a 16-row step 16.3-16.6 ms against 17.2-17.4 ms with 4 KB ahead into L1
- * (benchmarks/NOTES.md). */
+ * (16 KB) ahead, non-temporal (prefetchnta): the 540 MB of weights a step streams then do not evict
+ * the caches' other data (activations, the prompts' keys and values): 8-row steps 9.4-10.3 against
+ * 11.1-11.4 ms with the prefetch into L2 (benchmarks/NOTES.md). */
 #define PANEL(MC)                                                                                       \
     static void panel_##MC(const float *x, int K, const float *w, vf *acc) {                           \
         vf a[MC];                                                                                       \
         for (int m = 0; m < MC; m++) a[m] = (vf){0};                                                    \
         for (int k = 0; k < K; k++) {                                                                   \
-            __builtin_prefetch(w + (size_t)(k + 256) * VL, 0, 2);                                       \
+            __builtin_prefetch(w + (size_t)(k + 256) * VL, 0, 0);                                       \
             vf b = LOAD(w + (size_t)k * VL);                                                            \
             for (int m = 0; m < MC; m++) a[m] += x[(size_t)k * MC + m] * b;                             \
         }                                                                                               \
