@@ -81,7 +81,7 @@ typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
             vf kv[NBV];                                                                                 \
             for (int j = 0; j < NBV; j++) kv[j] = LOAD(k + j * VL);                                    \
             for (int i = 0; i < REP; i++) {                                                             \
-                const vf qi = (vf){0} + q[i * D + d];                                                   \
+                const float qi = q[i * D + d]; /* a broadcast load (vf){0} + qi would add first */      \
                 for (int j = 0; j < NBV; j++) acc[i][j] += qi * kv[j];                                  \
             }                                                                                           \
         }                                                                                               \
@@ -102,6 +102,10 @@ typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
         const int nv = (n + VL - 1) / VL;                                                               \
         int v = 0;                                                                                      \
         for (; v + NB(REP) <= nv; v += NB(REP)) SCORE_BLOCK(REP, D, NB(REP));                           \
+        if (NB(REP) > 2 && v + 2 <= nv) { /* two left: both at once (twice the independent sums) */   \
+            SCORE_BLOCK(REP, D, 2);                                                                     \
+            v += 2;                                                                                     \
+        }                                                                                               \
         for (; v < nv; v++) SCORE_BLOCK(REP, D, 1);                                                     \
     }
 
