@@ -191,7 +191,9 @@ class CascadeCache:
         self.bias = torch.full((P, L), float("-inf"), dtype=k0.dtype, device=k0.device)  # 0, or -inf on padding
         self.bias[:, :length].masked_fill_(attention_mask != 0, 0.0)
         self.prompt_bias = self.bias[:, None, None, :].expand(P, kv, 1, L).reshape(P * kv, 1, L)
-        self.keys_t = k0.new_zeros(len(layers), P * G, kv, d, capacity)  # live row r's at index r
+        # live row r's at index r (or live[r]); the compiled step reads and writes each row's [kv, d, capacity]
+        # as [kv, capacity / multiple, d, multiple] (decode_kernels.c), which only it fills
+        self.keys_t = k0.new_zeros(len(layers), P * G, kv, d, capacity)
         self.values = k0.new_zeros(len(layers), P * G, kv, capacity, d)
         self.q_groups = k0.new_zeros(P, kv, G, rep, d)
         self.p_groups = k0.new_zeros(P, kv, G, rep, L)
