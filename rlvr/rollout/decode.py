@@ -76,9 +76,9 @@ class SeededPicker:
 
     With ``kernel`` (the compiled decode kernels, :mod:`rlvr.models.kernels`) and no top-k / top-p,
     the temperature, the weights, both levels of sums and the search run in one compiled call
-    (``lean_pick``) on float32 CPU logits: about 0.1 against 1 ms a step for 16 rows of SmolLM2's
-    49k tokens. Its exp is within 2 ulp of torch's, so a draw within rounding of a CDF step may pick
-    the neighbour (``tests/rollout/test_lean.py`` counts none in 30,000 draws).
+    (``lean_pick``) on float32 CPU logits: about 0.2 against 1 ms a step for 16 rows of SmolLM2's
+    49k tokens. Its exp is within 2 ulp of torch's, so a draw within rounding of a CDF step could pick
+    the neighbour (``tests/rollout/test_lean.py`` finds none in 30,000 draws).
 
     Args:
         seeds: one seed per sequence of the batch (row ``r`` of the first step is sequence ``r``).
