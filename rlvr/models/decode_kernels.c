@@ -6,10 +6,10 @@
  * (libgomp.so.1, already loaded), so the thread count is torch's.
  *
  * lean_step runs every layer in one OpenMP parallel region, each stage a work-shared loop with a
- * barrier after it: RMSNorm over rows; [q; k; v] over weight panels; rotary, the cache write,
- * scores, softmax and the weighted values over (row, key/value head) pairs; o (+ the residual);
- * RMSNorm; gate and up together, silu(gate) * up, over panels; down (+ the residual); then the final
- * norm and the LM head. No Python between the stages: the step before it made about 20 torch or
+ * barrier after it: RMSNorm over columns; [q; k; v] over weight panels; rotary, the cache write,
+ * scores, softmax and the weighted values over (row, key/value head) pairs; their output to k-major
+ * over columns; o (+ the residual); RMSNorm; gate and up together, silu(gate) * up, over panels;
+ * down (+ the residual); then the final norm and the LM head. No Python between the stages: the step before it made about 20 torch or
  * ctypes calls a layer, each a few microseconds with the other thread idle.
  *
  * Products: y = x W^T + bias, then + or * another tensor, for the few rows of a decode step. W is
@@ -43,7 +43,6 @@
  */
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE__)
 #include <immintrin.h>
@@ -495,16 +494,15 @@ void lean_panels(const float *w, int n, int K, int row0, float *out) {
 #endif
 }
 
-/* y [M, N] = x W^T + bias, then op (see product()), on all threads; x row-major [M, K] (copied to the
- * k-major layout first). */
+/* y [M, N] = x W^T + bias, then op (see product()), on all threads; x row-major [M, K], copied to
+ * the k-major layout in xt (M K floats) first. */
 void lean_linear(const float *x, int M, int K, const float *w, int N, const float *bias, int op,
-                 const float *other, float *y) {
-    float *xt = malloc(sizeof(float) * M * K);
-    for (int m = 0; m < M; m++)
-        for (int k = 0; k < K; k++) xt[xt_at(m, k, M, K)] = x[(size_t)m * K + k];
+                 const float *other, float *xt, float *y) {
 #pragma omp parallel
-    product(xt, M, K, w, N, bias, op, other, y);
-    free(xt);
+    {
+        to_kmajor(x, M, K, 0, 0, xt);
+        product(xt, M, K, w, N, bias, op, other, y);
+    }
 }
 
 /* Per layer, the addresses lean_step reads (0 for a bias the model does not have): norms' weights,

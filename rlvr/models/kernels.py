@@ -79,7 +79,7 @@ class DecodeKernels:
         lib.lean_step_work.argtypes, lib.lean_step_work.restype = [_I] * 8, ctypes.c_size_t
         lib.lean_step_slots.restype = _I
         assert lib.lean_step_slots() == len(SLOTS), "decode_kernels.c and kernels.SLOTS disagree"
-        lib.lean_linear.argtypes = [_P, _I, _I, _P, _I, _P, _I, _P, _P]
+        lib.lean_linear.argtypes = [_P, _I, _I, _P, _I, _P, _I, _P, _P, _P]
         lib.lean_vector_width.restype = _I
         lib.lean_exp.argtypes = [_P, _I, _P]
         lib.lean_pick.argtypes = [_P, _I, _I, _F, _P, _I, _P]
@@ -112,9 +112,9 @@ class DecodeKernels:
         ([M, n]); x, bias and the other operand contiguous float32."""
         M, K = x.shape
         op, other = (1, add) if add is not None else (2, mul) if mul is not None else (0, None)  # decode_kernels.c's op
-        y = x.new_empty(M, n)
+        y, xt = x.new_empty(M, n), x.new_empty(M * K)  # xt: x in the products' k-major layout
         self.lib.lean_linear(x.data_ptr(), M, K, panels.data_ptr(), n, None if bias is None else bias.data_ptr(), op,
-                             None if other is None else other.data_ptr(), y.data_ptr())
+                             None if other is None else other.data_ptr(), xt.data_ptr(), y.data_ptr())
         return y
 
     def exp(self, x: Tensor) -> Tensor:
