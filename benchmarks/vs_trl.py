@@ -12,7 +12,9 @@ file that pins every package already installed here (torch 2.13.0, transformers,
 datasets, ...) to its installed version. pip then installs trl alone; the project's venv is not
 touched (TRL 1.16 needs Python >= 3.11). TRL runs in a subprocess of that venv, rlvr (``rlvr
 train``) in a subprocess of this one, so each has its own peak RSS (``os.wait4``'s
-``ru_maxrss`` of the child).
+``ru_maxrss`` of the child). Both children run with the environment rlvr's command line gives
+itself, glibc's malloc on transparent huge pages where that applies (``rlvr.runtime_env``), so the
+two use the same allocator.
 
 **The work is the same**: the built-in SmolLM2-135M-Instruct in float32 (or bf16 mixed precision
 for both); 64 distinct two-digit additions ("What is 37 + 58?", rlvr's arithmetic wording),
@@ -440,6 +442,11 @@ def main() -> None:
         for s in range(args.steps)
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    # rlvr's command line re-executes itself with glibc's malloc on huge pages (rlvr.runtime_env); TRL's
+    # child gets the same environment, so both run with the same allocator
+    from rlvr import runtime_env
+
+    env = runtime_env.huge_pages_env(env) or env
     date = datetime.date.today().isoformat()
     settings = {k: v for k, v in vars(args).items() if k not in ("child_trl", "workdir", "out", "only")}
     results: dict = {}

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 
+from rlvr import runtime_env
 from rlvr.commands.common import EXAMPLES
 from rlvr.errors import UserError
 
@@ -27,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a process of its own (not a call from Python): huge pages for malloc first
+        runtime_env.reexec_with_huge_pages()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
