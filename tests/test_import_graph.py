@@ -25,6 +25,7 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "__init__":     (0, set(),                         set()),  # rlvr/__init__.py
     "errors":       (0, set(),                         set()),
     "choices":      (0, set(),                         set()),  # the modes and names config validates
+    "runtime_env":  (0, set(),                         set()),  # the process environment (malloc on huge pages)
     "config":       (1, {"errors", "choices"},         {"yaml"}),
     "algos":        (1, {"choices"},                   {"torch"}),
     "rewards":      (1, {"errors", "choices"},         {"math_verify"}),
