@@ -260,6 +260,9 @@ def test_compiled_panels_of_stacked_parts_equal_the_layout_of_their_concatenatio
         got = k.panels(parts, out=out)
         assert torch.equal(got, want)
     assert k.panels(parts, out=stale).data_ptr() == stale.data_ptr()
+    shifted = torch.empty(n * K * W + 1)[1:].view(n, K, W)  # 4 bytes off: not a buffer streaming stores may write
+    got = k.panels(parts, out=shifted)
+    assert got.data_ptr() != shifted.data_ptr() and torch.equal(got, want)
 
 
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the softmax and SiLU run as torch's")
