@@ -9,7 +9,8 @@ glibc's tunable ``glibc.malloc.hugetlb=1`` malloc asks for transparent huge page
 maps (``madvise(MADV_HUGEPAGE)``), so such a block faults in about 57 times instead of 27,648.
 Measured with ``benchmarks/vs_trl.py``'s rlvr side, back to back (2 cores, AVX512, 2026-11-25):
 update 7.26–7.56 against 8.10–8.62 s per step, rollout 2.12–2.20 against 2.28–2.31 s, peak RSS
-6.24–6.27 against 6.29–6.32 GiB. (Keeping freed memory instead, ``glibc.malloc.mmap_max=0``, saved
+6.24–6.27 against 6.29–6.32 GiB; in the update the profiled fills still took 0.99 s with it, so
+most of their cost there is something else. (Keeping freed memory instead, ``glibc.malloc.mmap_max=0``, saved
 about as much but grew the peak RSS by 1.5 GiB over 10 steps; ``benchmarks/NOTES.md``.)
 
 How: tunables are read when a process starts, so :func:`reexec_with_huge_pages` (the first thing
