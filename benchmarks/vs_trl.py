@@ -426,6 +426,8 @@ def main() -> None:
     import transformers
     import yaml
 
+    from rlvr import runtime_env
+
     B = args.prompts_per_step * args.group_size
     args.micro_batch_seqs = min(args.micro_batch_seqs, B)
     if B % args.micro_batch_seqs:
@@ -444,8 +446,6 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     # rlvr's command line re-executes itself with glibc's malloc on huge pages (rlvr.runtime_env); TRL's
     # child gets the same environment, so both run with the same allocator
-    from rlvr import runtime_env
-
     env = runtime_env.huge_pages_env(env) or env
     date = datetime.date.today().isoformat()
     settings = {k: v for k, v in vars(args).items() if k not in ("child_trl", "workdir", "out", "only")}

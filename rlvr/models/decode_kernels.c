@@ -212,6 +212,18 @@ static inline void put(float *p, vf v, int cols) {
     memcpy(p, tile, sizeof(float) * cols);
 }
 
+/* The largest lane of v; the lanes' sum (in lane order). */
+static inline float hmax(vf v) {
+    float m = -__builtin_inff();
+    for (int i = 0; i < VL; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+static inline float hsum(vf v) {
+    float total = 0;
+    for (int i = 0; i < VL; i++) total += v[i];
+    return total;
+}
+
 int lean_vector_width(void) { return VL; }
 
 /* y = exp(x) by the kernels' vexp, for n floats (the tests check it against torch.exp). */
@@ -303,9 +315,7 @@ static void rms_norm(const float *x, int M, int K, const float *w, float eps, fl
             const vf v = get(xr + k, K - k < VL ? K - k : VL);
             ss += v * v;
         }
-        float sum = 0;
-        for (int i = 0; i < VL; i++) sum += ss[i];
-        scale[m] = 1.0f / __builtin_sqrtf(sum / K + eps);
+        scale[m] = 1.0f / __builtin_sqrtf(hsum(ss) / K + eps);
     }
     to_kmajor(x, M, K, w, scale, y);
 }
@@ -317,17 +327,14 @@ static float softmax_numerators(float *s, int n) {
         const vf v = LOAD(s + l);
         mv = vselect(v > mv, v, mv);
     }
-    float mx = -__builtin_inff();
-    for (int i = 0; i < VL; i++) mx = mv[i] > mx ? mv[i] : mx;
+    const float mx = hmax(mv);
     vf sum = {0};
     for (int l = 0; l < n; l += VL) {
         const vf e = vexp(LOAD(s + l) - mx);
         STORE(s + l, e);
         sum += e;
     }
-    float total = 0;
-    for (int i = 0; i < VL; i++) total += sum[i];
-    return total;
+    return hsum(sum);
 }
 
 typedef void (*scores_fn)(const float *, const float *, size_t, size_t, int, const float *, float *, int);
@@ -353,6 +360,12 @@ int cascade_supports(int rep, int D) {
     return pick(rep, D, &s, &v);
 }
 
+/* Element d of head x [D] rotated by the rotary tables c, s: x·cos + rotate_half(x)·sin. */
+static inline float rotary(const float *x, const float *c, const float *s, int d, int half) {
+    const float rot = d < half ? -x[d + half] : x[d - half];
+    return x[d] * c[d] + rot * s[d];
+}
+
 /* One (row r, key/value head h) pair of a layer's attention: rotary on its rep query heads (scaled by
  * `scale`) and its key, key and value stored at response position t, the scores over the prompt
  * (with its bias; L a multiple of VL) and response positions 0..t (rounded up to whole vectors: cap
@@ -367,18 +380,12 @@ static void attend(int r, int h, const float *qkv, const float *cos, const float
     float q[8 * 128];
     for (int i = 0; i < rep; i++) {
         const float *x = row + (size_t)(h * rep + i) * D;
-        for (int d = 0; d < D; d++) {
-            const float rot = d < half ? -x[d + half] : x[d - half];
-            q[i * D + d] = (x[d] * c[d] + rot * s[d]) * scale;
-        }
+        for (int d = 0; d < D; d++) q[i * D + d] = rotary(x, c, s, d, half) * scale;
     }
     const float *k = row + (size_t)(H + h) * D, *v = row + (size_t)(H + KV + h) * D;
     const size_t own_kv = (size_t)cache_row[r] * KV + h;
     float *kt = keys_t + own_kv * D * cap, *vt = values + own_kv * cap * D;
-    for (int d = 0; d < D; d++) {
-        const float rot = d < half ? -k[d + half] : k[d - half];
-        kt[(size_t)(t / VL) * D * VL + (size_t)d * VL + t % VL] = k[d] * c[d] + rot * s[d];
-    }
+    for (int d = 0; d < D; d++) kt[(size_t)(t / VL) * D * VL + (size_t)d * VL + t % VL] = rotary(k, c, s, d, half);
     memcpy(vt + (size_t)t * D, v, sizeof(float) * D);
     const int64_t p = prompt[r];
     score(q, prompt_kt + ((size_t)p * KV + h) * D * L, L, VL, L, bias + (size_t)p * L, sc, W);
@@ -393,12 +400,8 @@ static void attend(int r, int h, const float *qkv, const float *cos, const float
         for (int d = 0; d < D; d += VL) STORE(out + i * D + d, LOAD(out + i * D + d) * inv[i]);
 }
 
-/* The sampled token of each of b rows, by inverse CDF as rollout/decode.py's inverse_cdf: with
- * z = logits / T (float32, as transformers' temperature warper divides) and w = exp(z - max z), the
- * first token v with CDF(v) > u * CDF(V), CDF the cumsum of w in float64 taken in two levels (block
- * sums of `block` tokens, then the chosen block's own cumsum). logits [b, V] float32, u [b] in [0, 1);
- * out [b]. Rows in parallel. w is exp by vexp (within 2 ulp of torch.exp), so a target within a few
- * ulp of a CDF step could pick the neighbouring token (tests/rollout/test_lean.py: none in 30,000 draws). */
+/* For lean_pick's float64 sums: half as many doubles in a vector of the same width, a float
+ * vector's lower and upper halves, and each lane's index (to mask a partial vector). */
 typedef double vd __attribute__((vector_size(VL * 4)));
 #if VL == 16
 #define LOW(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
@@ -410,6 +413,18 @@ typedef double vd __attribute__((vector_size(VL * 4)));
 #define LANES {0, 1, 2, 3, 4, 5, 6, 7}
 #endif
 
+/* `cols` logits from p divided by the temperature T (as transformers' warper divides: z / T). */
+static inline vf scaled(const float *p, int cols, float T) {
+    const vf v = get(p, cols);
+    return T != 1.0f ? v / T : v;
+}
+
+/* The sampled token of each of b rows, by inverse CDF as rollout/decode.py's inverse_cdf: with
+ * z = logits / T (float32, as transformers' temperature warper divides) and w = exp(z - max z), the
+ * first token v with CDF(v) > u * CDF(V), CDF the cumsum of w in float64 taken in two levels (block
+ * sums of `block` tokens, then the chosen block's own cumsum). logits [b, V] float32, u [b] in [0, 1);
+ * out [b]. Rows in parallel. w is exp by vexp (within 2 ulp of torch.exp), so a target within a few
+ * ulp of a CDF step could pick the neighbouring token (tests/rollout/test_lean.py: none in 30,000 draws). */
 void lean_pick(const float *logits, int b, int V, float T, const double *u, int block, int64_t *out) {
     const vi lanes = LANES;
 #pragma omp parallel for schedule(static)
@@ -420,22 +435,16 @@ void lean_pick(const float *logits, int b, int V, float T, const double *u, int 
         vf mv = splat(-__builtin_inff());
         for (int l = 0; l < V; l += VL) {
             const int cols = V - l < VL ? V - l : VL;
-            vf v = get(z + l, cols);
-            if (T != 1.0f) v = v / T;
-            if (cols < VL)
-                for (int i = cols; i < VL; i++) v[i] = -__builtin_inff();
+            const vf v = vselect(lanes < cols, scaled(z + l, cols, T), splat(-__builtin_inff()));
             mv = vselect(v > mv, v, mv);
         }
-        float mx = -__builtin_inff();
-        for (int i = 0; i < VL; i++) mx = mv[i] > mx ? mv[i] : mx;
+        const float mx = hmax(mv);
         double run = 0;
         for (int k = 0; k < nb; k++) { /* block is a multiple of VL */
             vd lo = {0}, hi = {0};
             for (int l = k * block; l < (k + 1) * block && l < V; l += VL) {
                 const int cols = V - l < VL ? V - l : VL;
-                vf v = get(z + l, cols);
-                if (T != 1.0f) v = v / T;
-                const vf w = vselect(lanes < cols, vexp(v - mx), splat(0));
+                const vf w = vselect(lanes < cols, vexp(scaled(z + l, cols, T) - mx), splat(0));
                 lo += __builtin_convertvector(LOW(w), vd);
                 hi += __builtin_convertvector(HIGH(w), vd);
             }
@@ -452,9 +461,7 @@ void lean_pick(const float *logits, int b, int V, float T, const double *u, int 
         run = 0;
         for (int l = 0; l < n; l += VL) {
             const int cols = n - l < VL ? n - l : VL;
-            vf v = get(z + (size_t)k * block + l, cols);
-            if (T != 1.0f) v = v / T;
-            const vf w = vexp(v - mx);
+            const vf w = vexp(scaled(z + (size_t)k * block + l, cols, T) - mx);
             for (int i = 0; i < cols; i++) inner[l + i] = run += w[i];
         }
         for (int l = n; l < block; l++) inner[l] = run; /* the padding (weight 0) */
@@ -470,7 +477,7 @@ void lean_pick(const float *logits, int b, int V, float T, const double *u, int 
  * panels [ceil(N / VL), K, VL] (out, 64-byte aligned; the caller zeroes a partial last panel's
  * padding). Panels in parallel. A panel that this call fills whole is written with non-temporal
  * stores, one vector per k: no read of the old panels, which halves the memory traffic (540 MB of
- * SmolLM2's weights in 24 against 60 ms at 45 GB/s). */
+ * SmolLM2's weights in 28.5 against 60 ms at 45 GB/s). */
 void lean_panels(const float *w, int n, int K, int row0, float *out) {
     const int first = row0 / VL, end = (row0 + n + VL - 1) / VL;
 #pragma omp parallel for schedule(static)
