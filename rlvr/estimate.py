@@ -279,6 +279,15 @@ def _packed_update() -> bool:
     return packed_training_pays()
 
 
+def _packs(dtype: str) -> bool:
+    """Whether oneDNN packs ``dtype`` weights on this CPU (:func:`rlvr.models.packed.dtype_unpackable`)."""
+    import torch  # imported only where a CPU estimate needs it
+
+    from rlvr.models.packed import dtype_unpackable
+
+    return dtype_unpackable(getattr(torch, dtype)) is None
+
+
 def _decode_kernels(shape: ModelShape) -> bool:
     """Whether lean decode runs on the compiled kernels here (:mod:`rlvr.models.kernels`: built, at
     most once per process, and with a kernel for this attention shape)."""
@@ -405,12 +414,13 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     on = device == "cpu" and cfg.model.packed_weights != Switch.OFF
     linear = L * sum(i * o for i, o in shape.linear_shapes().values()) + V * H
     linear += shape.lora_params(rank, targets) if rank else 0
-    copies = {rollout_dtype: 1} if on else {}
-    if on and not autocast and _packed_update():  # the update multiplies by packed W and W^T too
+    copies = {rollout_dtype: 1} if on and _packs(rollout_dtype) else {}
+    if on and not autocast and _packed_update() and _packs(cfg.model.dtype):  # the update multiplies by packed W and W^T too
         copies[cfg.model.dtype] = copies.get(cfg.model.dtype, 0) + (1 if cfg.model.dtype == rollout_dtype else 2)
     packed = sum(linear * BYTES[d] * n for d, n in copies.items())
     how_packed = (" + ".join(f"{n} {d} cop{'y' if n == 1 else 'ies'}" for d, n in copies.items())
-                  + " of the linear weights and LM head (model.packed_weights)") if on else "none (model.packed_weights=false, or not a CPU)"
+                  + " of the linear weights and LM head (model.packed_weights)") if copies else (
+                      "none (model.packed_weights=false, not a CPU, or a dtype oneDNN cannot pack here)")
     if on and cfg.rollout.lean_decode != Switch.OFF and rollout_dtype == "float32" and not rank:
         if _decode_kernels(shape):  # rollout.lean_decode's compiled products: every linear weight in their layout
             packed += linear * BYTES["float32"]

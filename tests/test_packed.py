@@ -11,7 +11,8 @@ import torch
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.models.packed import PackedLinears, pack_weight, packable, packing_available
+from rlvr.models import packed as packed_mod
+from rlvr.models.packed import PackedLinears, dtype_unpackable, pack_weight, packable, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -25,6 +26,8 @@ def batch(tok):
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)])
 def test_packed_logits_equal_plain_logits(dtype, tol):
+    if (why := dtype_unpackable(dtype)) is not None:  # test_bf16_falls_back_where_onednn_cannot_pack_it runs instead
+        pytest.skip(f"not on this CPU: {why}")
     model = tiny_model(seed=1).to(dtype).eval()
     ids, mask = batch(tiny_tokenizer())
     packed = PackedLinears(model)
@@ -191,8 +194,46 @@ def test_engine_packs_by_default_where_it_applies_and_refuses_where_it_cannot():
     assert HFRolloutEngine(tiny_model(), tok, max_new_tokens=4).packed is not None
     half = tiny_model().to(torch.float16)
     assert HFRolloutEngine(half, tok, max_new_tokens=4, dtype="float16").packed is None  # auto: not for float16
-    with pytest.raises(ValueError, match="packed weights need"):
+    with pytest.raises(ValueError, match="packed weights: oneDNN packs float32 and bfloat16 weights, not float16"):
         HFRolloutEngine(half, tok, max_new_tokens=4, dtype="float16", packed_weights=True)
+
+
+def _bf16_refused(monkeypatch) -> str:
+    """The bf16 probe's answer on this CPU, or (where oneDNN can pack bf16) the answer of a CPU that cannot."""
+    why = dtype_unpackable(torch.bfloat16)
+    if why is None:
+        why = "oneDNN cannot pack bfloat16 weights on this CPU: it needs avx512bw+avx512vl+avx512dq or avx_ne_convert"
+        real = packed_mod.dtype_unpackable
+        monkeypatch.setattr(packed_mod, "dtype_unpackable", lambda d: why if d == torch.bfloat16 else real(d))
+    return why
+
+
+def test_the_bf16_probe_matches_the_cpu_features():
+    """The probe (a real pack, caught) agrees with the CPU features torch's bf16 check reads; a refusal names them."""
+    flags = packed_mod.cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags to compare with")
+    has = all(f in flags for f in ("avx512bw", "avx512vl", "avx512dq")) or "avx_ne_convert" in flags
+    why = dtype_unpackable(torch.bfloat16)
+    assert (why is None) == has
+    if why is not None:
+        assert "avx512bw+avx512vl+avx512dq or avx_ne_convert" in why and "this CPU lacks" in why
+    assert dtype_unpackable(torch.float32) is None
+
+
+def test_bf16_falls_back_where_onednn_cannot_pack_it(monkeypatch):
+    """auto: a bf16 rollout runs unpacked and says why, and samples what the plain forward samples;
+    True: refused with that reason. The real probe on a CPU without the features, a faked one elsewhere."""
+    why = _bf16_refused(monkeypatch)
+    tok = tiny_tokenizer()
+    engine = HFRolloutEngine(tiny_model(seed=2), tok, max_new_tokens=6, dtype="bfloat16", packed_weights=None)
+    assert engine.packed is None and engine.lean is None and engine.unpacked == why
+    plain = HFRolloutEngine(tiny_model(seed=2), tok, max_new_tokens=6, dtype="bfloat16", packed_weights=False)
+    a, b = (e.generate(PROMPTS, 2, seeds=list(range(6))) for e in (engine, plain))
+    assert a.texts == b.texts
+    with pytest.raises(ValueError, match="packed weights: oneDNN cannot pack bfloat16"):
+        HFRolloutEngine(tiny_model(seed=2), tok, max_new_tokens=6, dtype="bfloat16", packed_weights=True)
+    assert HFRolloutEngine(tiny_model(seed=2), tok, max_new_tokens=6).unpacked is None  # float32 still packs
 
 
 def test_the_block_multiplies_by_the_packed_copies():

@@ -174,10 +174,23 @@ why_not: str | None = None
 """Why :func:`load` returned None (one line), once it has."""
 
 
+def build(cc: str, march: str = "native") -> DecodeKernels:
+    """Compiles ``decode_kernels.c`` with ``cc`` for ``-march=march`` and loads it. The file uses GCC's
+    generic vectors and no ISA intrinsics beyond a streaming store (with a plain-store fallback), so
+    any x86-64 level builds: without AVX-512 the vectors are 8 floats, without FMA the compiler emits a
+    multiply and an add, and F16C, AVX512-BF16 and AMX are not used. Raises
+    ``subprocess.CalledProcessError`` / ``OSError`` / ``subprocess.TimeoutExpired`` when it cannot."""
+    flags = [f for f in FLAGS if not f.startswith("-march=")] + [f"-march={march}"]
+    with tempfile.TemporaryDirectory(prefix="rlvr-kernel-") as tmp:
+        so = Path(tmp) / "decode_kernels.so"
+        subprocess.run([cc, *flags, "-o", str(so), str(SOURCE)], check=True, capture_output=True, text=True, timeout=300)
+        return DecodeKernels(ctypes.CDLL(str(so)))  # stays loaded after the directory is removed
+
+
 @functools.cache
 def load() -> DecodeKernels | None:
-    """The compiled kernel, built once per process; None (and :data:`why_not` set) when it is turned
-    off or cannot be built here."""
+    """The compiled kernel, built once per process for this CPU; None (and :data:`why_not` set) when
+    it is turned off or cannot be built here."""
     global why_not
     if os.environ.get("RLVR_DECODE_KERNELS", "1") == "0":
         why_not = "RLVR_DECODE_KERNELS=0"
@@ -187,11 +200,7 @@ def load() -> DecodeKernels | None:
             why_not = "no C compiler (cc or gcc, or $CC) on PATH"
         else:
             try:
-                with tempfile.TemporaryDirectory(prefix="rlvr-kernel-") as tmp:
-                    so = Path(tmp) / "decode_kernels.so"
-                    subprocess.run([cc, *FLAGS, "-o", str(so), str(SOURCE)], check=True, capture_output=True,
-                                   text=True, timeout=300)
-                    return DecodeKernels(ctypes.CDLL(str(so)))
+                return build(cc)
             except subprocess.CalledProcessError as e:
                 first = (e.stderr or e.stdout or "").strip().splitlines()
                 why_not = f"{cc} failed to build {SOURCE.name}: {first[0] if first else f'exit {e.returncode}'}"

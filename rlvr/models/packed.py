@@ -35,12 +35,13 @@ bumping it.
 from __future__ import annotations
 
 import contextlib
+import functools
+from pathlib import Path
 
 import torch
 from torch import nn
 
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
-PACKING_NEEDS = "packed weights need a float32 or bfloat16 model on a CPU and a torch built with oneDNN"
 
 
 def packing_available() -> bool:
@@ -49,10 +50,68 @@ def packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")
 
 
-def packable(model) -> bool:
-    """Whether :class:`PackedLinears` applies: a model on the CPU in float32 or bfloat16, with oneDNN."""
+ONEDNN_BF16_FEATURES = (("avx512bw", "avx512vl", "avx512dq"), ("avx_ne_convert",))
+"""The CPU features oneDNN's bf16 weight reorder needs: all of the first group, or the second
+(torch's ``mkldnn_bf16_device_check``). It reads the CPU itself, so ``ONEDNN_MAX_CPU_ISA`` does not
+change the answer."""
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags Linux reports (``/proc/cpuinfo``); empty where there is no such file."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def _missing_bf16_features() -> str:
+    """What oneDNN's bf16 reorder needs and which of it this CPU lacks, as one phrase."""
+    need = " or ".join("+".join(group) for group in ONEDNN_BF16_FEATURES)
+    flags = cpu_flags()
+    missing = [f for group in ONEDNN_BF16_FEATURES for f in group if f not in flags]
+    return f"it needs {need}" + (f", and this CPU lacks {', '.join(missing)}" if flags else "")
+
+
+@functools.cache
+def dtype_unpackable(dtype: torch.dtype) -> str | None:
+    """None where oneDNN packs ``dtype`` weights on this CPU, else one line saying why not.
+
+    Decided by packing and multiplying a tiny weight once (caught), not by ATen's dispatch level:
+    oneDNN's bf16 reorder checks the CPU's own features (:data:`ONEDNN_BF16_FEATURES`), which an
+    AVX2-only CPU lacks while ``get_cpu_capability()`` reads the same on CPUs that have them."""
+    if dtype not in PACKED_DTYPES:
+        return f"oneDNN packs float32 and bfloat16 weights, not {str(dtype).removeprefix('torch.')}"
+    if not packing_available():
+        return "this torch has no oneDNN prepacked linear (torch.backends.mkldnn)"
+    try:
+        w, x = torch.ones(32, 16, dtype=dtype), torch.ones(2, 16, dtype=dtype)
+        y = packed_linear(x, pack_weight(w, 2))
+        if not torch.equal(y.float(), torch.full((2, 32), 16.0)):
+            return f"oneDNN's packed {str(dtype).removeprefix('torch.')} product gave a wrong result on this CPU"
+    except RuntimeError as e:
+        name = str(dtype).removeprefix("torch.")
+        if dtype == torch.bfloat16:
+            return f"oneDNN cannot pack bfloat16 weights on this CPU: {_missing_bf16_features()}"
+        return f"oneDNN cannot pack {name} weights here: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    return None
+
+
+def why_unpackable(model) -> str | None:
+    """None where :class:`PackedLinears` applies to ``model`` (on the CPU, float32 or bfloat16 that
+    oneDNN packs on this CPU, :func:`dtype_unpackable`), else one line saying why not."""
     p = next(model.parameters(), None)
-    return p is not None and p.device.type == "cpu" and p.dtype in PACKED_DTYPES and packing_available()
+    if p is None:
+        return "the model has no parameters"
+    if p.device.type != "cpu":
+        return f"packed weights are for a CPU, and the model is on {p.device.type}"
+    return dtype_unpackable(p.dtype)
+
+
+def packable(model) -> bool:
+    """Whether :class:`PackedLinears` applies to ``model`` (:func:`why_unpackable`)."""
+    return why_unpackable(model) is None
 
 
 def packed_training_pays() -> bool:

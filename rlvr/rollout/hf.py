@@ -11,7 +11,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria
 
 from rlvr.models.loading import eval_mode
-from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable
+from rlvr.models.packed import PackedLinears, why_unpackable
 from rlvr.rollout import lean
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
@@ -110,8 +110,9 @@ class HFRolloutEngine:
     stop string and carry more text (``></`` after ``</answer``): it is trained on, since it was
     sampled, but the text the rewards see ends with the stop string, as vLLM cuts it.
 
-    ``packed_weights`` (None = wherever it applies: a float32 or bfloat16 model on a CPU with
-    oneDNN) multiplies by oneDNN-prepacked copies of the linear weights while sampling
+    ``packed_weights`` (None = wherever it applies: a float32 or bfloat16 model on a CPU where
+    oneDNN packs that dtype, :func:`~rlvr.models.packed.why_unpackable`, else unpacked with the
+    reason in :attr:`unpacked`; True = required, ValueError where it cannot) multiplies by oneDNN-prepacked copies of the linear weights while sampling
     (:mod:`rlvr.models.packed`: about 2.5x faster decode products on a 2-core CPU, one more copy
     of the linear weights in memory, repacked when the policy's weights change).
 
@@ -148,10 +149,12 @@ class HFRolloutEngine:
         self.eos_ids = eos_token_ids(policy, tokenizer)
         self.sampling = Sampling(temperature, top_p, top_k, max_new_tokens)
         self._stop = StopStrings(tokenizer, self.stop, 0, 0, "cpu") if self.stop else None
-        can_pack = packable(self.model)
-        if packed_weights and not can_pack:
-            raise ValueError(PACKING_NEEDS)
-        use = can_pack if packed_weights is None else packed_weights
+        why_not = why_unpackable(self.model)
+        if packed_weights and why_not:
+            raise ValueError(f"packed weights: {why_not}")
+        use = why_not is None if packed_weights is None else packed_weights
+        self.unpacked = why_not if packed_weights is None and self.model.device.type == "cpu" else None
+        """Why packed weights were wanted (auto) but not used on the CPU (one line, for the caller to print); else None."""
         self.packed = PackedLinears(self.model, rows_hint=min(batch_seqs, 16)) if use else None
         want_lean = lean_decode is True or (lean_decode is None and not lean.unsupported(self.model, self.packed))
         self.lean = lean.LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot

@@ -31,7 +31,7 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, lora, resolve_device, resolve_model_path
 from rlvr.models.forward import shared_prompt_group
-from rlvr.models.packed import PACKING_NEEDS, PackedLinears, packable, packing_available
+from rlvr.models.packed import PackedLinears, dtype_unpackable, packable
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
@@ -224,6 +224,10 @@ class Trainer:
             state = ckpt.load_trainer_state(self.resume_from)
             self.start_step = state["step"]
             note(f"resuming {self.run_dir} from {self.resume_from.name} (step {self.start_step})")
+        if cfg.model.packed_weights == Switch.ON:  # before any weights load
+            for dtype in dict.fromkeys((cfg.model.dtype, cfg.rollout.dtype)):
+                if (why := dtype_unpackable(getattr(torch, dtype))) is not None:
+                    raise UserError(f"model.packed_weights=true: {why}; set model.packed_weights=auto or false")
         self.policy, self.adapter = self._load_policy()
         if cfg.model.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
@@ -235,8 +239,6 @@ class Trainer:
         # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
         if cfg.algo.kl_coef > 0 and self.adapter is None:
             self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
-        if cfg.model.packed_weights == Switch.ON and not packing_available():
-            raise UserError(f"model.packed_weights=true: {PACKING_NEEDS}; set model.packed_weights=auto or false")
         try:
             self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
                 self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
@@ -247,6 +249,8 @@ class Trainer:
             )
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
+        if self.engine.unpacked is not None and self.logs:
+            note(f"model.packed_weights=auto: the {cfg.rollout.dtype} rollout runs unpacked ({self.engine.unpacked})")
         if self.engine.lean is not None and self.logs:
             self.printer.note(self.engine.lean.describe())
         self.packed = self._training_packs()

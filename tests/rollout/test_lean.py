@@ -6,6 +6,7 @@ sampled tokens through the engine; never stale weights; a clear reason where it 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 
 import pytest
@@ -337,3 +338,26 @@ def test_engine_samples_with_the_compiled_sampler_what_the_torch_sampler_samples
     got = lean_engine.generate(PROMPTS, G, seeds=seeds)
     want = HFRolloutEngine(model, tok, **kwargs, lean_decode=False).generate(PROMPTS, G, seeds=seeds)
     assert torch.equal(got.input_ids, want.input_ids) and got.texts == want.texts
+
+
+@pytest.mark.skipif(not HAVE_CC or platform.machine() != "x86_64", reason="needs a C compiler on x86-64")
+@pytest.mark.parametrize("march", ["x86-64", "x86-64-v3"])
+def test_the_kernels_assume_no_cpu_feature_beyond_their_build_target(march):
+    """Built for the x86-64 baseline (SSE2: no AVX, FMA or F16C) and for x86-64-v3 (AVX2 + FMA + F16C,
+    no AVX-512), whatever this CPU has above it, the products, the exp and the sampler still give
+    torch's results: the file needs nothing -march=native does not give it."""
+    from rlvr.models import kernels
+
+    k = kernels.build(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"), march)
+    assert k.width == 8  # neither level has AVX-512
+    g = torch.Generator().manual_seed(0)
+    for rows, (n, d) in [(1, (100, 64)), (17, (576, 576)), (40, (33, 1536))]:
+        w, x, bias = torch.randn(n, d, generator=g), torch.randn(rows, d, generator=g), torch.randn(n, generator=g)
+        torch.testing.assert_close(k.linear(x, k.panels(w), n, bias), torch.nn.functional.linear(x, w, bias),
+                                   atol=1e-4, rtol=1e-4)
+    x = torch.linspace(-87.0, 80.0, 10_001)
+    torch.testing.assert_close(k.exp(x), torch.exp(x), rtol=3e-7, atol=0)
+    logits, u = torch.randn(4, 1000, generator=g), torch.rand(4, generator=g, dtype=torch.float64)
+    from rlvr.rollout.decode import inverse_cdf
+
+    assert torch.equal(k.pick(logits, u, 0.9), inverse_cdf(logits / 0.9, u))
