@@ -52,11 +52,11 @@ def unsupported(model, packed: PackedLinears | None) -> str | None:
     name = type(model).__name__
     if name not in ARCHITECTURES:
         return f"{name} is not one of {', '.join(ARCHITECTURES)}"
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:  # before the packing: a bf16 model may be unpackable too, but this is the reason
+        return f"a {str(dtype).removeprefix('torch.')} model (it runs float32 models)"
     if packed is None:
         return "it multiplies by packed weights (model.packed_weights), which are off or unavailable here"
-    dtype = next(model.parameters()).dtype
-    if dtype != torch.float32:
-        return f"a {str(dtype).removeprefix('torch.')} model (it runs float32 models)"
     cfg = model.config
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"hidden_act={cfg.hidden_act!r} (only silu)"
