@@ -20,7 +20,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from rlvr.rewards.extract import extract_answer, last_number, normalize_number
+from rlvr.rewards.extract import extract_answer, last_number, number_key
 
 # English phrases are regexes matched case-insensitively at word starts; Chinese ones literally
 DEFAULT_PHRASES: list[str] = [
@@ -119,15 +119,15 @@ class AhaHit(_SampleRow):
 def _norm(ans: str | None) -> str | None:
     if ans is None:
         return None
-    return normalize_number(ans) or ans.strip()
+    return number_key(ans) or ans.strip()
 
 
 def _final_number(text: str) -> str | None:
-    """The final answer as a number: an answer that is an expression (``20 + 20 = 40``) counts as its last number."""
+    """The final answer as the number it denotes (``20 + 20 = 40``: 40; :func:`~rlvr.rewards.extract.denoted_number`), else its text."""
     answer = extract_answer(text, fallback_last_number=True)
     if answer is None:
         return None
-    return normalize_number(answer) or _norm(last_number(answer)) or answer.strip()
+    return _norm(answer)
 
 
 def is_correct(row: dict, accuracy_rule: str = "accuracy") -> bool:

@@ -14,6 +14,8 @@ EXAMPLES = """examples:
   rlvr reward list
   rlvr reward score --rules accuracy,format --input completions.jsonl --output scored.jsonl
   rlvr reward score --rules accuracy,format --weights 1,0.5 --input completions.jsonl
+  rlvr reward score --rules accuracy,accuracy_lenient --input tests/rewards/numeric_answers.jsonl
+                                                    # rows with "expected": a verdict each, exit 1 on any miss
   rlvr reward score --rules my_rewards.py:length_penalty,accuracy --input completions.jsonl
   rlvr reward check runs/quickstart                 # re-score samples.jsonl with today's rules
   rlvr reward check runs/quickstart --rules accuracy,strict_format
@@ -115,7 +117,42 @@ def cmd_score(args) -> int:
                 f.write(json.dumps(out, ensure_ascii=False) + "\n")
         print(f"wrote {len(rows)} scored lines to {args.output}")
     _summary(scorer, results, seconds, rows, args.slowest)
-    return 0
+    return _verdicts(scorer, results, rows) if any("expected" in r for r in rows) else 0
+
+
+def _expected(row: dict, rule: str) -> float | None:
+    want = row.get("expected")
+    if isinstance(want, dict):
+        want = want.get(rule)
+    if want is None:
+        return None
+    if isinstance(want, bool) or not isinstance(want, (int, float)):
+        raise UserError(f"line {row['_line']}: 'expected' must be a number or {{rule: number}}, got {want!r}")
+    return float(want)
+
+
+def _verdicts(scorer, results, rows: list[dict]) -> int:
+    """One line per row that carries ``expected`` (a score, or one per rule): its scores beside what
+    was expected; exit 1 when any differs, so a grading table can be checked from the shell."""
+    from rlvr.rewards import extract_answer
+
+    bad = checked = 0
+    print("verdicts (rows with 'expected'):")
+    for row, res in zip(rows, results):
+        want = {name: _expected(row, name) for name in scorer.rules}
+        if all(w is None for w in want.values()):
+            continue
+        checked += 1
+        got = {name: res.per_rule[name][0] for name in scorer.rules}
+        ok = all(w is None or got[n] == w for n, w in want.items())
+        bad += not ok
+        scores = "  ".join(f"{n}={got[n]:g}" + ("" if want[n] is None or got[n] == want[n] else f" (expected {want[n]:g})")
+                           for n in scorer.rules)
+        what = f"[{row['class']}] " if "class" in row else ""
+        answer = extract_answer(row["completion"], fallback_last_number=True)
+        print(f"  line {row['_line']:>3}  {'ok ' if ok else 'BAD'}  {scores}  {what}answer {answer!r} gold {str(row['label'])[-40:]!r}")
+    print(f"{checked - bad} of {checked} rows as expected")
+    return 1 if bad else 0
 
 
 def _run_rules(run: RunDir) -> tuple[list[str], list[float]]:
@@ -175,7 +212,8 @@ def register(sub) -> None:
     q.set_defaults(func=cmd_list)
     q = rsub.add_parser("score", help="score a JSONL file of completions", epilog=EXAMPLES, formatter_class=fmt)
     q.add_argument("--rules", required=True, help="comma-separated rule names or plugins, e.g. accuracy,format")
-    q.add_argument("--input", required=True, help="JSONL: one {completion, label, ...extra fields} per line")
+    q.add_argument("--input", required=True, help="JSONL: one {completion, label, ...extra fields} per line; rows with "
+                   "'expected' (a score, or {rule: score}) are checked: a verdict each, exit 1 if any differs")
     q.add_argument("--output", help="write each line with its per-rule 'rewards' and total 'reward' here")
     q.add_argument("--slowest", type=int, default=5, help="how many of the slowest items to show")
     _common(q)

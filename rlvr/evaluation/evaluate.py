@@ -18,7 +18,7 @@ from rlvr.data import load_split, render_prompt
 from rlvr.data.templates import get_template
 from rlvr.errors import UserError
 from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
-from rlvr.rewards import Scorer, extract_answer, normalize_number
+from rlvr.rewards import Scorer, extract_answer, number_key
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def _fields(rows: list[dict], repeat: int = 1) -> dict:
 
 
 def _vote_key(answer: str) -> str:
-    return normalize_number(answer) or answer.strip()
+    return number_key(answer) or answer.strip()
 
 
 def load_eval_rows(data: str, *, preset: str | None = None, limit: int | None = None, difficulty: int = 1) -> list[dict]:

@@ -12,6 +12,7 @@ lazily in this process when ``workers=0``. No torch.
 from rlvr.rewards.extract import (
     answer_is,
     answer_tag,
+    denoted_number,
     extract_answer,
     gold_answer,
     gsm8k_answer,
@@ -19,6 +20,8 @@ from rlvr.rewards.extract import (
     last_number,
     minerva_answer,
     normalize_number,
+    number_key,
+    number_value,
 )
 from rlvr.rewards.registry import REWARDS, RewardError, RewardResult, Scorer, get, score
 from rlvr.rewards.rules import format_partial, format_r1, strict_format
@@ -32,6 +35,7 @@ __all__ = [
     "answer_is",
     "answer_tag",
     "answers_match",
+    "denoted_number",
     "extract_answer",
     "format_partial",
     "format_r1",
@@ -43,6 +47,8 @@ __all__ = [
     "match_many",
     "minerva_answer",
     "normalize_number",
+    "number_key",
+    "number_value",
     "score",
     "strict_format",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from typing import NamedTuple
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _NUMBER = re.compile(r"(?:(?<![\w)])[-\u2212])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+(?!\.?\d))?")
@@ -16,7 +17,7 @@ _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
 _GSM8K = re.compile(r"####\s*([^\n]+)")
 _ANSWER_IS = re.compile(r"answer is[:\s]*\$?([^\n$]+?)\$?\s*(?:\.\s|\.?$|\n)", re.IGNORECASE)
 _MINERVA = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
-_UNIT_WORDS = re.compile(r"(?<=[\d}])\s+(?!pi\b)[A-Za-z]{2,}(?:\s+[A-Za-z]{2,}){0,2}\.?$")
+_UNIT_WORDS = re.compile(r"(?<=[\d}])\s+(?!pi\b)[A-Za-z]{2,}(?:\s+[A-Za-z]{2,}){0,2}(?:\^\{?[23]\}?)?\.?$")
 _OPS = r"(?:[-+*/^\u00d7\u00f7\u2212\u22c5]|\\times|\\cdot|\\div)"
 _OPERATOR_BEFORE = re.compile(_OPS + r"\s*$")
 _OPERATOR_AFTER = re.compile(r"\s*" + _OPS)
@@ -82,29 +83,113 @@ def extract_answer(text: str, *, fallback_last_number: bool = False) -> str | No
     return next((c for c in candidates if c), None)
 
 
-def normalize_number(s: str) -> str | None:
-    """Canonical string of a plain number, or None if ``s`` is not one.
+class Number(NamedTuple):
+    """A number as an answer writes it: its exact value and how it was written."""
 
-    Strips ``$``, ``\\text{..}`` units, up to three unit words after the number (``18 dollars``,
-    ``5 km per hour``; not ``pi``, not single letters like ``3 x``), LaTeX spacing, a ``x =``
-    prefix, a trailing ``.``, and thousands commas; reads ``\\frac{a}{b}``/``a/b``/decimals through
-    :class:`fractions.Fraction`, so ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all give ``"1/2"``,
-    ``5.0`` gives ``"5"`` and ``-0`` gives ``"0"``.
+    value: Fraction
+    decimal: bool
+    """Written with a decimal point or in e-notation: compared to 6 decimal places, as math-verify compares floats."""
+    percent: bool
+    """Written as a percentage (``25\\%``): it also equals its value / 100."""
+
+
+_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree|\\textdegree|\u00b0")
+_TEXT_UNIT = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{[^{}]*\}(?:\s*\^\s*\{?\s*[23]\s*\}?)?")
+_CURRENCY = re.compile(r"^(?:\\\$|\$|\u20ac|\u00a3|\u00a5|\\euro|\\pounds)")
+_PERCENT = re.compile(r"\s*(?:\\?%|percent)\s*\.?$")
+_SCI_TIMES = re.compile(r"(.+?)(?:\\times|\\cdot|\u00d7|\*)10\^\{?([+-]?\d{1,3})\}?")
+_SCI_E = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d{1,3})")
+MAX_DIGITS = 4000
+"""Longer number strings are not read (Python refuses int() of > 4300 digits): no gold is that long."""
+
+
+def number_value(s: str) -> Number | None:
+    """The :class:`Number` that ``s`` writes, or None if ``s`` is not a number literal.
+
+    A literal is one number, however it is written: ``7``, ``-7`` (also with a unicode minus),
+    ``1,234`` / ``1{,}234``, ``7.50``, ``1/2`` (no spaces around the slash: ``1 / 2`` is a division),
+    ``\\frac{1}{2}`` (``\\dfrac``, ``\\tfrac``), ``1.5 \\times 10^{3}``, ``2.5e-3``, a leading currency
+    sign (``$``, ``\\$``, ``€``, ``£``, ``¥``), a trailing percentage (``25\\%``), a trailing degree
+    sign (``90^\\circ``, ``45^{\\circ}``, ``90°``), trailing units (``\\text{ cm}^2``, up to three unit
+    words: ``18 dollars``, ``5 km per hour``; not ``pi``, not one letter such as ``3 x``), LaTeX
+    spacing, an ``x =`` prefix and a final period. Arithmetic (``3 + 4``, ``2 \\times 3``, ``2^3``,
+    ``\\sqrt{9}``) is not a literal.
     """
-    s = _TEXT.sub("", s).replace("{,}", ",").replace(MINUS, "-")
-    for junk in ("\\$", "$", "\\!", "\\,", "\\;", "\\ "):
+    if len(s) > MAX_DIGITS:
+        return None
+    s, pct = _PERCENT.subn("", s)
+    s = _TEXT_UNIT.sub("", s).replace("{,}", ",").replace(MINUS, "-")
+    s = _DEGREE.sub("", s)
+    for junk in ("\\!", "\\,", "\\;", "\\ ", "\\left", "\\right"):
         s = s.replace(junk, "")
     s = _UNIT_WORDS.sub("", s.strip())
+    if re.search(r"\s/|/\s", s):  # "12 / 4": a division to evaluate, not the fraction 12/4
+        return None
     s = re.sub(r"(?<!\d)\s+|\s+(?!\d)", "", s)  # "1 2" stays two numbers, not 12
     s = re.sub(r"^[A-Za-z]=", "", s)
+    s = s.replace("$", "") if s.count("$") == 2 and s[0] == s[-1] == "$" else s  # "$7$": inline math
+    sign = "-" if s.startswith("-") and _CURRENCY.match(s[1:]) else ""  # "-$5"
+    s = sign + _CURRENCY.sub("", s[len(sign):])
     s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s).rstrip(".")
+    scale, decimal = Fraction(1), False
+    sci = _SCI_TIMES.fullmatch(s) or _SCI_E.fullmatch(s)
+    if sci:
+        s, scale, decimal = sci.group(1), Fraction(10) ** int(sci.group(2)), sci.re is _SCI_E
     parts = _FRAC.sub(r"\1/\2", s).split("/")
     if len(parts) > 2 or not all(_DECIMAL.fullmatch(p) for p in parts):
         return None
     try:
-        return str(Fraction(parts[0]) / Fraction(parts[1] if len(parts) == 2 else 1))
-    except ZeroDivisionError:
+        value = Fraction(parts[0]) / Fraction(parts[1] if len(parts) == 2 else 1) * scale
+    except (ZeroDivisionError, ValueError):  # ValueError: more digits than int() reads
         return None
+    return Number(value, decimal or "." in s, bool(pct))
+
+
+def normalize_number(s: str) -> str | None:
+    """Canonical string of a number literal that is not a percentage (:func:`number_value`), or None:
+    ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all give ``"1/2"``, ``5.0`` gives ``"5"``, ``-0`` gives ``"0"``."""
+    n = number_value(s)
+    return None if n is None or n.percent else str(n.value)
+
+
+_RESULT = re.compile(r"(?<![<>!\\])=")
+_RELATION_BEFORE = re.compile(r"(?:[<>\u2264\u2265\u2260\u2248]=?|\\(?:geq?|leq?|neq?|ne|lt|gt|approx|sim))\s*$")
+_SENTENCE_PERCENT = re.compile(r"\s*(?:\\?%|percent\b)")
+def denoted_number(answer: str) -> Number | None:
+    """The number an extracted answer denotes, or None: **the rule for numeric gold answers**.
+
+    1. Only what follows the last ``=`` is the answer: ``3 + 4 = 7`` states 7, and work shown before
+       the final answer is never judged.
+    2. A number literal (:func:`~rlvr.rewards.extract.number_value`) denotes its value, however it
+       is written: ``1,234``, ``7.50``, ``\\frac{1}{2}``, ``1/2``, ``1.5 \\times 10^{3}``, ``2.5e-3``,
+       ``\\$18``, ``25\\%``, ``90^\\circ``, ``5\\text{ cm}``, ``18 dollars``, ``x = 7``.
+    3. Otherwise it is an answer sentence (``The answer is 18.``), which denotes its final number,
+       unless that number is an operand of arithmetic (an operator beside it: ``+ - * / ^``,
+       ``\\times``, ``\\cdot``, ``\\div``). So an expression left to evaluate (``3 + 4``, ``14 - 7``,
+       ``2 \\times 3``, ``2^3``, ``12 / 4``, the question copied) denotes nothing, whatever its value;
+       so do ``\\sqrt{9}`` and a bound (``x \\geq 7``, ``x < 7``, ``\\approx 7``).
+    """
+    tail = _RESULT.split(answer)[-1]
+    n = number_value(tail)
+    if n is not None or len(tail) > MAX_DIGITS:
+        return n
+    # an answer sentence: \frac{a}{b} read as a/b, braces dropped so "2^{3}" shows its operator
+    text = _FRAC.sub(r"\1/\2", _DEGREE.sub("", tail)).replace("{,}", ",").replace("{", "").replace("}", "")
+    found = [m for m in _NUMBER.finditer(text)
+             if not (_OPERATOR_BEFORE.search(text, 0, m.start()) or _OPERATOR_AFTER.match(text, m.end())
+                     or _RELATION_BEFORE.search(text, 0, m.start()))]
+    if not found:
+        return None
+    last = found[-1]
+    pct = "%" if _SENTENCE_PERCENT.match(text, last.end()) else ""
+    return number_value(last.group() + pct)
+
+
+def number_key(answer: str) -> str | None:
+    """A string equal for answers that denote the same exact number (:func:`denoted_number`), for
+    majority votes and comparisons of answers with each other; None if it denotes none."""
+    n = denoted_number(answer)
+    return None if n is None else str(n.value) + ("%" if n.percent else "")
 
 
 def _last(pattern: re.Pattern, text: str) -> str | None:

@@ -185,7 +185,8 @@ def _base_acc_extract(completion: str) -> str | None:
 
 accuracy = graded(
     extract_answer,
-    doc="1 if the last \\boxed{} (else the <answer> content) equals the gold answer, else 0.",
+    doc="1 if the last \\boxed{} (else the <answer> content) equals the gold answer, else 0. A number gold is "
+    "matched by the number the answer denotes (rlvr.rewards.extract.denoted_number: any notation, never an expression).",
 )
 accuracy_lenient = graded(
     lambda c: extract_answer(c, fallback_last_number=True),

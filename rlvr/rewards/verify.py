@@ -1,7 +1,8 @@
 """Answer equivalence: a cheap exact/numeric check first, math-verify (sympy) only when needed.
 
 Batches go through :func:`match_many`: pairs whose gold answer is a number literal are decided
-here in microseconds (the prediction must be a number literal too, see :func:`numeric_match`);
+here in microseconds (the prediction must denote a number, see :func:`numeric_match` and
+:func:`~rlvr.rewards.extract.denoted_number`, the one rule for numeric answers);
 the rest (LaTeX, expressions, sets, intervals, equations) are deduplicated and sent
 to a persistent :class:`~rlvr.rewards.pool.WorkerPool`, where each pair has a hard time limit.
 ``math_verify`` (which pulls in sympy) is never imported by the trainer process when workers > 0.
@@ -14,14 +15,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from fractions import Fraction
 
-from rlvr.rewards.extract import normalize_number
+from rlvr.rewards.extract import Number, denoted_number, number_value
 from rlvr.rewards.pool import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -108,46 +107,37 @@ def shutdown() -> None:
             _pool = None
 
 
-_PERCENT = re.compile(r"\s*(?:\\?%|percent)\s*\.?$")
-_SCI = re.compile(r"(.+?)\s*(?:\\times|\\cdot|\u00d7|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,3})\s*\}?")
-_RESULT = re.compile(r"(?<![<>!\\])=")
+FLOAT_ROUNDING = 6
+"""Decimal places to which a number written with a decimal point is compared: math-verify's
+``float_rounding`` default, so ``1/3`` equals ``0.3333333333`` and ``0.333333`` but not ``0.33``."""
 
 
-def number_literal(s: str) -> tuple[Fraction, bool] | None:
-    """(value, written as a percentage) of a number literal; None if ``s`` is anything else.
-
-    A literal is what :func:`normalize_number` reads (``7``, ``-7``, ``7.0``, ``1,000``, ``$7``,
-    ``7 apples``, ``x = 7``, ``1/2``, ``\\frac{1}{2}``), a percentage (``50\\%``) or scientific
-    notation (``1.5 \\times 10^{3}``). Arithmetic (``3 + 4``, ``3 \\times 4``, ``\\sqrt{9}``) is not.
-    """
-    s, pct = _PERCENT.subn("", s)
-    n = normalize_number(s)
-    if n is not None:
-        return Fraction(n), bool(pct)
-    sci = _SCI.fullmatch(s.replace("$", "").strip())
-    mantissa = normalize_number(sci.group(1)) if sci else None
-    if mantissa is None:
-        return None
-    return Fraction(mantissa) * Fraction(10) ** int(sci.group(2)), bool(pct)
+def same_number(a: Number, b: Number) -> bool:
+    """Whether two numbers are equal: exactly, or to :data:`FLOAT_ROUNDING` decimal places when either
+    was written with a decimal point; a percentage also equals its value / 100 (as in math-verify)."""
+    for x, y in ((a.value, b.value), (a.value / 100 if a.percent else None, b.value),
+                 (a.value, b.value / 100 if b.percent else None)):
+        if y is None or x is None:
+            continue
+        if x == y or ((a.decimal or b.decimal) and round(x, FLOAT_ROUNDING) == round(y, FLOAT_ROUNDING)):
+            return True
+    return False
 
 
 def numeric_match(pred: str, gold: str) -> bool | None:
-    """Exact comparison when the gold answer is a number literal (see :func:`number_literal`);
-    None when it is not, for math-verify to decide.
+    """Whether ``pred`` denotes the gold number, when the gold answer is a number literal
+    (:func:`~rlvr.rewards.extract.number_value`); None when it is not, for math-verify to decide.
 
-    A number asks for a number: the prediction must be a literal too (after the last ``=``, so
-    ``3 + 4 = 7`` states 7), else it is wrong. Arithmetic in the prediction is never evaluated, so
-    ``3 + 4`` (the question copied) does not match ``7`` (math-verify would accept it). A
-    percentage matches its number or its fraction (``25\\%`` == ``25`` == ``0.25``), as in math-verify.
+    A number asks for a number: the prediction is right when :func:`denoted_number` gives a number
+    :func:`same_number` as the gold, and wrong otherwise (a different number, one too coarse such as
+    ``0.3`` for 1/3, an expression to evaluate, or no number). math-verify is never asked, since it
+    would evaluate ``3 + 4`` and pay the copied question.
     """
-    b = number_literal(gold)
+    b = number_value(gold)
     if b is None:
         return None
-    a = number_literal(_RESULT.split(pred)[-1])
-    if a is None:
-        return False
-    (x, x_pct), (y, y_pct) = a, b
-    return x == y or (x_pct and x / 100 == y) or (y_pct and y / 100 == x)
+    a = denoted_number(pred)
+    return a is not None and same_number(a, b)
 
 
 def _as_latex(s: str) -> str:
