@@ -28,7 +28,7 @@ def main() -> None:
 
     from rlvr.commands.common import quiet_libraries
     from rlvr.evaluation import PromptStyle, evaluate, load_eval_rows
-    from rlvr.evaluation import models as eval_models
+    from rlvr.evaluation import loading as eval_models
     from rlvr.rollout import HFRolloutEngine
 
     quiet_libraries()

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/packed_products.py                 # the built-in model's shapes
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python benchmarks/packed_products.py
 
-What ``rlvr.models.packed`` rests on. For SmolLM2-135M's shapes (30 layers x q, k, v, o, gate,
+What ``rlvr.cpu.packed`` rests on. For SmolLM2-135M's shapes (30 layers x q, k, v, o, gate,
 up, down, and the 49,152 x 576 LM head; random float32 weights, 538 MB in all, far larger than
 the caches, so every step streams them from memory as a decode step does) it times the 211
 products of one decode step at 16, 8, 4 and 1 rows, best of ``--repeats`` steps, with
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rlvr.models.packed import pack_weight, packed_linear
+from rlvr.cpu.packed import pack_weight, packed_linear
 from roofline import _best, write_report  # benchmarks/ is this script's folder
 
 H, I, KV, V, LAYERS = 576, 1536, 192, 49152, 30  # SmolLM2-135M

@@ -15,7 +15,7 @@
    so a compute floor from ``torch.mm`` alone would be about twice too high, too easy to reach),
    and the memory bandwidth as the best rate of summing (read) and copying (read + write) a
    512 MiB float32 tensor, far larger than any cache.
-2. Counts the FLOPs and bytes of one step's phases with :mod:`rlvr.roofline` (its docstring says
+2. Counts the FLOPs and bytes of one step's phases with ``roofline_model.py`` (its docstring says
    what is counted; ``tests/test_roofline.py`` checks the counting by hand): rollout = prefill +
    decode with the KV cache, the no-grad reference / old-log-prob passes, and the update
    (forward + backward + AdamW), from the model's config.json (layers, hidden, intermediate,
@@ -49,8 +49,8 @@ import torch
 
 from rlvr.estimate import BYTES, model_shape
 from rlvr.models.forward import shared_prompt_group
-from rlvr.models.packed import pack_weight, packed_linear, packing_available
-from rlvr.roofline import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
+from rlvr.cpu.packed import pack_weight, packed_linear, packing_available
+from roofline_model import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
 
 RESULTS = Path(__file__).parent / "results"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -103,7 +103,7 @@ def matmul_rates(shape, repeats: int, tokens: int = 1024, probe_tokens: int = 32
         for k, n in [(H, I), (I, H), (H, V)]:
             a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
             kernels = {"mm": lambda: torch.mm(a, b)}
-            if packing_available():  # the kernel rlvr's rollout multiplies with (rlvr.models.packed)
+            if packing_available():  # the kernel rlvr's rollout multiplies with (rlvr.cpu.packed)
                 packed = pack_weight(b.t(), rows)
                 kernels["onednn_packed"] = lambda: packed_linear(a, packed)
             for kernel, fn in kernels.items():

@@ -13,7 +13,7 @@ datasets, ...) to its installed version. pip then installs trl alone; the projec
 touched (TRL 1.16 needs Python >= 3.11). TRL runs in a subprocess of that venv, rlvr (``rlvr
 train``) in a subprocess of this one, so each has its own peak RSS (``os.wait4``'s
 ``ru_maxrss`` of the child). Both children run with the environment rlvr's command line gives
-itself, glibc's malloc on transparent huge pages where that applies (``rlvr.runtime_env``), so the
+itself, glibc's malloc on transparent huge pages where that applies (``rlvr.cpu.runtime_env``), so the
 two use the same allocator.
 
 **The work is the same**: the built-in SmolLM2-135M-Instruct in float32 (or bf16 mixed precision
@@ -426,7 +426,7 @@ def main() -> None:
     import transformers
     import yaml
 
-    from rlvr import runtime_env
+    from rlvr.cpu import runtime_env
 
     B = args.prompts_per_step * args.group_size
     args.micro_batch_seqs = min(args.micro_batch_seqs, B)
@@ -444,7 +444,7 @@ def main() -> None:
         for s in range(args.steps)
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    # rlvr's command line re-executes itself with glibc's malloc on huge pages (rlvr.runtime_env); TRL's
+    # rlvr's command line re-executes itself with glibc's malloc on huge pages (rlvr.cpu.runtime_env); TRL's
     # child gets the same environment, so both run with the same allocator
     env = runtime_env.huge_pages_env(env) or env
     date = datetime.date.today().isoformat()

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from rlvr import runtime_env
+from rlvr import cpu
 from rlvr.commands.common import EXAMPLES
 from rlvr.errors import UserError
 
 # Modules under rlvr/commands/, each with `register(subparsers)`; one line per command family.
-COMMANDS = ["train", "estimate", "rewards", "reward", "eval", "chat", "generate", "export", "data", "report", "aha", "sweep", "compare"]
+COMMANDS = ["train", "estimate", "reward", "eval", "chat", "generate", "export", "data", "report", "aha", "sweep", "compare"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # a process of its own (not a call from Python): huge pages for malloc first
-        runtime_env.reexec_with_huge_pages()
+        cpu.reexec_with_huge_pages()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rlvr ... | head`: the reader left; Python's exit flush must not fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -228,7 +228,7 @@ class RolloutConfig:
     batch_seqs: int = 64
     """At most this many sequences are generated together, in whole groups (max(1, batch_seqs // G) prompts' G samples per batch)."""
     lean_decode: Switch = Switch.AUTO
-    """Decode steps by rlvr's lean forward (rlvr.rollout.lean: products on the packed weights with fused q/k/v and fused residual/SiLU, each group's prompt attended once): auto = where it applies (a float32 Llama or Qwen2 model with model.packed_weights on), true = require it (an error where it cannot run), false = the model's own forward. Same logits up to float rounding."""
+    """Decode steps by rlvr's lean forward (rlvr.cpu.lean: products on the packed weights with fused q/k/v and fused residual/SiLU, each group's prompt attended once): auto = where it applies (a float32 Llama or Qwen2 model with model.packed_weights on), true = require it (an error where it cannot run), false = the model's own forward. Same logits up to float rounding."""
     engine: Engine = Engine.HF
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
 

@@ -8,7 +8,7 @@ beside it at the end. Every item is a formula over the model shape and the confi
   exact for these families (a test checks it against the instantiated model).
 - **rollout copy**: N × bytes(rollout dtype) when ``rollout.dtype`` differs from ``model.dtype``
   (the bf16 generation copy of an fp32 policy); none when they match (the weights are shared).
-- **packed weights** (CPU, ``model.packed_weights`` not false; :mod:`rlvr.models.packed`): every
+- **packed weights** (CPU, ``model.packed_weights`` not false; :mod:`rlvr.cpu.packed`): every
   linear weight and the LM head (LoRA's adapter included) once more in the rollout dtype, and,
   without bf16 autocast on a CPU where the packed update pays (AVX-512), the policy's once more
   (its transpose, for the update's backward; twice when the rollout samples from a copy of another
@@ -274,26 +274,26 @@ def _device_kind(device: str) -> str:
 
 
 def _packed_update() -> bool:
-    from rlvr.models.packed import packed_training_pays  # torch: imported only where a CPU estimate needs it
+    from rlvr.cpu import packed_training_pays  # torch: imported only where a CPU estimate needs it
 
     return packed_training_pays()
 
 
 def _packs(dtype: str) -> bool:
-    """Whether oneDNN packs ``dtype`` weights on this CPU (:func:`rlvr.models.packed.dtype_unpackable`)."""
+    """Whether oneDNN packs ``dtype`` weights on this CPU (:func:`rlvr.cpu.packed.dtype_unpackable`)."""
     import torch  # imported only where a CPU estimate needs it
 
-    from rlvr.models.packed import dtype_unpackable
+    from rlvr.cpu import dtype_unpackable
 
     return dtype_unpackable(getattr(torch, dtype)) is None
 
 
 def _decode_kernels(shape: ModelShape) -> bool:
-    """Whether lean decode runs on the compiled kernels here (:mod:`rlvr.models.kernels`: built, at
+    """Whether lean decode runs on the compiled kernels here (:mod:`rlvr.cpu.kernels`: built, at
     most once per process, and with a kernel for this attention shape)."""
-    from rlvr.models import kernels  # torch: imported only where a CPU estimate needs it
+    from rlvr.cpu import decode_kernels  # torch: imported only where a CPU estimate needs it
 
-    k = kernels.load()
+    k = decode_kernels()
     return k is not None and k.supports(shape.num_attention_heads, shape.num_key_value_heads, shape.dim)
 
 
@@ -410,7 +410,7 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     copy = rollout_dtype != cfg.model.dtype
     items.append(Item("rollout copy", N * BYTES[rollout_dtype] if copy else 0, "resident",
                       f"{rollout_dtype} generation copy" if copy else f"none: rollout shares the {cfg.model.dtype} weights"))
-    # oneDNN-packed linear weights (rlvr.models.packed): the rollout model's; the policy's W and W^T for the update
+    # oneDNN-packed linear weights (rlvr.cpu.packed): the rollout model's; the policy's W and W^T for the update
     on = device == "cpu" and cfg.model.packed_weights != Switch.OFF
     linear = L * sum(i * o for i, o in shape.linear_shapes().values()) + V * H
     linear += shape.lora_params(rank, targets) if rank else 0

@@ -8,7 +8,7 @@ import torch
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
-from rlvr.models import packed
+from rlvr.cpu import packed
 from rlvr.estimate import (
     CPU_RUNTIME_BYTES,
     KNOWN_MODELS,
@@ -69,7 +69,7 @@ def test_tiny_shape_arithmetic_by_hand(monkeypatch):
     assert _items(estimate(load_config(None, TINY_RUN), TINY, device="cpu"))["packed weights"] == 90112 + 16384
     # head_dim 64, 2 query heads a KV head: where the compiled decode kernels build, lean decode keeps
     # every linear weight once more in their layout instead of the [q; k; v] copy
-    from rlvr.models import kernels as kernel
+    from rlvr.cpu import kernels as kernel
 
     d64 = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True, head_dim=64)
     # 2 layers * (32*256 + 2 * 32*128 + 256*32 + 3 * 32*64) + 128*32 = 2 * 30720 + 4096 = 65536 weights

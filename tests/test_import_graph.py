@@ -25,7 +25,6 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "__init__":     (0, set(),                         set()),  # rlvr/__init__.py
     "errors":       (0, set(),                         set()),
     "choices":      (0, set(),                         set()),  # the modes and names config validates
-    "runtime_env":  (0, set(),                         set()),  # the process environment (malloc on huge pages)
     "config":       (1, {"errors", "choices"},         {"yaml"}),
     "algos":        (1, {"choices"},                   {"torch"}),
     "rewards":      (1, {"errors", "choices"},         {"math_verify"}),
@@ -34,9 +33,9 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "models":       (2, None,                          None),  # -> config, errors
     "run_dir":      (2, {"errors", "jsonl"},           {"yaml"}),  # a run's files; no torch
     "data":         (3, None,                          None),  # -> models (tokenizer), rewards (countdown rules)
-    "rollout":      (3, None,                          None),  # -> models
-    "estimate":     (3, None,                          None),  # memory estimate -> config, models
-    "roofline":     (4, {"estimate"},                  set()),  # FLOP/byte floor of a step -> estimate's ModelShape
+    "cpu":          (3, {"models"},                    None),  # CPU acceleration; others import only rlvr.cpu's names
+    "rollout":      (4, None,                          None),  # -> models, cpu
+    "estimate":     (4, None,                          None),  # memory estimate -> config, models, cpu
 }
 
 
@@ -152,3 +151,95 @@ def test_algos_load_only_torch():
     outside = sorted(m for m in loaded if m.startswith("rlvr.") and not m.startswith("rlvr.algos") and m != "rlvr.choices")
     assert not outside, f"rlvr.algos imported {outside}"
     assert "transformers" not in loaded and "math_verify" not in loaded
+
+
+def test_outside_rlvr_cpu_only_its_public_names_are_imported():
+    """The CPU acceleration is one fenced package: the rest of rlvr imports ``from rlvr.cpu import <name>``
+    for a name in ``rlvr.cpu.__all__``, never one of its modules."""
+    import rlvr.cpu
+
+    problems = []
+    for path in sorted((REPO / "rlvr").rglob("*.py")):
+        rel = path.relative_to(REPO)
+        if rel.parts[1] == "cpu":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "rlvr.cpu":
+                problems += [f"{rel}:{node.lineno}: from rlvr.cpu import {a.name}" for a in node.names
+                             if a.name not in rlvr.cpu.__all__]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rlvr.cpu."):
+                problems.append(f"{rel}:{node.lineno}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                problems += [f"{rel}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("rlvr.cpu.")]
+    assert not problems, "rlvr.cpu's insides imported from outside:\n  " + "\n  ".join(problems)
+
+
+def _module_graph(root: Path = REPO) -> dict[str, set[str]]:
+    """Module -> the rlvr modules it imports (any depth, function-local ones included), by file:
+    ``from rlvr.a import y`` is an edge to ``rlvr.a.y`` where that is a module, else to ``rlvr.a``."""
+    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (root / "rlvr").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        names = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+                target = ".".join(x for x in (base, node.module or "") if x)
+                names += [f"{target}.{a.name}" if f"{target}.{a.name}" in files else target for a in node.names]
+        targets = set()
+        for name in names:
+            while name and name not in files:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):  # a package's own __init__ is not a cycle
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles between modules (strongly connected components of two or more), by Tarjan's algorithm."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_files():
+    """Not even through a function-local import: training never reaches distributed, nor any module itself."""
+    cycles = _cycles(_module_graph())
+    assert not cycles, "import cycles:\n  " + "\n  ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_one(tmp_path):
+    (tmp_path / "rlvr" / "a").mkdir(parents=True)
+    (tmp_path / "rlvr" / "a" / "x.py").write_text("def f():\n    from rlvr.a import y\n")
+    (tmp_path / "rlvr" / "a" / "y.py").write_text("from rlvr.a.x import f\n")
+    (tmp_path / "rlvr" / "a" / "z.py").write_text("from rlvr.a import x\n")
+    assert _cycles(_module_graph(tmp_path)) == [["rlvr.a.x", "rlvr.a.y"]]

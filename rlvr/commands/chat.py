@@ -40,11 +40,11 @@ class Chat:
     """A conversation with one model: history, system prompt, temperature."""
 
     def __init__(self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = ()) -> None:
-        from rlvr.models.packed import PackedLinears, packable
+        from rlvr.cpu import PackedLinears, packable
         from rlvr.rollout.hf import eos_token_ids
 
         self.model, self.tokenizer = model, tokenizer
-        # on a CPU each token multiplies by oneDNN-packed weights (rlvr.models.packed): about 2x faster at one row
+        # on a CPU each token multiplies by oneDNN-packed weights (rlvr.cpu): faster products at one row
         self.packed = PackedLinears(model, rows_hint=1) if packable(model) else None
         self.template = style.resolve()
         self.system = self.template.system or ""
@@ -164,7 +164,7 @@ def cmd_chat(args) -> int:
 
     from rlvr.commands.common import quiet_libraries
     from rlvr.commands.common import model_settings
-    from rlvr.evaluation import models as eval_models
+    from rlvr.evaluation import loading as eval_models
 
     if args.temperature < 0:
         raise UserError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")

@@ -73,7 +73,7 @@ def add_model_args(p, *, many: bool = False) -> None:
 
 def model_settings(args, resolved: list, *, template: str) -> tuple:
     """The flags of :func:`add_model_args` -> ((PromptStyle, max_new_tokens, stop), (dtype, why line))."""
-    from rlvr.evaluation.models import generation_dtype, prompt_settings
+    from rlvr.evaluation.loading import generation_dtype, prompt_settings
 
     prompt = prompt_settings(
         resolved, default_template=template, template=args.template, system=args.system, prefix=args.prefix,

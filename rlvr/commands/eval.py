@@ -63,7 +63,7 @@ def cmd_eval(args) -> int:
 
     from rlvr.commands.common import model_settings, quiet_libraries
     from rlvr.evaluation import evaluate, load_eval_rows, write_result
-    from rlvr.evaluation import models as eval_models
+    from rlvr.evaluation import loading as eval_models
 
     if args.samples < 1:
         raise UserError(f"--samples {args.samples}: must be >= 1 (1 = greedy accuracy only)")

@@ -50,7 +50,7 @@ def model_card(resolved, dtype: str) -> str:
 
 def cmd_export(args) -> int:
     from rlvr.commands.common import quiet_libraries
-    from rlvr.evaluation import models as eval_models
+    from rlvr.evaluation import loading as eval_models
     from rlvr.models.loading import DTYPES
 
     out = Path(args.output)

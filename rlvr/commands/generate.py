@@ -37,7 +37,7 @@ def read_prompts(path: str | Path) -> list[dict]:
 def cmd_generate(args) -> int:
     from rlvr.commands.common import quiet_libraries
     from rlvr.commands.common import model_settings
-    from rlvr.evaluation import models as eval_models
+    from rlvr.evaluation import loading as eval_models
 
     if args.samples < 1:
         raise UserError(f"--samples {args.samples}: must be >= 1")

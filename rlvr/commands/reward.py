@@ -210,6 +210,7 @@ def register(sub) -> None:
     rsub = p.add_subparsers(dest="reward_command", metavar="SUBCOMMAND", required=True)
     q = rsub.add_parser("list", help="the built-in rules and what they score")
     q.set_defaults(func=cmd_list)
+    sub.add_parser("rewards", help="list the built-in reward rules (same as `rlvr reward list`)").set_defaults(func=cmd_list)
     q = rsub.add_parser("score", help="score a JSONL file of completions", epilog=EXAMPLES, formatter_class=fmt)
     q.add_argument("--rules", required=True, help="comma-separated rule names or plugins, e.g. accuracy,format")
     q.add_argument("--input", required=True, help="JSONL: one {completion, label, ...extra fields} per line; rows with "

@@ -23,11 +23,21 @@ def cmd_train(args) -> int:
     # plain print to stdout: stderr carries progress and the one-line error, and config values
     # may hold '[...]' that rich would parse as markup
     print("resolved config\n" + to_yaml(cfg), flush=True)
-    quiet_libraries()
-    from rlvr.training import train  # after quiet_libraries(), so that nothing it loads logs unsilenced
-
-    train(cfg, console=console)
+    quiet_libraries()  # before the trainer loads, so that nothing it loads logs unsilenced
+    run_training(cfg, console=console)
     return 0
+
+
+def run_training(cfg, *, console=None):
+    """Trains as configured, in this process or on Ray workers (``distributed.backend``); returns the
+    run directory. The one place that picks, so ``training`` never imports ``distributed``."""
+    from rlvr.config import Backend
+
+    if cfg.distributed.backend == Backend.RAY:
+        from rlvr.distributed import train  # Ray is imported only when a run asks for it
+    else:
+        from rlvr.training import train
+    return train(cfg, console=console)
 
 
 def cmd_config(args) -> int:

@@ -5,6 +5,6 @@
 torch.distributed collectives (gloo on CPU, nccl on GPU) the Trainer calls at its sync points.
 """
 
-from rlvr.distributed.driver import RayTrainer
+from rlvr.distributed.driver import RayTrainer, train
 
-__all__ = ["RayTrainer"]
+__all__ = ["RayTrainer", "train"]

@@ -166,3 +166,11 @@ class RayTrainer:
                 self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
             values.append(value)
         return values
+
+
+def train(cfg: Config, *, console=None) -> Path:
+    """Run GRPO on ``distributed.num_workers`` Ray workers as configured; returns the run directory
+    (the same loop as one process: :func:`rlvr.training.run`)."""
+    from rlvr.training import run
+
+    return run(RayTrainer(cfg, console=console))

@@ -14,7 +14,7 @@ a KV cache, one token per row per step, stop at EOS), minus two wastes that matt
   position in place. ``DynamicCache`` concatenates instead, copying the whole cache of every layer
   at every step (O(T^2) bytes over a response: 18 % of the quickstart's decode time in a profile).
 
-With a :class:`~rlvr.rollout.lean.LeanDecoder` (float32 Llama / Qwen2 models on packed CPU weights),
+With a :class:`~rlvr.cpu.lean.LeanDecoder` (float32 Llama / Qwen2 models on packed CPU weights),
 the decode steps run through it on its own cache, which keeps each prompt's keys and values once.
 
 The plain implementation it must equal is ``model.generate`` on the P·G repeated prompts with the
@@ -74,15 +74,15 @@ class SeededPicker:
     ``torch.multinomial(p_r, 1, generator=g_r)`` row by row (same distribution, other draws). The
     generators live on the CPU, so a GPU samples what a CPU samples.
 
-    With ``kernel`` (the compiled decode kernels, :mod:`rlvr.models.kernels`) and no top-k / top-p,
+    With ``kernel`` (the compiled decode kernels, :mod:`rlvr.cpu.kernels`) and no top-k / top-p,
     the temperature, the weights, both levels of sums and the search run in one compiled call
     (``lean_pick``) on float32 CPU logits: about 0.2 against 1 ms a step for 16 rows of SmolLM2's
     49k tokens. Its exp is within 2 ulp of torch's, so a draw within rounding of a CDF step could pick
-    the neighbour (``tests/rollout/test_lean.py`` finds none in 30,000 draws).
+    the neighbour (``tests/cpu/test_lean.py`` finds none in 30,000 draws).
 
     Args:
         seeds: one seed per sequence of the batch (row ``r`` of the first step is sequence ``r``).
-        kernel: a :class:`~rlvr.models.kernels.DecodeKernels` to pick with, or None.
+        kernel: a :class:`~rlvr.cpu.kernels.DecodeKernels` to pick with, or None.
     """
 
     BLOCK = 256
@@ -243,7 +243,7 @@ def decode(
         eos_ids: tokens that end a row (kept in the response, as ``generate`` keeps them).
         stopped: ``(responses [b, t] so far of the live rows) -> [b] bool``: a stop string completed now.
         logprob_temperature: record log-softmax(z / T) of each picked token (TIS); None = do not.
-        lean: a :class:`~rlvr.rollout.lean.LeanDecoder` of ``model`` to run the decode steps with
+        lean: a :class:`~rlvr.cpu.lean.LeanDecoder` of ``model`` to run the decode steps with
             (the prefill is the model's own forward); None = the model's forward throughout.
 
     Returns:

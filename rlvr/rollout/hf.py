@@ -11,8 +11,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria
 
 from rlvr.models.loading import eval_mode
-from rlvr.models.packed import PackedLinears, why_unpackable
-from rlvr.rollout import lean
+from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackable
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
 
@@ -111,14 +110,14 @@ class HFRolloutEngine:
     sampled, but the text the rewards see ends with the stop string, as vLLM cuts it.
 
     ``packed_weights`` (None = wherever it applies: a float32 or bfloat16 model on a CPU where
-    oneDNN packs that dtype, :func:`~rlvr.models.packed.why_unpackable`, else unpacked with the
+    oneDNN packs that dtype, :func:`~rlvr.cpu.packed.why_unpackable`, else unpacked with the
     reason in :attr:`unpacked`; True = required, ValueError where it cannot) multiplies by oneDNN-prepacked copies of the linear weights while sampling
-    (:mod:`rlvr.models.packed`: about 2.5x faster decode products on a 2-core CPU, one more copy
+    (:mod:`rlvr.cpu.packed`: about 2.5x faster decode products on a 2-core CPU, one more copy
     of the linear weights in memory, repacked when the policy's weights change).
 
     ``lean_decode`` (None = wherever it applies: a float32 Llama or Qwen2 model with packed weights;
-    True = required, :class:`~rlvr.rollout.lean.LeanUnavailable` where it cannot run) runs the decode
-    steps by :class:`~rlvr.rollout.lean.LeanDecoder` instead of the model's forward (the prefill stays
+    True = required, :class:`~rlvr.cpu.lean.LeanUnavailable` where it cannot run) runs the decode
+    steps by :class:`~rlvr.cpu.lean.LeanDecoder` instead of the model's forward (the prefill stays
     the model's): the same logits up to float rounding, faster sampling (``benchmarks/NOTES.md``).
     """
 
@@ -156,8 +155,8 @@ class HFRolloutEngine:
         self.unpacked = why_not if packed_weights is None and self.model.device.type == "cpu" else None
         """Why packed weights were wanted (auto) but not used on the CPU (one line, for the caller to print); else None."""
         self.packed = PackedLinears(self.model, rows_hint=min(batch_seqs, 16)) if use else None
-        want_lean = lean_decode is True or (lean_decode is None and not lean.unsupported(self.model, self.packed))
-        self.lean = lean.LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot
+        want_lean = lean_decode is True or (lean_decode is None and not lean_unsupported(self.model, self.packed))
+        self.lean = LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot
 
     def _stopped(self, responses: torch.Tensor) -> torch.Tensor:
         return self._stop.hits(responses)

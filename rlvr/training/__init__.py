@@ -1,5 +1,5 @@
 """The trainer (setup / step / save / finish), one update, checkpoints and resume."""
 
-from rlvr.training.trainer import Trainer, train
+from rlvr.training.trainer import Trainer, run, train
 
-__all__ = ["Trainer", "train"]
+__all__ = ["Trainer", "run", "train"]

@@ -31,11 +31,10 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, lora, resolve_device, resolve_model_path
 from rlvr.models.forward import shared_prompt_group
-from rlvr.models.packed import PackedLinears, dtype_unpackable, packable
+from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer, get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
-from rlvr.rollout.lean import LeanUnavailable
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory
 from rlvr.tracking.console import StepPrinter
@@ -47,18 +46,23 @@ from rlvr.training.signals import GracefulStop
 
 
 def train(cfg: Config, *, console=None) -> Path:
-    """Run GRPO as configured; returns the run directory.
+    """Run GRPO in this process as configured; returns the run directory (:func:`run`).
+
+    ``distributed.backend=ray`` runs on Ray workers instead: ``rlvr.distributed.train``, or
+    ``rlvr.commands.train.run_training``, which picks between the two as ``rlvr train`` does."""
+    if cfg.distributed.backend == Backend.RAY:
+        raise UserError("distributed.backend=ray trains on Ray workers: call rlvr.distributed.train(cfg) or "
+                        "rlvr.commands.train.run_training(cfg) (what `rlvr train` does), not rlvr.training.train")
+    return run(Trainer(cfg, console=console))
+
+
+def run(trainer) -> Path:
+    """The training loop over any trainer with :class:`Trainer`'s methods (this process's, or
+    :class:`rlvr.distributed.RayTrainer`, whose steps run on data-parallel Ray workers, each a
+    :class:`Trainer` of its rank); returns the run directory.
 
     SIGINT/SIGTERM finish the step, save a checkpoint and return; a second one stops at once
-    (``KeyboardInterrupt``), with what the last checkpoint holds noted. With
-    ``distributed.backend=ray`` the same loop drives :class:`rlvr.distributed.RayTrainer`: the
-    steps run on data-parallel Ray workers, each a :class:`Trainer` of its rank."""
-    if cfg.distributed.backend == Backend.RAY:
-        from rlvr.distributed import RayTrainer  # Ray is imported only when a run asks for it
-
-        trainer = RayTrainer(cfg, console=console)
-    else:
-        trainer = Trainer(cfg, console=console)
+    (``KeyboardInterrupt``), with what the last checkpoint holds noted."""
     if not trainer.setup():
         return trainer.run_dir
     steps, step = trainer.cfg.train.steps, trainer.start_step
@@ -257,7 +261,7 @@ class Trainer:
         return state
 
     def _training_packs(self) -> PackedLinears | None:
-        """The policy's packed linears for the log-prob passes and the update (:mod:`rlvr.models.packed`),
+        """The policy's packed linears for the log-prob passes and the update (:mod:`rlvr.cpu.packed`),
         shared with the engine when it samples from the policy itself; None where they do not apply or
         are off, and under bf16 autocast (whose products run in bf16 on the fly)."""
         want = self.cfg.model.packed_weights.as_bool()

@@ -236,3 +236,13 @@ def test_data_unknown_format(cwd, capsys, tiny_model):
     argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.txt"]
     _error_line(capsys, argv, ["d.txt: unknown data format '.txt'", "data.format"])
     _no_run_written(cwd)
+
+
+def test_a_closed_pipe_is_no_traceback():
+    """`rlvr reward list | head`: the reader leaves before rlvr writes (``true`` reads nothing); rlvr ends quietly."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m rlvr.cli reward list | true", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

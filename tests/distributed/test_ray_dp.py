@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
-from rlvr.training import train
+from rlvr.commands.train import run_training as train
 
 from tiny_run import metrics
 

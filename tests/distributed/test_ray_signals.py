@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
-from rlvr.training import train
+from rlvr.commands.train import run_training as train
 
 from tiny_run import metrics
 

@@ -101,8 +101,8 @@ def test_chat_once_is_scriptable_and_greedy_is_deterministic(cwd, tiny_model, ca
 
 
 def test_chat_answers_the_same_from_packed_weights(cwd, tiny_model, capsys, monkeypatch):
-    """On a CPU chat generates on oneDNN-packed weights (rlvr.models.packed); greedy, it says what the plain model says."""
-    from rlvr.models import packed
+    """On a CPU chat generates on oneDNN-packed weights (rlvr.cpu.packed); greedy, it says what the plain model says."""
+    from rlvr.cpu import packed
 
     if not packed.packing_available():
         pytest.skip("this torch has no oneDNN prepacked linear")

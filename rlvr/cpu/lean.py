@@ -1,31 +1,30 @@
 """A lean decode step for Llama-family models on packed weights, with the group's prompt attended once.
 
-Why: after packing (:mod:`rlvr.models.packed`) the Hugging Face decode step of SmolLM2-135M at 16
-rows spends about a third of its time outside the products: about 80 small operations a layer
-(norms, rotary, cache bookkeeping, mask building, module calls) and SDPA, where each of a group's G
-rows reads its own copy of the shared prompt's keys and values (``benchmarks/NOTES.md``).
+Why: after packing (:mod:`rlvr.cpu.packed`) the Hugging Face decode step of a small model spends a
+large share of its time outside the products: about 80 small operations a layer (norms, rotary,
+cache bookkeeping, mask building, module calls) and SDPA, where each of a group's G rows reads its
+own copy of the shared prompt's keys and values (``benchmarks/NOTES.md``, "lean decode").
 
 How: :class:`LeanDecoder` runs one decode step of a float32 ``LlamaForCausalLM`` or
 ``Qwen2ForCausalLM`` on the packed copies of its weights in about 30 operations a layer:
 
-- q, k and v in one product of a [q; k; v] packed matrix (2.3 against 3.2 ms a step at 16 rows);
-  the residual adds, the SiLU and the gate's product fused into oneDNN's post-ops;
+- q, k and v in one product of a [q; k; v] packed matrix; the residual adds, the SiLU and the
+  gate's product fused into oneDNN's post-ops;
 - rotary on the query and key heads at once, the attention's scaling folded in;
 - attention on a :class:`CascadeCache`: the prompt's keys and values as the prefill computed
   them, once per prompt (a group's G·(heads per KV head) query rows multiply them in one
   product), each row's response keys and values in buffers reserved for the whole response, and
   one softmax over the concatenation of both parts' scores: the same softmax over the same
-  positions as attention over the row's prompt + response cache (141-240 against SDPA's 231-301 us a
-  layer at 16 rows, 16-128 response positions);
-- where a C compiler is present and the shape has one (head_dim 64 or 128, up to 8 query heads a
+  positions as attention over the row's prompt + response cache;
+- where the compiled kernels load and have the shape (head_dim 64 or 128, up to 8 query heads a
   key/value head), the whole step in one call of kernels compiled for this CPU at first use
-  (:mod:`rlvr.models.kernels`): norms, products, rotary, cache write, attention, SiLU and residuals
-  in one OpenMP region (a 16-row, 1,459-token SmolLM2-135M rollout 2.04-2.34 s against 2.53-2.72 s
-  with a compiled attention and compiled products called layer by layer from Python, and 3.78-3.96 s
-  in torch operations, on a 2-core AVX-512 CPU); elsewhere the same step in torch operations.
+  (:mod:`rlvr.cpu.kernels`): norms, products, rotary, cache write, attention, SiLU and residuals
+  in one OpenMP region, after :func:`kernel_self_check` has compared one compiled step with the
+  torch-operations step on a tiny model of the same head layout; elsewhere the same step in
+  torch operations.
 
 The prefill stays the model's own forward. The operations are the model's own, some in another
-order: logits agree up to float rounding (``tests/rollout/test_lean.py`` checks them against a full
+order: logits agree up to float rounding (``tests/cpu/test_lean.py`` checks them against a full
 forward for Llama and Qwen2 shapes with grouped- and multi-query attention, biases, left padding and
 dropped rows, and that the engine samples the same tokens either way). :func:`unsupported` says why a
 model cannot use it (another architecture, a dtype other than float32, sliding-window layers, an
@@ -34,11 +33,14 @@ activation other than SiLU, a LoRA wrapper, no packed weights); decoding then ru
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor, nn
 
-from rlvr.models import kernels
-from rlvr.models.packed import PackedLinears, pack_weight, packed_linear
+from rlvr.cpu import kernels
+from rlvr.cpu.packed import PackedLinears, pack_weight, packed_linear
+from rlvr.models.forward import output_cache
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
@@ -106,7 +108,7 @@ class _Fused:
     was repacked (its slot's ``generation`` moved on).
 
     Args:
-        parts: the layers' :class:`~rlvr.models.packed` slots.
+        parts: the layers' :class:`~rlvr.cpu.packed` slots.
         layout: ``(weights [N_i, K] stacked along N, previous or None) -> tensor``: oneDNN's packed
             layout, or the compiled kernels' panels (which it may write into ``previous``, the last one
             it made).
@@ -159,7 +161,7 @@ class CascadeCache:
     """Keys and values for decoding G samples of each of P prompts: the prompt's once, the response's per row.
 
     Keys are kept transposed (position last): a query's scores are then a product over the head
-    dimension with the positions in the vector lanes (:mod:`rlvr.models.kernels`), and the torch
+    dimension with the positions in the vector lanes (:mod:`rlvr.cpu.kernels`), and the torch
     operations' batched products read them as they are.
 
     Args:
@@ -221,12 +223,14 @@ class LeanDecoder:
         model: a ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` (:func:`unsupported` returns None for it).
         packed: the model's :class:`PackedLinears`; :meth:`cache` (called once per rollout, before
             the first step) repacks the weights that changed since they were packed.
-        kernel: the whole step by the compiled kernels (:mod:`rlvr.models.kernels`): None =
+        kernel: the whole step by the compiled kernels (:mod:`rlvr.cpu.kernels`): None =
             where they build here and have this shape; False = oneDNN's products and torch operations;
             True = the kernels or :class:`LeanUnavailable`. :attr:`attention` names the one chosen.
+        self_check: before using the kernels, compare one compiled step with the torch step on a
+            tiny model of this head layout (:func:`kernel_self_check`, once per layout and process).
     """
 
-    def __init__(self, model, packed: PackedLinears, *, kernel: bool | None = None) -> None:
+    def __init__(self, model, packed: PackedLinears, *, kernel: bool | None = None, self_check: bool = True) -> None:
         why = unsupported(model, packed)
         if why is not None:
             raise LeanUnavailable(f"lean decode cannot run this model: {why}")
@@ -237,10 +241,12 @@ class LeanDecoder:
         attn = base.layers[0].self_attn
         D = attn.head_dim
         self.heads, self.kv_heads, self.head_dim, self.scaling = H, KV, D, float(attn.scaling)
+        has_bias = any(getattr(m, "bias", None) is not None for _, m in _products(model))
+        check = (type(model).__name__, has_bias, model.lm_head.weight is base.embed_tokens.weight) if self_check else None
         self.kernel, self.why_torch = (None, "kernel=False") if kernel is False else _kernel_for(
-            H, KV, D, required=kernel is True)
+            H, KV, D, required=kernel is True, check=check)
         self.attention = "kernel" if self.kernel is not None else "torch"
-        """How the products and the attention run: ``kernel`` (compiled, :mod:`rlvr.models.kernels`) or
+        """How the products and the attention run: ``kernel`` (compiled, :mod:`rlvr.cpu.kernels`) or
         ``torch`` operations (oneDNN's packed products)."""
         self.layers = [_Layer(layer, slot, self.kernel) for layer in base.layers]
         self.embed, self.norm, self.rotary = base.embed_tokens, base.norm, base.rotary_emb
@@ -340,13 +346,76 @@ class LeanDecoder:
         return out.view(b, KV * rep * D)
 
 
-def _kernel_for(heads: int, kv_heads: int, head_dim: int, *, required: bool):
-    """(the compiled decode kernels, None) when they build here and have this shape; else (None, why),
-    or :class:`LeanUnavailable` when ``required``."""
+def _kernel_for(heads: int, kv_heads: int, head_dim: int, *, required: bool, check: tuple | None = None):
+    """(the compiled decode kernels, None) when they build here, have this shape and pass
+    :func:`kernel_self_check` for ``check`` (architecture, biases, tied: None = no check); else
+    (None, why), or :class:`LeanUnavailable` when ``required``."""
     k = kernels.load()
     why = kernels.why_not if k is None else None
     if k is not None and not k.supports(heads, kv_heads, head_dim):
         k, why = None, f"no kernel for {heads} query heads over {kv_heads} key/value heads of size {head_dim}"
+    if k is not None and check is not None:
+        why = kernel_self_check(check[0], heads, kv_heads, head_dim, bias=check[1], tied=check[2])
+        k = None if why is not None else k
     if k is None and required:
         raise LeanUnavailable(f"the compiled decode kernels are unavailable: {why}")
     return k, why
+
+
+SELF_CHECK_ROWS = (1, 17)
+"""Rows of the self-check's steps: one, and more than the 16 the products keep in registers."""
+
+
+@functools.cache
+def kernel_self_check(arch: str, heads: int, kv_heads: int, head_dim: int, *, bias: bool = False,
+                      tied: bool = True) -> str | None:
+    """None when one compiled step of a tiny random model with this head layout (``arch``, query and
+    key/value heads, head size, biases, tied embeddings) gives the logits of the torch-operations
+    step at :data:`SELF_CHECK_ROWS` rows; else one line saying how they differ (the kernels are then
+    not used). Once per layout and process; the global RNG is left as it was."""
+    k = kernels.load()
+    if k is None:
+        return kernels.why_not
+    shape = dict(vocab_size=96, hidden_size=8 * heads, intermediate_size=48, num_hidden_layers=1, num_attention_heads=heads,
+                 num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
+                 tie_word_embeddings=tied, pad_token_id=0, bos_token_id=None, eos_token_id=1, bias=bias)
+    try:
+        return _self_check(k, arch, heads, kv_heads, head_dim, shape)
+    except Exception as e:  # noqa: BLE001 - whatever fails here, the torch step still runs
+        return f"the compiled step's self-check could not run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+
+
+def _self_check(k, arch: str, heads: int, kv_heads: int, head_dim: int, shape: dict) -> str | None:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    bias = shape.pop("bias")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        if arch == "Qwen2ForCausalLM":
+            model = Qwen2ForCausalLM(Qwen2Config(**shape))
+        else:
+            model = LlamaForCausalLM(LlamaConfig(**shape, attention_bias=bias, mlp_bias=bias))
+        model.eval()
+        with torch.no_grad():
+            for p in model.parameters():  # weights large enough that a wrong step shows in the logits
+                p.normal_(0, 0.2)
+        prompt = torch.randint(2, 96, (1, 5))
+        mask = torch.ones_like(prompt)
+        packed = PackedLinears(model, rows_hint=16)
+        decoders = {"compiled": LeanDecoder(model, packed, kernel=True, self_check=False),
+                    "torch": LeanDecoder(model, packed, kernel=False)}
+        for rows in SELF_CHECK_ROWS:
+            tokens = torch.randint(2, 96, (rows,))
+            logits = {}
+            with torch.no_grad():
+                for name, dec in decoders.items():
+                    out = model(input_ids=prompt, attention_mask=mask, use_cache=True)
+                    cache = dec.cache(output_cache(out), mask, rows, k.width)
+                    logits[name] = dec.step(tokens, torch.full((rows,), 5), cache)
+            got, want = logits["compiled"], logits["torch"]
+            diff = (got - want).abs().max().item() if got.shape == want.shape else float("inf")
+            if not torch.isfinite(got).all() or diff > 1e-3 * (1 + want.abs().max().item()):
+                return (f"the compiled step disagrees with the torch step on a {arch} with {heads} query heads over "
+                        f"{kv_heads} key/value heads of size {head_dim} at {rows} rows (max difference {diff:.3g}); "
+                        "the decode runs as torch operations")
+    return None

@@ -1,4 +1,4 @@
-"""Training with oneDNN-packed linear weights (model.packed_weights, rlvr.models.packed) takes the steps that
+"""Training with oneDNN-packed linear weights (model.packed_weights, rlvr.cpu.packed) takes the steps that
 training without them takes, to float rounding: the same samples, rewards, losses and final weights."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 
-from rlvr.models import packed as packed_module
-from rlvr.models.packed import packing_available
+from rlvr.cpu import packed as packed_module
+from rlvr.cpu.packed import packing_available
 from rlvr.training import train
 from tiny_run import metrics, tiny_args, tiny_config
 

@@ -1,7 +1,7 @@
-/* Kernels of the lean decode step (rlvr/rollout/lean.py): one whole decode step of a Llama-family
+/* Kernels of the lean decode step (rlvr/cpu/lean.py): one whole decode step of a Llama-family
  * model (lean_step), its products on their own (lean_linear, for the tests and any caller).
  *
- * Compiled on the machine that runs it, at first use (rlvr/models/kernels.py: cc -O3 -march=native
+ * Compiled on the machine that runs it, at first use (rlvr/cpu/kernels.py: cc -O3 -march=native
  * -fopenmp), and called through ctypes with the tensors' data pointers. OpenMP shares torch's runtime
  * (libgomp.so.1, already loaded), so the thread count is torch's.
  *
@@ -24,8 +24,8 @@
  *   cos, sin [b, D]               the rotary tables at each row's position
  *   keys_t   [rows, KV, cap / VL, D, VL]  the rows' response keys, transposed in blocks of VL positions:
  *                                a block's D x VL floats are contiguous, so the scores over positions
- *                                0..t read one contiguous run (8-16-row steps 0.2-0.5 ms faster than
- *                                [D, cap] at 80 GB/s); CascadeCache allocates it as [rows, KV, D, cap]
+ *                                0..t read one contiguous run (faster than [D, cap]: benchmarks/NOTES.md);
+ *                                CascadeCache allocates it as [rows, KV, D, cap]
  *   values   [rows, KV, cap, D]   the rows' response values
  *   prompt_kt [P, KV, D, L]       the prompts' keys, transposed; prompt_v [P, KV, L, D]
  *   bias     [P, L]               0, or -inf on a prompt's padding (left, and up to L)
@@ -49,7 +49,7 @@
 #endif
 
 /* The CPU's vector width: 16 floats with AVX-512, else 8 (AVX2; GCC splits wider generic vectors badly:
- * 64-byte vectors built for AVX2 ran the whole rollout 1.5x slower). */
+ * 64-byte vectors built for AVX2 ran the whole rollout slower, benchmarks/NOTES.md). */
 #if defined(__AVX512F__)
 #define VL 16
 #else
@@ -139,11 +139,10 @@ KERNELS(128)
 
 /* Products: y[m, n] for MC rows (MC <= 16) of x and one panel [K, VL] of W^T, into acc. x is k-major,
  * [K, MC] (see xt_at): the MC broadcasts of one k come from one cache line at fixed offsets, where
- * rows [MC, K] needed MC address registers (GCC spilled them to vector registers): 16-row products
- * with the weights in cache 432-486 against 379-394 GFLOP/s. The weights are prefetched 256 vectors
- * (16 KB) ahead, non-temporal (prefetchnta): the 540 MB of weights a step streams then do not evict
- * the caches' other data (activations, the prompts' keys and values): 8-row steps 9.4-10.3 against
- * 11.1-11.4 ms with the prefetch into L2 (benchmarks/NOTES.md). */
+ * rows [MC, K] needed MC address registers (GCC spilled them to vector registers). The weights are
+ * prefetched 256 vectors (16 KB) ahead, non-temporal (prefetchnta): the weights a step streams then
+ * do not evict the caches' other data (activations, the prompts' keys and values). Both measured
+ * in benchmarks/NOTES.md. */
 #define PANEL(MC)                                                                                       \
     static void panel_##MC(const float *x, int K, const float *w, vf *acc) {                           \
         vf a[MC];                                                                                       \
@@ -403,13 +402,21 @@ static void attend(int r, int h, const float *qkv, const float *cos, const float
 /* For lean_pick's float64 sums: half as many doubles in a vector of the same width, a float
  * vector's lower and upper halves, and each lane's index (to mask a partial vector). */
 typedef double vd __attribute__((vector_size(VL * 4)));
+typedef float vh __attribute__((vector_size(VL * 2)));
+/* A float vector's lower and upper halves (memcpy, not __builtin_shufflevector: GCC before 12 lacks it). */
+static inline vh low_half(vf v) {
+    vh h;
+    memcpy(&h, &v, sizeof h);
+    return h;
+}
+static inline vh high_half(vf v) {
+    vh h;
+    memcpy(&h, (const char *)&v + sizeof h, sizeof h);
+    return h;
+}
 #if VL == 16
-#define LOW(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
-#define HIGH(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
 #define LANES {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 #else
-#define LOW(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
-#define HIGH(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
 #define LANES {0, 1, 2, 3, 4, 5, 6, 7}
 #endif
 
@@ -424,7 +431,8 @@ static inline vf scaled(const float *p, int cols, float T) {
  * first token v with CDF(v) > u * CDF(V), CDF the cumsum of w in float64 taken in two levels (block
  * sums of `block` tokens, then the chosen block's own cumsum). logits [b, V] float32, u [b] in [0, 1);
  * out [b]. Rows in parallel. w is exp by vexp (within 2 ulp of torch.exp), so a target within a few
- * ulp of a CDF step could pick the neighbouring token (tests/rollout/test_lean.py: none in 30,000 draws). */
+ * ulp of a CDF step could pick the neighbouring token (tests/cpu/test_lean.py: none in 30,000 draws).
+ * A row whose weights do not sum to a positive number (a NaN logit, or all -inf) gets -1. */
 void lean_pick(const float *logits, int b, int V, float T, const double *u, int block, int64_t *out) {
     const vi lanes = LANES;
 #pragma omp parallel for schedule(static)
@@ -445,12 +453,16 @@ void lean_pick(const float *logits, int b, int V, float T, const double *u, int 
             for (int l = k * block; l < (k + 1) * block && l < V; l += VL) {
                 const int cols = V - l < VL ? V - l : VL;
                 const vf w = vselect(lanes < cols, vexp(scaled(z + l, cols, T) - mx), splat(0));
-                lo += __builtin_convertvector(LOW(w), vd);
-                hi += __builtin_convertvector(HIGH(w), vd);
+                lo += __builtin_convertvector(low_half(w), vd);
+                hi += __builtin_convertvector(high_half(w), vd);
             }
             double s = 0;
             for (int i = 0; i < VL / 2; i++) s += lo[i] + hi[i];
             csum[k] = run += s;
+        }
+        if (!(csum[nb - 1] > 0)) { /* a NaN logit, or every logit -inf: nothing to sample */
+            out[r] = -1;
+            continue;
         }
         const double target = u[r] * csum[nb - 1];
         int k = 0;
@@ -476,8 +488,7 @@ void lean_pick(const float *logits, int b, int V, float T, const double *u, int 
 /* Rows [row0, row0 + n) of a matrix W [N, K] stacked from parts (w: those rows, [n, K]) into W's
  * panels [ceil(N / VL), K, VL] (out, 64-byte aligned; the caller zeroes a partial last panel's
  * padding). Panels in parallel. A panel that this call fills whole is written with non-temporal
- * stores, one vector per k: no read of the old panels, which halves the memory traffic (540 MB of
- * SmolLM2's weights in 28.5 against 60 ms at 45 GB/s). */
+ * stores, one vector per k: no read of the old panels, which halves the memory traffic. */
 void lean_panels(const float *w, int n, int K, int row0, float *out) {
     const int first = row0 / VL, end = (row0 + n + VL - 1) / VL;
 #pragma omp parallel for schedule(static)
@@ -530,15 +541,18 @@ size_t lean_step_work(int b, int hidden, int inter, int H, int KV, int D, int L,
 /* One decode step of b live rows: x [b, hidden] (the tokens' embeddings, overwritten by the residual
  * stream), cos / sin [b, D] at their positions; logits [b, vocab]. layers [n_layers, SLOTS]
  * (the enum above); the layers' caches get this step's keys and values at response position t.
- * work: lean_step_work() floats. */
-void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int vocab, int H, int KV, int D,
+ * work: lean_step_work() floats. Returns 0, or -1 (nothing computed) for an attention shape this
+ * file has no kernel for (cascade_supports) or a size that cannot be right. */
+int lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int vocab, int H, int KV, int D,
                float eps, float scale, const float *final_norm, const float *head, const float *head_bias,
                const float *bias, const int64_t *prompt, const int64_t *cache_row, int L, int cap, int t, int b, const float *cos,
                const float *sin, float *x, float *work, float *logits) {
     const int rep = H / KV, W = L + (t + VL) / VL * VL, nqkv = (H + 2 * KV) * D;
     scores_fn score;
     values_fn combine;
-    pick(rep, D, &score, &combine);
+    if (KV <= 0 || H % KV || !pick(rep, D, &score, &combine) || b <= 0 || n_layers <= 0 || L % VL || cap % VL || t < 0
+        || t >= cap)
+        return -1;
     float *h = work, *qkv = h + (size_t)b * hidden, *attn = qkv + (size_t)b * nqkv, *attn_t = attn + (size_t)b * H * D,
           *act = attn_t + (size_t)b * H * D, *sc = act + (size_t)b * inter;
 #pragma omp parallel
@@ -562,4 +576,5 @@ void lean_step(const int64_t *layers, int n_layers, int hidden, int inter, int v
         rms_norm(x, b, hidden, final_norm, eps, h);
         product(h, b, hidden, head, vocab, head_bias, 0, 0, logits);
     }
+    return 0;
 }

@@ -2,23 +2,20 @@
 
 Why: glibc serves every block above its mmap threshold (at most 32 MB) with a fresh ``mmap`` and
 unmaps it on ``free``, so each large tensor torch allocates faults its pages in again, 4 KB at a
-time, on first touch. An update step allocates many: SmolLM2-135M's tied [49,152 × 576] embedding
-gradient (113 MB) is zero-filled eight times per ``vs_trl.py`` update, and those fills took 1.24 s of
-an 11 s profiled update (155 ms each, for a fill that reads at memory speed in about 3 ms). With
-glibc's tunable ``glibc.malloc.hugetlb=1`` malloc asks for transparent huge pages on the blocks it
-maps (``madvise(MADV_HUGEPAGE)``), so such a block faults in about 57 times instead of 27,648.
-Measured with ``benchmarks/vs_trl.py``'s rlvr side, back to back (2 cores, AVX512, 2026-11-25):
-update 7.26–7.56 against 8.10–8.62 s per step, rollout 2.12–2.20 against 2.28–2.31 s, peak RSS
-6.24–6.27 against 6.29–6.32 GiB; in the update the profiled fills still took 0.99 s with it, so
-most of their cost there is something else. (Keeping freed memory instead, ``glibc.malloc.mmap_max=0``, saved
-about as much but grew the peak RSS by 1.5 GiB over 10 steps; ``benchmarks/NOTES.md``.)
+time, on first touch, and an update step allocates many (the tied embedding's gradient is
+zero-filled several times per step). With glibc's tunable ``glibc.malloc.hugetlb=1`` malloc asks for
+transparent huge pages on the blocks it maps (``madvise(MADV_HUGEPAGE)``), so such a block faults
+in hundreds of times fewer. The update gets faster at equal peak memory; keeping freed memory
+instead (``glibc.malloc.mmap_max=0``) saved about as much but grew the peak. Measurements:
+``benchmarks/NOTES.md`` ("Huge pages").
 
 How: tunables are read when a process starts, so :func:`reexec_with_huge_pages` (the first thing
 ``rlvr``'s command line does) re-executes the same command once with ``GLIBC_TUNABLES`` extended,
 before any work, where it applies: Linux, glibc 2.35 or newer (the tunable's first release), the
 kernel's transparent huge pages in ``madvise`` mode (with ``always`` they are used already, with
-``never`` not at all), the tunable not already set, and ``RLVR_HUGE_PAGES`` not ``0``. The process
-keeps its PID; its children (Ray workers, reward workers) inherit the setting.
+``never`` not at all), the tunable not already set, and neither ``RLVR_HUGE_PAGES=0`` nor
+``RLVR_CPU_ACCEL=0``. The process keeps its PID; its children (Ray workers, reward workers) inherit
+the setting.
 """
 
 from __future__ import annotations
@@ -55,7 +52,7 @@ def huge_pages_env(environ: dict | None = None, *, platform: str | None = None, 
     this machine's platform, glibc version and THP mode."""
     env = dict(os.environ if environ is None else environ)
     platform = sys.platform if platform is None else platform
-    if platform != "linux" or env.get("RLVR_HUGE_PAGES", "1") == "0":
+    if platform != "linux" or env.get("RLVR_HUGE_PAGES", "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0":
         return None
     tunables = env.get("GLIBC_TUNABLES", "")
     if "glibc.malloc.hugetlb" in tunables:

@@ -4,9 +4,7 @@ Why: on a CPU, ``F.linear`` runs MKL's sgemm, which repacks the weight on every 
 AMD EPYC CPUs this project runs on, takes its AVX2 code path even where the CPU has AVX-512.
 oneDNN's inner product on a weight reordered once into its blocked layout
 (``torch.ops.mkldnn._reorder_linear_weight``, what ``torch.compile``'s CPU freezing pass uses)
-does neither. Measured on a 2-core AVX-512 CPU (``benchmarks/NOTES.md``): the 211 products of one
-SmolLM2-135M decode step at 16 rows 47 -> 19 ms (30 ms with AVX-512 dispatch switched off),
-1024-row fp32 products 226 -> 532 GFLOP/s.
+does neither (``benchmarks/NOTES.md`` and ``benchmarks/packed_products.py`` measure both).
 
 How: :class:`PackedLinears` keeps one packed copy of every ``nn.Linear`` weight of a model, and,
 once a forward needs gradients, one of its transpose (each a further copy of those weights in
@@ -20,16 +18,19 @@ memory). Inside :meth:`PackedLinears.active` the linears' forwards multiply by t
 - under autocast, for an input of another dtype, and with gradients where
   :func:`packed_training_pays` says no (AVX2 dispatch), the module's own forward.
 
+Which dtypes pack is probed once per process (:func:`dtype_unpackable`): float32 everywhere, bfloat16
+only where oneDNN's bf16 reorder runs on this CPU. ``RLVR_CPU_ACCEL=0`` turns packing off.
+
 The products are the same sums in another order: results differ from the plain forward by float
-rounding (``tests/test_packed.py`` checks logits, gradients, log-probs and sampled tokens).
+rounding (``tests/cpu/test_packed.py`` checks logits, gradients, log-probs and sampled tokens).
 
 Staleness: :meth:`PackedLinears.invalidate` marks copies stale; :meth:`PackedLinears.watch`
 calls it after each step of an optimizer for the weights that optimizer steps (a step post-hook),
 and ``HFRolloutEngine.sync_weights`` calls it for the weights that require grad (every weight
-when it samples from a copy of the policy). A forward inside :meth:`active` repacks its weight first when it is stale or its tensor
-(storage or version counter) changed since it was packed. The version counter alone is not enough: torch's fused
-AdamW (the trainer's optimizer where the device has the kernel) updates parameters without
-bumping it.
+when it samples from a copy of the policy). A forward inside :meth:`active` repacks its weight
+first when it is stale or its tensor (storage or version counter) changed since it was packed. The
+version counter alone is not enough: torch's fused AdamW (the trainer's optimizer where the device
+has the kernel) updates parameters without bumping it.
 """
 
 from __future__ import annotations
@@ -74,9 +75,19 @@ def _missing_bf16_features() -> str:
     return f"it needs {need}" + (f", and this CPU lacks {', '.join(missing)}" if flags else "")
 
 
-@functools.cache
 def dtype_unpackable(dtype: torch.dtype) -> str | None:
-    """None where oneDNN packs ``dtype`` weights on this CPU, else one line saying why not.
+    """None where oneDNN packs ``dtype`` weights on this CPU, else one line saying why not
+    (``RLVR_CPU_ACCEL=0`` included)."""
+    from rlvr.cpu import SWITCH, enabled
+
+    if not enabled():
+        return f"{SWITCH}=0 turns the CPU acceleration off"
+    return _probe(dtype)
+
+
+@functools.cache
+def _probe(dtype: torch.dtype) -> str | None:
+    """:func:`dtype_unpackable`'s answer for this CPU, found once per dtype and process.
 
     Decided by packing and multiplying a tiny weight once (caught), not by ATen's dispatch level:
     oneDNN's bf16 reorder checks the CPU's own features (:data:`ONEDNN_BF16_FEATURES`), which an
@@ -116,10 +127,8 @@ def packable(model) -> bool:
 
 def packed_training_pays() -> bool:
     """Whether the update's products are faster packed: where torch dispatches AVX-512. With AVX2
-    dispatch (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` on the AVX-512 machine) the packed
-    update was no faster than MKL's within the noise (10.3-14.7 against 9.1-14.5 s a step) and peaked
-    at 6.9 against 4.6 GiB RSS, while sampling from packed weights still ran 1.75x faster
-    (``benchmarks/NOTES.md``)."""
+    dispatch the packed update was no faster than MKL's and peaked higher in memory, while sampling
+    from packed weights still ran faster (``benchmarks/NOTES.md``, "packed weights")."""
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
@@ -168,9 +177,8 @@ class _PackedLinearFn(torch.autograd.Function):
 
 
 def _weight_grad(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """dW [out, in] = g^T x for g [rows, out], x [rows, in]: a linear of g^T with weight x^T, by oneDNN
-    (per shape of SmolLM2-135M on a 2-core AVX-512 CPU, 1,400 rows: 1536 x 576 10 ms against MKL's
-    16 ms, the 49152 x 576 LM head 318 against 369 ms)."""
+    """dW [out, in] = g^T x for g [rows, out], x [rows, in]: a linear of g^T with weight x^T, by oneDNN,
+    which beat MKL on every SmolLM2-135M shape measured (``benchmarks/NOTES.md``)."""
     return packed_linear(g.t().contiguous(), pack_weight(x.t(), g.shape[1]))
 
 

@@ -1,10 +1,16 @@
-"""The roofline floor (rlvr/roofline.py): FLOPs and bytes of each phase counted by hand on a tiny shape.
-Nothing is timed: the rates are made-up numbers."""
+"""The roofline floor (benchmarks/roofline_model.py, used only by the benchmarks): FLOPs and bytes of each
+phase counted by hand on a tiny shape. Nothing is timed: the rates are made-up numbers."""
+
+import sys
+from pathlib import Path
 
 import pytest
 
 from rlvr.estimate import ModelShape
-from rlvr.roofline import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the benchmarks' own folder
+
+from roofline_model import (  # noqa: E402
     Cost,
     Rates,
     decode_cost,

@@ -1,4 +1,4 @@
-"""oneDNN-prepacked linear weights (rlvr.models.packed) give what the plain forward gives (logits, gradients,
+"""oneDNN-prepacked linear weights (rlvr.cpu.packed) give what the plain forward gives (logits, gradients,
 sampled tokens), never from stale weights."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.models import packed as packed_mod
-from rlvr.models.packed import PackedLinears, dtype_unpackable, pack_weight, packable, packing_available
+from rlvr.cpu import packed as packed_mod
+from rlvr.cpu.packed import PackedLinears, dtype_unpackable, pack_weight, packable, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 

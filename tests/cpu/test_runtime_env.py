@@ -1,13 +1,13 @@
 """rlvr's processes re-execute themselves once with glibc's malloc on transparent huge pages
-(rlvr.runtime_env), only where that applies, and never twice."""
+(rlvr.cpu.runtime_env), only where that applies, and never twice."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from rlvr import runtime_env
-from rlvr.runtime_env import TUNABLE, huge_pages_env
+from rlvr.cpu import runtime_env
+from rlvr.cpu.runtime_env import TUNABLE, huge_pages_env
 
 LINUX = dict(platform="linux", glibc=(2, 36), thp="madvise")
 
@@ -31,7 +31,7 @@ def test_no_reexec_where_it_does_not_apply():
 def test_a_process_reexecutes_itself_once_with_the_tunable_where_this_machine_allows():
     """The real thing on this machine: a child that calls reexec_with_huge_pages() prints its
     GLIBC_TUNABLES after it; it carries the tunable exactly where huge_pages_env says it applies."""
-    code = ("import os; from rlvr import runtime_env; runtime_env.reexec_with_huge_pages(); "
+    code = ("import os; from rlvr.cpu import runtime_env; runtime_env.reexec_with_huge_pages(); "
             "print(os.environ.get('GLIBC_TUNABLES', ''), os.getpid())")
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("GLIBC_TUNABLES", "RLVR_HUGE_PAGES")}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)

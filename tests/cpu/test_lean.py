@@ -1,4 +1,4 @@
-"""The lean decode step (rlvr.rollout.lean) computes what the model's own forward computes: logits of
+"""The lean decode step (rlvr.cpu.lean) computes what the model's own forward computes: logits of
 every live row against a full forward over prompt + response, for Llama and Qwen2 shapes (grouped-
 and multi-query attention, biases, a head_dim of its own, left padding, dropped rows); the same
 sampled tokens through the engine; never stale weights; a clear reason where it cannot run."""
@@ -16,11 +16,11 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 from rlvr.config import load_config
 from rlvr.errors import UserError
 from rlvr.models.forward import output_cache
-from rlvr.models.packed import PackedLinears, packing_available
+from rlvr.cpu.packed import PackedLinears, packing_available
 from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.rollout.lean import LeanDecoder, LeanUnavailable, unsupported
+from rlvr.cpu.lean import LeanDecoder, LeanUnavailable, unsupported
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -117,7 +117,7 @@ def test_compiled_attention_over_long_prompts_and_responses_equals_a_full_forwar
 def test_the_kernel_says_why_it_does_not_run(monkeypatch):
     """A shape it has no kernel for, no compiler, a compiler that fails, and the switch that turns it off:
     the lean step runs torch operations and says why; kernel=True then raises instead."""
-    from rlvr.models import kernels
+    from rlvr.cpu import kernels
 
     model = tiny_model(seed=1)  # head_dim 8
     lean = LeanDecoder(model, PackedLinears(model))
@@ -221,7 +221,7 @@ def test_compiled_products_equal_torch_linear(rows):
     """The kernels' product (``lean_linear``) against ``F.linear``: rows below, at and beyond the 16 it
     keeps in registers, output sizes that do not fill the last weight panel, with and without bias,
     then ``+`` or ``*`` another tensor; and panels rewritten in place keep their memory."""
-    from rlvr.models import kernels
+    from rlvr.cpu import kernels
 
     k = kernels.load()
     assert k is not None, kernels.why_not
@@ -247,7 +247,7 @@ def test_compiled_panels_of_stacked_parts_equal_the_layout_of_their_concatenatio
     """``panels`` of parts stacked along N (as [q; k; v], without their torch.cat) is, exactly, the panel
     layout of the concatenated matrix: parts that start and end inside a panel, a zero-padded last
     panel, and a reused buffer whose old contents do not leak into the padding."""
-    from rlvr.models import kernels
+    from rlvr.cpu import kernels
 
     k = kernels.load()
     assert k is not None, kernels.why_not
@@ -271,7 +271,7 @@ def test_compiled_exp_is_within_two_ulp_of_torch():
     """The vector exp the compiled step's softmax and SiLU use: within 2 ulp of torch.exp over the range a
     softmax (x <= 0) and a SiLU (exp(-x)) see, exactly 0 for -inf and below float32's smallest normal
     result, and a length that leaves a partial last vector."""
-    from rlvr.models import kernels
+    from rlvr.cpu import kernels
 
     k = kernels.load()
     assert k is not None, kernels.why_not
@@ -288,7 +288,7 @@ def test_compiled_exp_is_within_two_ulp_of_torch():
 def test_compiled_step_requires_padded_lengths():
     """The step reads whole vectors of key positions: a prompt length or capacity that is not a multiple of
     the vector width (what CascadeCache(multiple=width) guarantees) is refused, not read past."""
-    from rlvr.models import kernels
+    from rlvr.cpu import kernels
 
     k = kernels.load()
     assert k is not None, kernels.why_not
@@ -305,7 +305,7 @@ def test_compiled_sampler_picks_what_inverse_cdf_picks():
     """lean_pick (temperature, exp, two-level float64 CDF and search in one call) against
     rollout/decode.py's inverse_cdf on z / T: the same token in 30,000 draws over a vocabulary with a
     partial last block and vector, peaked and flat rows, -inf logits and the extreme draws."""
-    from rlvr.models import kernels
+    from rlvr.cpu import kernels
     from rlvr.rollout.decode import inverse_cdf
 
     k = kernels.load()
@@ -346,7 +346,7 @@ def test_the_kernels_assume_no_cpu_feature_beyond_their_build_target(march):
     """Built for the x86-64 baseline (SSE2: no AVX, FMA or F16C) and for x86-64-v3 (AVX2 + FMA + F16C,
     no AVX-512), whatever this CPU has above it, the products, the exp and the sampler still give
     torch's results: the file needs nothing -march=native does not give it."""
-    from rlvr.models import kernels
+    from rlvr.cpu import kernels
 
     k = kernels.build(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"), march)
     assert k.width == 8  # neither level has AVX-512
