@@ -21,7 +21,9 @@ QUESTION = (
     "Natalia sold clips to {a} of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May? (case {i})"
 )
-ANSWER = "Natalia sold {a}/2 = <<{a}/2={h}>>{h} clips in May.\nNatalia sold {a}+{h} = <<{a}+{h}={t}>>{t} clips.\n#### {t:,}"
+ANSWER = (
+    "Natalia sold {a}/2 = <<{a}/2={h}>>{h} clips in May.\nNatalia sold {a}+{h} = <<{a}+{h}={t}>>{t} clips.\n#### {t:,}"
+)
 
 
 def main() -> None:
@@ -45,7 +47,9 @@ def main() -> None:
             from rlvr.models.tiny import tiny_tokenizer
 
             tok, tok_name = tiny_tokenizer(), "tiny (built-in model not converted)"
-            tok.chat_template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
+            tok.chat_template = (
+                "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
+            )
         rng = random.Random(0)
         path = Path(tmp) / "gsm8k_50k.jsonl"
         with path.open("w", encoding="utf-8") as f:
@@ -60,7 +64,11 @@ def main() -> None:
             split = load_split(cfg)
             t_load = time.perf_counter() - t0
             prepared = prepare_rows(split, cfg, tok)
-            timings[run] = {"load_s": round(t_load, 2), "total_s": round(time.perf_counter() - t0, 2), "cached": prepared.cached}
+            timings[run] = {
+                "load_s": round(t_load, 2),
+                "total_s": round(time.perf_counter() - t0, 2),
+                "cached": prepared.cached,
+            }
         stats = summary(prepared)
     result = {
         "rows": args.rows,

@@ -37,15 +37,31 @@ def main() -> None:
     engine = HFRolloutEngine(model, tok, max_new_tokens=args.max_new_tokens, dtype=args.dtype, batch_seqs=args.batch)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    result = evaluate(engine, tok, rows, style=PromptStyle("r1", assistant_prefix="<think>"),
-                      max_new_tokens=args.max_new_tokens, batch_prompts=args.batch)
+    result = evaluate(
+        engine,
+        tok,
+        rows,
+        style=PromptStyle("r1", assistant_prefix="<think>"),
+        max_new_tokens=args.max_new_tokens,
+        batch_prompts=args.batch,
+    )
     seconds = time.perf_counter() - t0
-    print(json.dumps({
-        "model": args.model, "problems": len(rows), "seconds": round(seconds, 1),
-        "problems_per_s": round(len(rows) / seconds, 2), "accuracy": result.summary["accuracy"],
-        "accuracy_lenient": result.summary["accuracy_lenient"], "threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0],
-    }))
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "problems": len(rows),
+                "seconds": round(seconds, 1),
+                "problems_per_s": round(len(rows) / seconds, 2),
+                "accuracy": result.summary["accuracy"],
+                "accuracy_lenient": result.summary["accuracy_lenient"],
+                "threads": torch.get_num_threads(),
+                "cpus": os.cpu_count(),
+                "load_before": load_before,
+                "load_after": os.getloadavg()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -56,10 +56,19 @@ def saved_bytes(model, mb: int, G: int, Lp: int, T: int, *, bf16: bool, checkpoi
 def main() -> None:
     torch.set_num_threads(1)
     model = load_model(resolve_model_path("smollm2-135m-instruct"))
-    for mb, G, bf16, ckpt in [(8, 1, False, False), (8, 1, True, False), (8, 8, False, False), (8, 8, True, False), (8, 1, False, True)]:
+    for mb, G, bf16, ckpt in [
+        (8, 1, False, False),
+        (8, 1, True, False),
+        (8, 8, False, False),
+        (8, 8, True, False),
+        (8, 1, False, True),
+    ]:
         got = saved_bytes(model, mb, G, 126, 48, bf16=bf16, checkpointing=ckpt)
-        print(f"micro-batch {mb}, shared by {G}, bf16 autocast {bf16}, checkpointing {ckpt}: "
-              + ", ".join(f"{k} {v:.1f}" for k, v in got.items()), flush=True)
+        print(
+            f"micro-batch {mb}, shared by {G}, bf16 autocast {bf16}, checkpointing {ckpt}: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in got.items()),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from roofline import _best, write_report  # benchmarks/ is this script's folder
 
 from rlvr.cpu.packed import pack_weight, packed_linear
-from roofline import _best, write_report  # benchmarks/ is this script's folder
 
 H, I, KV, V, LAYERS = 576, 1536, 192, 49152, 30  # SmolLM2-135M
 SHAPES = [(H, H), (KV, H), (KV, H), (H, H), (I, H), (I, H), (H, I)]  # (out, in) of q, k, v, o, gate, up, down
@@ -61,18 +61,27 @@ def main() -> None:
     }
     lines = ["| rows | F.linear (ms) | oneDNN packed (ms) | speed-up |", "| --- | --- | --- | --- |"]
     for rows, t in decode.items():
-        lines.append(f"| {rows} | {t['linear'] * 1e3:.1f} | {t['onednn_packed'] * 1e3:.1f} | {t['linear'] / t['onednn_packed']:.2f}x |")
+        lines.append(
+            f"| {rows} | {t['linear'] * 1e3:.1f} | {t['onednn_packed'] * 1e3:.1f} | {t['linear'] / t['onednn_packed']:.2f}x |"
+        )
     table = "\n".join(lines)
     mb = sum(w.numel() * 4 for w in weights) / 1e6
-    report, out = write_report("packed_products", {
-        "weights_mb": mb,
-        "decode_step_seconds": {str(r): t for r, t in decode.items()},
-        "gflops_1024_rows_576x1536": {k: v / 1e9 for k, v in big.items()},
-        "table": table,
-    }, args.out)
-    print(f"{report['machine']['cpu_capability']}, {report['machine']['threads']} threads; the 211 products of one "
-          f"decode step ({mb:.0f} MB of float32 weights):\n\n{table}\n\n1,024 rows x 576 -> 1536: "
-          f"F.linear {big['linear'] / 1e9:.0f} GFLOP/s, oneDNN packed {big['onednn_packed'] / 1e9:.0f} GFLOP/s\nwrote {out}")
+    report, out = write_report(
+        "packed_products",
+        {
+            "weights_mb": mb,
+            "decode_step_seconds": {str(r): t for r, t in decode.items()},
+            "gflops_1024_rows_576x1536": {k: v / 1e9 for k, v in big.items()},
+            "table": table,
+        },
+        args.out,
+    )
+    print(
+        f"{report['machine']['cpu_capability']}, {report['machine']['threads']} threads; the 211 products of one "
+        f"decode step ({mb:.0f} MB of float32 weights):\n\n{table}\n\n1,024 rows x 576 -> 1536: "
+        f"F.linear {big['linear'] / 1e9:.0f} GFLOP/s, oneDNN packed {big['onednn_packed'] / 1e9:.0f} GFLOP/s\nwrote {out}"
+    )
+
 
 if __name__ == "__main__":
     main()

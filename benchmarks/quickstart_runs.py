@@ -73,23 +73,45 @@ def main() -> None:
     args = ap.parse_args()
     env = {**os.environ, **(AVX2_ENV if args.avx2 else {})}
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    capability = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    capability = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
     for seed in args.seeds:
         run_dir = Path(args.runs) / f"{args.tag}-{capability}-seed{seed}"
         if run_dir.exists():
             sys.exit(f"{run_dir} exists; remove it or pass --runs elsewhere")
-        cmd = [sys.executable, "-m", "rlvr.cli", "train", f"seed={seed}", f"run_dir={run_dir}", "log.progress=false", *args.overrides]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "train",
+            f"seed={seed}",
+            f"run_dir={run_dir}",
+            "log.progress=false",
+            *args.overrides,
+        ]
         t0 = time.perf_counter()
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-        row = summarise(run_dir, wall_s=time.perf_counter() - t0, capability=capability, seed=seed, overrides=args.overrides)
+        row = summarise(
+            run_dir, wall_s=time.perf_counter() - t0, capability=capability, seed=seed, overrides=args.overrides
+        )
         out = RESULTS / f"quickstart-{capability}-{args.tag}-seed{seed}.json"
         out.write_text(json.dumps(row, indent=2) + "\n")
         rows.append(row)
         print(json.dumps(row), flush=True)
-    cols = ["seed", "steps", "wall_min", "s_per_step", "rollout_s_per_step", "update_s_per_step",
-            "accuracy_first10", "accuracy_last10", "format_last10"]
+    cols = [
+        "seed",
+        "steps",
+        "wall_min",
+        "s_per_step",
+        "rollout_s_per_step",
+        "update_s_per_step",
+        "accuracy_first10",
+        "accuracy_last10",
+        "format_last10",
+    ]
     print(f"\n{capability}, {args.tag}\n| " + " | ".join(cols + ["eval format after", "eval accuracy after"]) + " |")
     print("|" + " --- |" * (len(cols) + 2))
     for r in rows:

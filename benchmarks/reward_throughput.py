@@ -17,8 +17,7 @@ import random
 import time
 from pathlib import Path
 
-from rlvr.rewards import Scorer
-from rlvr.rewards import verify
+from rlvr.rewards import Scorer, verify
 
 STEPS = [
     "{name} buys {a} packs of pencils at ${b} each, so that costs {a} * {b} = {ab} dollars.",
@@ -113,8 +112,17 @@ def main() -> None:
         "accuracy_mean": round(sum(res.per_rule["accuracy"]) / n, 4),
         "format_mean": round(sum(res.per_rule["format"]) / n, 4),
         "errors": res.errors,
-        "math_verify_only": {"pairs": len(symbolic), "seconds": round(mv_s, 3), "per_s": round(len(symbolic) / mv_s), "all_equal": all(m == 1.0 for m in matched)},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.processor() or platform.machine()},
+        "math_verify_only": {
+            "pairs": len(symbolic),
+            "seconds": round(mv_s, 3),
+            "per_s": round(len(symbolic) / mv_s),
+            "all_equal": all(m == 1.0 for m in matched),
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine(),
+        },
     }
     out = Path(__file__).parent / "results" / "reward_throughput.json"
     out.parent.mkdir(exist_ok=True)

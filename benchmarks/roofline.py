@@ -46,11 +46,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from roofline_model import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
 
+from rlvr.cpu.packed import pack_weight, packed_linear, packing_available
 from rlvr.estimate import BYTES, model_shape
 from rlvr.models.forward import shared_prompt_group
-from rlvr.cpu.packed import pack_weight, packed_linear, packing_available
-from roofline_model import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
 
 RESULTS = Path(__file__).parent / "results"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -76,8 +76,12 @@ def write_report(kind: str, body: dict, out: Path | None = None) -> tuple[dict, 
     """Writes a result file: the date, the machine it was measured on and the torch version, then
     ``body``; by default to ``results/<kind>-<capability>-<date>.json``. Returns (report, path)."""
     capability, date = torch.backends.cpu.get_cpu_capability(), datetime.date.today().isoformat()
-    machine = {"cpu_capability": capability, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-               "load_avg_1m_at_end": os.getloadavg()[0]}
+    machine = {
+        "cpu_capability": capability,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_avg_1m_at_end": os.getloadavg()[0],
+    }
     report = {"date": date, "machine": machine, "torch": torch.__version__, **body}
     out = out or RESULTS / f"{kind}-{capability}-{date}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -125,10 +129,25 @@ def bandwidth(repeats: int, mib: int = 512) -> dict:
     }
 
 
-def step_floors(shape, rates: dict, bw: float, *, prompts: int, G: int, mb: int, prompt_tokens: float,
-                response_mean: float, response_max: float, rollout_dtype: str, autocast: bool,
-                shared_prompt: int, update_share: int, reference_passes: int, iterations: int,
-                rollout_sequences: int | None = None) -> dict:
+def step_floors(
+    shape,
+    rates: dict,
+    bw: float,
+    *,
+    prompts: int,
+    G: int,
+    mb: int,
+    prompt_tokens: float,
+    response_mean: float,
+    response_max: float,
+    rollout_dtype: str,
+    autocast: bool,
+    shared_prompt: int,
+    update_share: int,
+    reference_passes: int,
+    iterations: int,
+    rollout_sequences: int | None = None,
+) -> dict:
     """Cost and floor of each phase of one step. ``rates`` holds the matmul FLOP/s per precision."""
     B = prompts * G
     train_rate = Rates(rates["bf16" if autocast else "fp32"], bw)
@@ -138,9 +157,21 @@ def step_floors(shape, rates: dict, bw: float, *, prompts: int, G: int, mb: int,
     rows = rollout_sequences or B
     costs = {
         # the floor of the work: each prompt prefilled once for its G samples (as rlvr's engine does)
-        "prefill": (prefill_cost(shape, sequences=rows, prompt_tokens=prompt_tokens, dtype_bytes=rb, prompt_share=G), roll_rate),
-        "decode": (decode_cost(shape, sequences=rows, prompt_tokens=prompt_tokens, response_tokens=response_mean,
-                               decode_steps=response_max, dtype_bytes=rb), roll_rate),
+        "prefill": (
+            prefill_cost(shape, sequences=rows, prompt_tokens=prompt_tokens, dtype_bytes=rb, prompt_share=G),
+            roll_rate,
+        ),
+        "decode": (
+            decode_cost(
+                shape,
+                sequences=rows,
+                prompt_tokens=prompt_tokens,
+                response_tokens=response_mean,
+                decode_steps=response_max,
+                dtype_bytes=rb,
+            ),
+            roll_rate,
+        ),
         "reference": (forward_cost(shape, **common, prompt_share=shared_prompt) * reference_passes, train_rate),
         "update": (update_cost(shape, **common, prompt_share=update_share) * iterations, train_rate),
     }
@@ -156,7 +187,9 @@ def _bound(p: dict) -> str:
 
 def phase_rows(floors: dict) -> dict:
     """Adds rollout = prefill + decode (their floors add; the bound names each part's)."""
-    roll = {k: floors["prefill"][k] + floors["decode"][k] for k in ("flops", "bytes", "compute_s", "memory_s", "seconds")}
+    roll = {
+        k: floors["prefill"][k] + floors["decode"][k] for k in ("flops", "bytes", "compute_s", "memory_s", "seconds")
+    }
     parts = [_bound(floors["prefill"]), _bound(floors["decode"])]
     roll["bound"] = parts[0] if parts[0] == parts[1] else f"{parts[0]} + {parts[1]}"
     rows = {**floors, "rollout": roll}
@@ -182,9 +215,14 @@ def run_batch(run: Path, prompt_tokens: float | None) -> tuple[dict, list[dict],
     share = shared_prompt_group(mb, G) if cfg.train.shared_prompt_forward else 1
     kl_in_reward = cfg.algo.kl_coef > 0 and cfg.algo.kl_placement == "reward"
     batch = {
-        "prompts": cfg.train.prompts_per_step, "G": G, "mb": mb, "prompt_tokens": prompt_tokens,
-        "rollout_dtype": str(cfg.rollout.dtype), "autocast": cfg.model.autocast_bf16 == Switch.ON,
-        "shared_prompt": share, "update_share": 1 if cfg.model.gradient_checkpointing else share,
+        "prompts": cfg.train.prompts_per_step,
+        "G": G,
+        "mb": mb,
+        "prompt_tokens": prompt_tokens,
+        "rollout_dtype": str(cfg.rollout.dtype),
+        "autocast": cfg.model.autocast_bf16 == Switch.ON,
+        "shared_prompt": share,
+        "update_share": 1 if cfg.model.gradient_checkpointing else share,
         "reference_passes": int(cfg.algo.kl_coef > 0) + int(cfg.algo.num_iterations > 1 or kl_in_reward),
         "iterations": cfg.algo.num_iterations,
     }
@@ -199,11 +237,19 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--micro-batch-seqs", type=int, default=8)
     ap.add_argument("--prompt-tokens", type=float, help="default: 128 without --run, the run's prompt mean with it")
-    ap.add_argument("--response-tokens", type=float, default=128, help="without --run: response length of every sequence")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="without --run: rollout and update precision")
+    ap.add_argument(
+        "--response-tokens", type=float, default=128, help="without --run: response length of every sequence"
+    )
+    ap.add_argument(
+        "--precision", choices=["fp32", "bf16"], default="fp32", help="without --run: rollout and update precision"
+    )
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--rates", type=Path, help="reuse the matmul rates and bandwidth of an earlier roofline JSON "
-                    "(measured on a quiet machine) instead of measuring now, e.g. while other work runs")
+    ap.add_argument(
+        "--rates",
+        type=Path,
+        help="reuse the matmul rates and bandwidth of an earlier roofline JSON "
+        "(measured on a quiet machine) instead of measuring now, e.g. while other work runs",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -215,10 +261,16 @@ def main() -> None:
         mb = min(args.micro_batch_seqs, args.prompts_per_step * args.group_size)
         share = shared_prompt_group(mb, args.group_size)  # as rlvr's default shared-prompt forward runs it
         batch = {
-            "prompts": args.prompts_per_step, "G": args.group_size, "mb": mb,
+            "prompts": args.prompts_per_step,
+            "G": args.group_size,
+            "mb": mb,
             "prompt_tokens": args.prompt_tokens or 128.0,
-            "rollout_dtype": "bfloat16" if args.precision == "bf16" else "float32", "autocast": args.precision == "bf16",
-            "shared_prompt": share, "update_share": share, "reference_passes": 0, "iterations": 1,
+            "rollout_dtype": "bfloat16" if args.precision == "bf16" else "float32",
+            "autocast": args.precision == "bf16",
+            "shared_prompt": share,
+            "update_share": share,
+            "reference_passes": 0,
+            "iterations": 1,
         }
         metrics, model = [], args.model
     shape, shape_from = model_shape(model)
@@ -227,8 +279,10 @@ def main() -> None:
     if args.rates:
         earlier = json.loads(args.rates.read_text())
         if earlier["machine"]["cpu_capability"] != torch.backends.cpu.get_cpu_capability():
-            raise SystemExit(f"{args.rates} was measured on {earlier['machine']['cpu_capability']}, this CPU dispatches "
-                             f"{torch.backends.cpu.get_cpu_capability()}: measure here instead (drop --rates)")
+            raise SystemExit(
+                f"{args.rates} was measured on {earlier['machine']['cpu_capability']}, this CPU dispatches "
+                f"{torch.backends.cpu.get_cpu_capability()}: measure here instead (drop --rates)"
+            )
         mm, bw = earlier["rates"]["matmul"], earlier["rates"]["memory"]
         print(f"rates from {args.rates} ({earlier['date']}, {earlier['machine']['threads']} threads)")
     else:
@@ -237,27 +291,46 @@ def main() -> None:
         bw = bandwidth(args.repeats)
     rates = {name: r["best_flops_per_s"] for name, r in mm.items()}
     read_bw = bw["read_bytes_per_s"]
-    print(f"matmul: fp32 {rates['fp32'] / 1e9:.1f} GFLOP/s, bf16 {rates['bf16'] / 1e9:.1f} GFLOP/s; "
-          f"memory: read {read_bw / 1e9:.1f} GB/s, copy {bw['copy_bytes_per_s'] / 1e9:.1f} GB/s")
+    print(
+        f"matmul: fp32 {rates['fp32'] / 1e9:.1f} GFLOP/s, bf16 {rates['bf16'] / 1e9:.1f} GFLOP/s; "
+        f"memory: read {read_bw / 1e9:.1f} GB/s, copy {bw['copy_bytes_per_s'] / 1e9:.1f} GB/s"
+    )
 
     if metrics:
         per_step = []
         for m in metrics:
             extra = 1 + m.get("rollout/extra_batches", 0)  # dynamic sampling generates more rows
-            f = step_floors(shape, rates, read_bw, **batch, response_mean=m["rollout/response_len_mean"],
-                            response_max=m["rollout/response_len_max"],
-                            rollout_sequences=round(batch["prompts"] * batch["G"] * extra))
+            f = step_floors(
+                shape,
+                rates,
+                read_bw,
+                **batch,
+                response_mean=m["rollout/response_len_mean"],
+                response_max=m["rollout/response_len_max"],
+                rollout_sequences=round(batch["prompts"] * batch["G"] * extra),
+            )
             per_step.append((m, phase_rows(f)))
         measured_steps = per_step[1:] or per_step
         phases = {}
         for name, first in measured_steps[0][1].items():
-            phases[name] = {k: (v if k == "bound" else statistics.median(p[name][k] for _, p in measured_steps)) for k, v in first.items()}
+            phases[name] = {
+                k: (v if k == "bound" else statistics.median(p[name][k] for _, p in measured_steps))
+                for k, v in first.items()
+            }
             if name in PHASE_TIME:
                 times = [m.get(PHASE_TIME[name], 0.0) for m, _ in measured_steps]
-                ratios = [p[name]["seconds"] / t for (_, p), t in zip(measured_steps, times) if t > 0 and p[name]["seconds"] > 0]
-                phases[name].update(measured_s=statistics.median(times), fraction_of_floor=statistics.median(ratios) if ratios else None)
-        lens = {"response_len_mean": statistics.median(m["rollout/response_len_mean"] for m, _ in measured_steps),
-                "response_len_max": statistics.median(m["rollout/response_len_max"] for m, _ in measured_steps)}
+                ratios = [
+                    p[name]["seconds"] / t
+                    for (_, p), t in zip(measured_steps, times)
+                    if t > 0 and p[name]["seconds"] > 0
+                ]
+                phases[name].update(
+                    measured_s=statistics.median(times), fraction_of_floor=statistics.median(ratios) if ratios else None
+                )
+        lens = {
+            "response_len_mean": statistics.median(m["rollout/response_len_mean"] for m, _ in measured_steps),
+            "response_len_max": statistics.median(m["rollout/response_len_max"] for m, _ in measured_steps),
+        }
     else:
         R = args.response_tokens
         phases = phase_rows(step_floors(shape, rates, read_bw, **batch, response_mean=R, response_max=R))
@@ -272,19 +345,31 @@ def main() -> None:
         label = f"  {name} (part of rollout)" if name in ("prefill", "decode") else name
         lines.append(
             f"| {label} | {p['flops'] / 1e9:.1f} | {p['bytes'] / 1e9:.2f} | {p['compute_s']:.3f} | {p['memory_s']:.3f} | "
-            f"{p['seconds']:.3f} | {p['bound']} | " + ("" if measured is None else f"{measured:.2f}") + " | "
-            + ("" if frac is None else f"{frac:.1%}") + " |"
+            f"{p['seconds']:.3f} | {p['bound']} | "
+            + ("" if measured is None else f"{measured:.2f}")
+            + " | "
+            + ("" if frac is None else f"{frac:.1%}")
+            + " |"
         )
     md = "\n".join(lines)
-    _, out = write_report("roofline", {
-        "rates": {"matmul": mm, "memory": bw}, "rates_from": str(args.rates) if args.rates else "measured",
-        "model": {"spec": model, "shape_from": shape_from, **asdict(shape), "params": shape.num_params()},
-        "batch": {**batch, **lens}, "run": str(args.run) if args.run else None,
-        "phases": phases, "table": md,
-    }, args.out)
-    print(f"\n{model}: P={batch['prompts']} x G={batch['G']}, prompt {batch['prompt_tokens']:.0f} tokens, "
-          f"response mean {lens['response_len_mean']:.1f} / max {lens['response_len_max']:.0f}, "
-          f"rollout {batch['rollout_dtype']}, update {'bf16 autocast' if batch['autocast'] else 'fp32'}\n\n{md}\n\nwrote {out}")
+    _, out = write_report(
+        "roofline",
+        {
+            "rates": {"matmul": mm, "memory": bw},
+            "rates_from": str(args.rates) if args.rates else "measured",
+            "model": {"spec": model, "shape_from": shape_from, **asdict(shape), "params": shape.num_params()},
+            "batch": {**batch, **lens},
+            "run": str(args.run) if args.run else None,
+            "phases": phases,
+            "table": md,
+        },
+        args.out,
+    )
+    print(
+        f"\n{model}: P={batch['prompts']} x G={batch['G']}, prompt {batch['prompt_tokens']:.0f} tokens, "
+        f"response mean {lens['response_len_mean']:.1f} / max {lens['response_len_max']:.0f}, "
+        f"rollout {batch['rollout_dtype']}, update {'bf16 autocast' if batch['autocast'] else 'fp32'}\n\n{md}\n\nwrote {out}"
+    )
 
 
 if __name__ == "__main__":

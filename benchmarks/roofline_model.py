@@ -124,8 +124,9 @@ def causal_pairs(tokens: float) -> float:
     return tokens * (tokens + 1) / 2
 
 
-def prefill_cost(shape: ModelShape, *, sequences: int, prompt_tokens: float, dtype_bytes: float = 4,
-                 prompt_share: int = 1) -> Cost:
+def prefill_cost(
+    shape: ModelShape, *, sequences: int, prompt_tokens: float, dtype_bytes: float = 4, prompt_share: int = 1
+) -> Cost:
     """The rollout's prompt pass (see the module docstring).
 
     Args:
@@ -147,8 +148,13 @@ def prefill_cost(shape: ModelShape, *, sequences: int, prompt_tokens: float, dty
 
 
 def decode_cost(
-    shape: ModelShape, *, sequences: int, prompt_tokens: float, response_tokens: float,
-    decode_steps: float | None = None, dtype_bytes: float = 4,
+    shape: ModelShape,
+    *,
+    sequences: int,
+    prompt_tokens: float,
+    response_tokens: float,
+    decode_steps: float | None = None,
+    dtype_bytes: float = 4,
 ) -> Cost:
     """The rollout's token-by-token passes after the prefill (see the module docstring).
 
@@ -169,8 +175,14 @@ def decode_cost(
 
 
 def forward_cost(
-    shape: ModelShape, *, sequences: int, prompt_tokens: float, response_tokens: float,
-    prompt_share: int = 1, micro_batches: int = 1, param_bytes: float = 4,
+    shape: ModelShape,
+    *,
+    sequences: int,
+    prompt_tokens: float,
+    response_tokens: float,
+    prompt_share: int = 1,
+    micro_batches: int = 1,
+    param_bytes: float = 4,
 ) -> Cost:
     """One no-grad pass over the step's sequences for their response log-probs (reference or old policy).
 
@@ -196,8 +208,15 @@ def forward_cost(
 
 
 def update_cost(
-    shape: ModelShape, *, sequences: int, prompt_tokens: float, response_tokens: float,
-    prompt_share: int = 1, micro_batches: int = 1, param_bytes: float = 4, trained_params: int | None = None,
+    shape: ModelShape,
+    *,
+    sequences: int,
+    prompt_tokens: float,
+    response_tokens: float,
+    prompt_share: int = 1,
+    micro_batches: int = 1,
+    param_bytes: float = 4,
+    trained_params: int | None = None,
 ) -> Cost:
     """One optimizer step over the batch: forward + backward of every micro-batch, then AdamW.
 
@@ -206,8 +225,13 @@ def update_cost(
     """
     trained = shape.num_params() if trained_params is None else trained_params
     fwd = forward_cost(
-        shape, sequences=sequences, prompt_tokens=prompt_tokens, response_tokens=response_tokens,
-        prompt_share=prompt_share, micro_batches=micro_batches, param_bytes=param_bytes,
+        shape,
+        sequences=sequences,
+        prompt_tokens=prompt_tokens,
+        response_tokens=response_tokens,
+        prompt_share=prompt_share,
+        micro_batches=micro_batches,
+        param_bytes=param_bytes,
     )
     per_micro_batch = (2 * streamed_params(shape) + 2 * trained) * param_bytes  # weights twice; gradient read + write
     memory = micro_batches * per_micro_batch + ADAMW_VALUES * trained * param_bytes
@@ -215,16 +239,28 @@ def update_cost(
 
 
 def rollout_floor(
-    shape: ModelShape, rates: Rates, *, sequences: int, prompt_tokens: float, response_tokens: float,
-    decode_steps: float | None = None, dtype_bytes: float = 4, prompt_share: int = 1,
+    shape: ModelShape,
+    rates: Rates,
+    *,
+    sequences: int,
+    prompt_tokens: float,
+    response_tokens: float,
+    decode_steps: float | None = None,
+    dtype_bytes: float = 4,
+    prompt_share: int = 1,
 ) -> Floor:
     """The rollout's floor, prefill + decode, for a batch of ``sequences`` (arguments as in
     :func:`prefill_cost` and :func:`decode_cost`); ``.seconds`` / measured rollout time is the
     fraction of this machine's roofline that generation reaches."""
-    prefill = prefill_cost(shape, sequences=sequences, prompt_tokens=prompt_tokens, dtype_bytes=dtype_bytes,
-                           prompt_share=prompt_share)
+    prefill = prefill_cost(
+        shape, sequences=sequences, prompt_tokens=prompt_tokens, dtype_bytes=dtype_bytes, prompt_share=prompt_share
+    )
     decode = decode_cost(
-        shape, sequences=sequences, prompt_tokens=prompt_tokens, response_tokens=response_tokens,
-        decode_steps=decode_steps, dtype_bytes=dtype_bytes,
+        shape,
+        sequences=sequences,
+        prompt_tokens=prompt_tokens,
+        response_tokens=response_tokens,
+        decode_steps=decode_steps,
+        dtype_bytes=dtype_bytes,
     )
     return floor(prefill, rates) + floor(decode, rates)

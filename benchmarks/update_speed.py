@@ -22,7 +22,7 @@ from rlvr.models.forward import response_logits
 def main(P: int = 4, G: int = 8, prompt_len: int = 126, T: int = 64, mb: int = 8) -> None:
     path = resolve_model_path("smollm2-135m-instruct")
     model = load_model(path)
-    tok = load_tokenizer(path)
+    load_tokenizer(path)
     torch.manual_seed(0)
     V = model.config.vocab_size
     prompts = torch.randint(100, V, (P, prompt_len)).repeat_interleave(G, 0)
@@ -31,7 +31,10 @@ def main(P: int = 4, G: int = 8, prompt_len: int = 126, T: int = 64, mb: int = 8
     am = torch.ones_like(ids)
     adv = torch.randn(P * G)
     mask = torch.ones(P * G, T)
-    results = {"batch": dict(P=P, G=G, prompt_len=prompt_len, T=T, micro_batch_seqs=mb), "threads": torch.get_num_threads()}
+    results = {
+        "batch": dict(P=P, G=G, prompt_len=prompt_len, T=T, micro_batch_seqs=mb),
+        "threads": torch.get_num_threads(),
+    }
     grads = {}
     for name, group, bf16 in [("plain_fp32", 1, False), ("shared_fp32", G, False), ("shared_bf16_autocast", G, True)]:
         model.zero_grad(set_to_none=True)

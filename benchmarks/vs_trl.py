@@ -110,18 +110,55 @@ def rlvr_config(args, data_path: Path, run_dir: Path) -> dict:
     bf16 = args.precision == "bf16"
     B = args.prompts_per_step * args.group_size
     return {
-        "model": {"path": MODEL, "device": "cpu", "dtype": "float32", "autocast_bf16": bf16, "gradient_checkpointing": False},
-        "data": {"task": "files", "path": str(data_path), "preset": "custom", "template": "r1", "assistant_prefix": PREFIX,
-                 "cache": False, "num_workers": 1},
-        "rollout": {"samples_per_prompt": args.group_size, "max_new_tokens": args.max_new_tokens, "temperature": 1.0,
-                    "top_p": 1.0, "top_k": 0, "dtype": "bfloat16" if bf16 else "float32", "stop": [], "batch_seqs": max(64, B)},
+        "model": {
+            "path": MODEL,
+            "device": "cpu",
+            "dtype": "float32",
+            "autocast_bf16": bf16,
+            "gradient_checkpointing": False,
+        },
+        "data": {
+            "task": "files",
+            "path": str(data_path),
+            "preset": "custom",
+            "template": "r1",
+            "assistant_prefix": PREFIX,
+            "cache": False,
+            "num_workers": 1,
+        },
+        "rollout": {
+            "samples_per_prompt": args.group_size,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": 0,
+            "dtype": "bfloat16" if bf16 else "float32",
+            "stop": [],
+            "batch_seqs": max(64, B),
+        },
         "reward": {"rules": RULES, "weights": WEIGHTS, "accuracy_rule": "accuracy", "workers": 0},
-        "algo": {"adv_method": "grpo", "kl_coef": 0.0, "num_iterations": 1, "loss_agg": "token_mean",
-                 "clip_low": CLIP, "clip_high": CLIP},
-        "train": {"steps": args.steps, "prompts_per_step": args.prompts_per_step, "micro_batch_seqs": args.micro_batch_seqs,
-                  "lr": LR, "lr_schedule": "constant", "warmup_steps": 0, "weight_decay": WEIGHT_DECAY,
-                  "adam_betas": list(BETAS), "max_grad_norm": MAX_GRAD_NORM, "shared_prompt_forward": True,
-                  "save_every": 0, "save_every_min": 0.0},
+        "algo": {
+            "adv_method": "grpo",
+            "kl_coef": 0.0,
+            "num_iterations": 1,
+            "loss_agg": "token_mean",
+            "clip_low": CLIP,
+            "clip_high": CLIP,
+        },
+        "train": {
+            "steps": args.steps,
+            "prompts_per_step": args.prompts_per_step,
+            "micro_batch_seqs": args.micro_batch_seqs,
+            "lr": LR,
+            "lr_schedule": "constant",
+            "warmup_steps": 0,
+            "weight_decay": WEIGHT_DECAY,
+            "adam_betas": list(BETAS),
+            "max_grad_norm": MAX_GRAD_NORM,
+            "shared_prompt_forward": True,
+            "save_every": 0,
+            "save_every_min": 0.0,
+        },
         "log": {"samples_every": 0, "tensorboard": False, "progress": False, "report": False},
         "eval": {"at_start": False, "at_end": False},
         "run_dir": str(run_dir),
@@ -161,8 +198,12 @@ def trl_python(env_dir: Path = TRL_ENV) -> Path:
         return python
     print(f"creating {env_dir} with trl=={TRL_VERSION} on top of {sys.prefix}", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     parent = sysconfig.get_paths()["purelib"]
     # an `import` line in a .pth runs at start-up; addsitedir also runs the parent's own .pth files
     Path(site, "_rlvr_parent.pth").write_text(f"import site; site.addsitedir({parent!r})\n")
@@ -173,9 +214,25 @@ def trl_python(env_dir: Path = TRL_ENV) -> Path:
             pins[name.lower()] = Version(dist.version).public  # torch 2.13.0+cpu -> torch==2.13.0
     constraints = env_dir / "constraints.txt"
     constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    "-c", str(constraints), f"trl=={TRL_VERSION}"], check=True)
-    check = [str(python), "-c", "import torch, transformers, trl; print(torch.__version__, transformers.__version__, trl.__version__)"]
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-c",
+            str(constraints),
+            f"trl=={TRL_VERSION}",
+        ],
+        check=True,
+    )
+    check = [
+        str(python),
+        "-c",
+        "import torch, transformers, trl; print(torch.__version__, transformers.__version__, trl.__version__)",
+    ]
     print("trl venv:", subprocess.run(check, check=True, capture_output=True, text=True).stdout.strip(), flush=True)
     return python
 
@@ -208,12 +265,19 @@ def rlvr_steps(run_dir: Path, B: int) -> list[dict]:
 
     rows = []
     for m in RunDir(run_dir).read_metrics():
-        rows.append({
-            "step_s": m[M.TIME_STEP_S], "generate_s": m[M.TIME_ROLLOUT_S], "reward_s": m[M.TIME_REWARD_S],
-            "gen_tokens": m[M.RESPONSE_LEN_MEAN] * B, "trained_tokens": m[M.RESPONSE_LEN_MEAN] * B,
-            "optimizer_steps": 1 - m.get(M.SKIPPED_UPDATES, 0), "reward_mean": m[M.REWARD_MEAN],
-            "accuracy": m[M.ACCURACY], "truncated_frac": m[M.TRUNCATED_FRAC],
-        })
+        rows.append(
+            {
+                "step_s": m[M.TIME_STEP_S],
+                "generate_s": m[M.TIME_ROLLOUT_S],
+                "reward_s": m[M.TIME_REWARD_S],
+                "gen_tokens": m[M.RESPONSE_LEN_MEAN] * B,
+                "trained_tokens": m[M.RESPONSE_LEN_MEAN] * B,
+                "optimizer_steps": 1 - m.get(M.SKIPPED_UPDATES, 0),
+                "reward_mean": m[M.REWARD_MEAN],
+                "accuracy": m[M.ACCURACY],
+                "truncated_frac": m[M.TRUNCATED_FRAC],
+            }
+        )
     return rows
 
 
@@ -279,21 +343,49 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
     s = spec["settings"]
     B, mb = s["prompts_per_step"] * s["group_size"], s["micro_batch_seqs"]
     config = GRPOConfig(
-        output_dir=spec["output_dir"], use_cpu=True, seed=SEED, max_steps=s["steps"],
-        per_device_train_batch_size=mb, gradient_accumulation_steps=B // mb, num_generations=s["group_size"],
-        max_completion_length=s["max_new_tokens"], temperature=1.0, top_p=1.0, top_k=0,
-        learning_rate=LR, adam_beta1=BETAS[0], adam_beta2=BETAS[1], weight_decay=WEIGHT_DECAY,
-        lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=MAX_GRAD_NORM,
-        beta=0.0, num_iterations=1, epsilon=CLIP, loss_type="dapo", scale_rewards="group",
-        reward_weights=WEIGHTS, bf16=s["precision"] == "bf16", gradient_checkpointing=s["trl_gradient_checkpointing"],
-        shuffle_dataset=False, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
-        log_completions=False, dataloader_num_workers=0,
+        output_dir=spec["output_dir"],
+        use_cpu=True,
+        seed=SEED,
+        max_steps=s["steps"],
+        per_device_train_batch_size=mb,
+        gradient_accumulation_steps=B // mb,
+        num_generations=s["group_size"],
+        max_completion_length=s["max_new_tokens"],
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=LR,
+        adam_beta1=BETAS[0],
+        adam_beta2=BETAS[1],
+        weight_decay=WEIGHT_DECAY,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=MAX_GRAD_NORM,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=CLIP,
+        loss_type="dapo",
+        scale_rewards="group",
+        reward_weights=WEIGHTS,
+        bf16=s["precision"] == "bf16",
+        gradient_checkpointing=s["trl_gradient_checkpointing"],
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
     )
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in spec["rows"]])
     step_clock = StepClock()
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[reward_rule(n) for n in RULES], args=config, train_dataset=dataset,
-        processing_class=tokenizer, callbacks=[step_clock],
+        model=model,
+        reward_funcs=[reward_rule(n) for n in RULES],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[step_clock],
     )
     trainer.train()
     rows = []
@@ -301,22 +393,67 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
     for r in step_clock.rows:
         logs = r.pop("logs", {})
         gen = logs.get("completions/mean_length", float("nan")) * B
-        rows.append({**r, "gen_tokens": gen, "trained_tokens": gen, "prompt_tokens": logs.get("num_tokens", 0) - seen_tokens - gen,
-                     "reward_mean": logs.get("reward"), "truncated_frac": logs.get("completions/clipped_ratio")})
+        rows.append(
+            {
+                **r,
+                "gen_tokens": gen,
+                "trained_tokens": gen,
+                "prompt_tokens": logs.get("num_tokens", 0) - seen_tokens - gen,
+                "reward_mean": logs.get("reward"),
+                "truncated_frac": logs.get("completions/clipped_ratio"),
+            }
+        )
         seen_tokens = logs.get("num_tokens", seen_tokens)
-    settings = {k: getattr(config, k) for k in (
-        "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size", "steps_per_generation",
-        "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "learning_rate", "adam_beta1",
-        "adam_beta2", "adam_epsilon", "weight_decay", "lr_scheduler_type", "max_grad_norm", "beta", "num_iterations",
-        "epsilon", "loss_type", "scale_rewards", "reward_weights", "bf16", "gradient_checkpointing", "disable_dropout",
-        "shuffle_dataset", "mask_truncated_completions",
-    )}
+    settings = {
+        k: getattr(config, k)
+        for k in (
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "generation_batch_size",
+            "steps_per_generation",
+            "num_generations",
+            "max_completion_length",
+            "temperature",
+            "top_p",
+            "top_k",
+            "learning_rate",
+            "adam_beta1",
+            "adam_beta2",
+            "adam_epsilon",
+            "weight_decay",
+            "lr_scheduler_type",
+            "max_grad_norm",
+            "beta",
+            "num_iterations",
+            "epsilon",
+            "loss_type",
+            "scale_rewards",
+            "reward_weights",
+            "bf16",
+            "gradient_checkpointing",
+            "disable_dropout",
+            "shuffle_dataset",
+            "mask_truncated_completions",
+        )
+    }
     settings["optim"] = str(config.optim.value if hasattr(config.optim, "value") else config.optim)
-    out_file.write_text(json.dumps({
-        "rows": rows, "optimizer_steps": trainer.state.global_step, "settings": settings,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
-        "threads": torch.get_num_threads(),
-    }, indent=2, default=str))
+    out_file.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "optimizer_steps": trainer.state.global_step,
+                "settings": settings,
+                "versions": {
+                    "torch": torch.__version__,
+                    "transformers": transformers.__version__,
+                    "trl": trl.__version__,
+                },
+                "threads": torch.get_num_threads(),
+            },
+            indent=2,
+            default=str,
+        )
+    )
 
 
 # -- summary ----------------------------------------------------------------------------------
@@ -362,7 +499,9 @@ def table(results: dict) -> str:
     names = [n for n in ("rlvr", "trl") if n in results]
     fmt = lambda spec, v: "n/a" if v is None else spec.format(v)  # noqa: E731
     lines = ["| | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
-    lines += [f"| {label} | " + " | ".join(fmt(spec, results[n][key]) for n in names) + " |" for label, key, spec in COLUMNS]
+    lines += [
+        f"| {label} | " + " | ".join(fmt(spec, results[n][key]) for n in names) + " |" for label, key, spec in COLUMNS
+    ]
     return "\n".join(lines)
 
 
@@ -376,7 +515,10 @@ def equal_work(results: dict, rlvr_prompt_tokens: list[float]) -> dict:
         "same_optimizer_steps": r["optimizer_steps"] == t["optimizer_steps"],
         "prompt_tokens_per_step": {"rlvr": rlvr_prompt_tokens, "trl": trl_prompt},
         "same_prompt_tokens": [round(x) for x in rlvr_prompt_tokens] == [round(x) for x in trl_prompt],
-        "gen_tokens_per_step": {"rlvr": [row["gen_tokens"] for row in r["steps"]], "trl": [row["gen_tokens"] for row in t["steps"]]},
+        "gen_tokens_per_step": {
+            "rlvr": [row["gen_tokens"] for row in r["steps"]],
+            "trl": [row["gen_tokens"] for row in t["steps"]],
+        },
         "gen_tokens_rel_diff": (gen_r - gen_t) / gen_t if gen_t else None,
     }
 
@@ -411,10 +553,16 @@ def main() -> None:
     ap.add_argument("--micro-batch-seqs", type=int, default=8, help="sequences per forward/backward (clipped to P*G)")
     ap.add_argument("--prompts", type=int, default=64, help="distinct two-digit addition prompts in the data set")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--trl-gradient-checkpointing", action="store_true", help="TRL's own default (on); off = equal work")
+    ap.add_argument(
+        "--trl-gradient-checkpointing", action="store_true", help="TRL's own default (on); off = equal work"
+    )
     ap.add_argument("--only", choices=["rlvr", "trl"], help="run one side only (no ratio)")
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rlvr-vs-trl",
-                    help="run directories, logs and the data file (kept: `benchmarks/roofline.py --run WORKDIR/rlvr`)")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "rlvr-vs-trl",
+        help="run directories, logs and the data file (kept: `benchmarks/roofline.py --run WORKDIR/rlvr`)",
+    )
     ap.add_argument("--out", type=Path, help="result JSON (default benchmarks/results/vs_trl-<date>.json)")
     ap.add_argument("--child-trl", nargs=2, type=Path, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -440,7 +588,10 @@ def main() -> None:
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     rows, all_counts = trl_prompts(config_path, args.steps)
     steps_prompt_tokens = [
-        float(sum(r["prompt_tokens"] for r in rows[s * args.prompts_per_step : (s + 1) * args.prompts_per_step]) * args.group_size)
+        float(
+            sum(r["prompt_tokens"] for r in rows[s * args.prompts_per_step : (s + 1) * args.prompts_per_step])
+            * args.group_size
+        )
         for s in range(args.steps)
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -450,7 +601,11 @@ def main() -> None:
     date = datetime.date.today().isoformat()
     settings = {k: v for k, v in vars(args).items() if k not in ("child_trl", "workdir", "out", "only")}
     results: dict = {}
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
 
     if args.only in (None, "rlvr"):
         print(f"rlvr: {args.steps} steps, log {work / 'rlvr.log'}", flush=True)
@@ -466,23 +621,43 @@ def main() -> None:
         spec = {"rows": rows, "prefix": PREFIX, "output_dir": str(work / "trl"), "settings": settings}
         (work / "trl_spec.json").write_text(json.dumps(spec))
         print(f"trl: {args.steps} steps, log {work / 'trl.log'}", flush=True)
-        cmd = [str(python), str(Path(__file__).resolve()), "--child-trl", str(work / "trl_spec.json"), str(work / "trl_out.json")]
+        cmd = [
+            str(python),
+            str(Path(__file__).resolve()),
+            "--child-trl",
+            str(work / "trl_spec.json"),
+            str(work / "trl_out.json"),
+        ]
         child = run_child(cmd, log=work / "trl.log", env=env)
         if child["exit_code"]:
             sys.exit(f"TRL failed (exit {child['exit_code']}); see {work / 'trl.log'}")
         out = json.loads((work / "trl_out.json").read_text())
         versions["trl"] = out["versions"]["trl"]
-        results["trl"] = {**summarise(out["rows"], child, out["optimizer_steps"]), "config": out["settings"],
-                          "threads": out["threads"], "versions": out["versions"]}
+        results["trl"] = {
+            **summarise(out["rows"], child, out["optimizer_steps"]),
+            "config": out["settings"],
+            "threads": out["threads"],
+            "versions": out["versions"],
+        }
 
     ratio = results["rlvr"]["s_per_step"] / results["trl"]["s_per_step"] if len(results) == 2 else None
     md = table(results)
     report = {
         "date": date,
-        "machine": {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
-                    "cpu_count": os.cpu_count(), "platform": platform.platform(), "load_avg_1m_at_end": os.getloadavg()[0]},
+        "machine": {
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_avg_1m_at_end": os.getloadavg()[0],
+        },
         "versions": versions,
-        "settings": {**settings, "model": MODEL, "rewards": dict(zip(RULES, WEIGHTS)), "prompt_tokens_mean": statistics.fmean(all_counts)},
+        "settings": {
+            **settings,
+            "model": MODEL,
+            "rewards": dict(zip(RULES, WEIGHTS)),
+            "prompt_tokens_mean": statistics.fmean(all_counts),
+        },
         **results,
         "equal_work": equal_work(results, steps_prompt_tokens) if len(results) == 2 else None,
         "differences": DIFFERENCES,
@@ -501,7 +676,10 @@ def main() -> None:
     )
     print(f"\n{md}\n\nwrote {out} and {out.with_suffix('.md')}")
     if report["equal_work"]:
-        print("equal work:", json.dumps({k: v for k, v in report["equal_work"].items() if k.startswith(("same", "gen_tokens_rel"))}))
+        print(
+            "equal work:",
+            json.dumps({k: v for k, v in report["equal_work"].items() if k.startswith(("same", "gen_tokens_rel"))}),
+        )
     print("ratio (rlvr s/step / TRL s/step):", "n/a" if ratio is None else f"{ratio:.3f}")
 
 

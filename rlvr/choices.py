@@ -4,9 +4,9 @@ Each is defined once, here: ``rlvr.config`` checks values against them, and the 
 implement them import them from this module (``algos`` its modes, ``rewards`` ``OnError``,
 ``data`` its template file rule). Names that the heavy registries also hold as dict keys
 (``data.presets.PRESETS``, ``data.templates.TEMPLATES``, ``data.files.FORMATS``) are checked
-against these lists by ``tests/unit/test_config_choices.py``.
+against these lists by ``tests/config/test_config_choices.py``.
 
-Standard library only (``tests/unit/test_import_graph.py`` pins it).
+Standard library only (``tests/test_import_graph.py`` pins it).
 """
 
 from __future__ import annotations

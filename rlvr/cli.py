@@ -12,7 +12,20 @@ from rlvr.commands.common import EXAMPLES
 from rlvr.errors import UserError
 
 # Modules under rlvr/commands/, each with `register(subparsers)`; one line per command family.
-COMMANDS = ["train", "estimate", "reward", "eval", "chat", "generate", "export", "data", "report", "aha", "sweep", "compare"]
+COMMANDS = [
+    "train",
+    "estimate",
+    "reward",
+    "eval",
+    "chat",
+    "generate",
+    "export",
+    "data",
+    "report",
+    "aha",
+    "sweep",
+    "compare",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ Every field has a default and a one-line attribute docstring (shown by ``rlvr co
 Cross-field rules live in ``__post_init__`` and raise :class:`~rlvr.errors.UserError`;
 nothing downstream edits the config. This module imports nothing of rlvr but
 :mod:`rlvr.errors` and :mod:`rlvr.choices` (the modes and names it validates), so loading a
-config loads no torch, no data code and no reward pool (``tests/unit/test_import_graph.py``).
+config loads no torch, no data code and no reward pool (``tests/test_import_graph.py``).
 
 Why a hand-written loader and not OmegaConf structured configs: OmegaConf 2.3 takes these
 dataclasses as they are (StrEnums, ``X | None``, lists, frozen), but its typing is not the one
@@ -194,10 +194,15 @@ class DataConfig:
             self.task == "files" or not (self.path or self.test_path),
             f"data.path/data.test_path are set but data.task={self.task}; add data.task=files to train on files",
         )
-        _check(self.format in ("auto", *FILE_FORMATS), f"data.format={self.format}: use auto, jsonl, json, parquet, csv or arrow")
+        _check(
+            self.format in ("auto", *FILE_FORMATS),
+            f"data.format={self.format}: use auto, jsonl, json, parquet, csv or arrow",
+        )
         _check(self.preset in DATA_PRESETS, f"data.preset={self.preset}: use one of {', '.join(DATA_PRESETS)}")
         _check(self.on_bad_row in ("error", "skip"), f"data.on_bad_row={self.on_bad_row}: use error or skip")
-        _check(self.on_long_prompt in ("drop", "error"), f"data.on_long_prompt={self.on_long_prompt}: use drop or error")
+        _check(
+            self.on_long_prompt in ("drop", "error"), f"data.on_long_prompt={self.on_long_prompt}: use drop or error"
+        )
         _check(self.limit >= 0 and self.test_limit >= 0, "data.limit and data.test_limit must be >= 0 (0 = all rows)")
         _check(self.max_prompt_tokens >= 0, "data.max_prompt_tokens must be >= 0 (0 = no limit)")
         _check(self.num_workers >= 0, "data.num_workers must be >= 0 (0 = one per core)")
@@ -243,8 +248,13 @@ class RolloutConfig:
         _check(self.temperature > 0, "rollout.temperature must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p must be in (0, 1]")
         _check(self.top_k >= 0, "rollout.top_k must be >= 0")
-        _check(self.dtype in ("auto", "float32", "bfloat16"), f"rollout.dtype={self.dtype}: use auto, float32 or bfloat16")
-        _check(all(self.stop), "rollout.stop holds an empty string; give non-empty stop strings, e.g. rollout.stop=['</answer>']")
+        _check(
+            self.dtype in ("auto", "float32", "bfloat16"), f"rollout.dtype={self.dtype}: use auto, float32 or bfloat16"
+        )
+        _check(
+            all(self.stop),
+            "rollout.stop holds an empty string; give non-empty stop strings, e.g. rollout.stop=['</answer>']",
+        )
         _check(self.batch_seqs >= 1, "rollout.batch_seqs must be >= 1")
 
 
@@ -268,7 +278,10 @@ class RewardConfig:
     """If set, the total reward of a completion cut at rollout.max_new_tokens (null = score it like any other)."""
 
     def __post_init__(self) -> None:
-        _check(len(self.rules) > 0, "reward.rules is empty: give at least one rule, e.g. reward.rules=[accuracy] reward.weights=[1.0]")
+        _check(
+            len(self.rules) > 0,
+            "reward.rules is empty: give at least one rule, e.g. reward.rules=[accuracy] reward.weights=[1.0]",
+        )
         _check(
             len(self.weights) == len(self.rules),
             f"reward.weights has {len(self.weights)} entries but reward.rules has {len(self.rules)} "
@@ -386,12 +399,20 @@ class TrainConfig:
         _check(self.prompts_per_step >= 1, "train.prompts_per_step must be >= 1")
         _check(self.micro_batch_seqs >= 1, "train.micro_batch_seqs must be >= 1")
         _check(self.lr > 0, "train.lr must be > 0")
-        _check(self.lr_schedule in ("constant", "cosine"), f"train.lr_schedule={self.lr_schedule}: use constant or cosine")
+        _check(
+            self.lr_schedule in ("constant", "cosine"), f"train.lr_schedule={self.lr_schedule}: use constant or cosine"
+        )
         _check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
         _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1]")
-        _check(len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas), "train.adam_betas must be two numbers in [0, 1)")
+        _check(
+            len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas),
+            "train.adam_betas must be two numbers in [0, 1)",
+        )
         _check(self.max_grad_norm >= 0, "train.max_grad_norm must be >= 0")
-        _check(self.save_every >= 0 and self.keep_checkpoints >= 0, "train.save_every and train.keep_checkpoints must be >= 0")
+        _check(
+            self.save_every >= 0 and self.keep_checkpoints >= 0,
+            "train.save_every and train.keep_checkpoints must be >= 0",
+        )
         _check(self.max_bad_steps >= 1, "train.max_bad_steps must be >= 1")
         _check(self.save_every_min >= 0, "train.save_every_min must be >= 0 (0 = off)")
 
@@ -448,7 +469,7 @@ class EvalConfig:
     data: str = ""
     """What to evaluate on: empty = the run's test split (arithmetic test set or data.test_path), else a built-in task name or a data file."""
     limit: int = 50
-    """Evaluate on the first N problems (0 = all). The quickstart's 50 greedy problems take ~10 s on 2 CPU cores."""
+    """Evaluate on the first N problems (0 = all). The quickstart's 50 greedy problems take seconds on 2 CPU cores."""
     samples: int = 1
     """K: 1 = greedy accuracy only; K > 1 also samples K completions per problem for pass@k and maj@K."""
     temperature: float = 1.0
@@ -549,13 +570,19 @@ class Config:
         )
         if self.rollout.lean_decode == Switch.ON:
             lean = "rollout.lean_decode=true decodes a float32 Llama/Qwen2 model on packed CPU weights"
-            _check(self.model.packed_weights != Switch.OFF and not self.model.device.startswith("cuda"),
-                   f"{lean}, but model.packed_weights={self.model.packed_weights} and model.device={self.model.device}; "
-                   "set rollout.lean_decode=auto (or false)")
-            _check(self.rollout.dtype != "bfloat16",
-                   f"{lean}, but rollout.dtype=bfloat16; set rollout.dtype=float32 (or auto), or rollout.lean_decode=auto")
-            _check(self.model.lora.rank == 0,
-                   f"{lean}, but model.lora.rank={self.model.lora.rank} wraps the linear layers; set rollout.lean_decode=auto")
+            _check(
+                self.model.packed_weights != Switch.OFF and not self.model.device.startswith("cuda"),
+                f"{lean}, but model.packed_weights={self.model.packed_weights} and model.device={self.model.device}; "
+                "set rollout.lean_decode=auto (or false)",
+            )
+            _check(
+                self.rollout.dtype != "bfloat16",
+                f"{lean}, but rollout.dtype=bfloat16; set rollout.dtype=float32 (or auto), or rollout.lean_decode=auto",
+            )
+            _check(
+                self.model.lora.rank == 0,
+                f"{lean}, but model.lora.rank={self.model.lora.rank} wraps the linear layers; set rollout.lean_decode=auto",
+            )
         if self.distributed.backend == Backend.RAY:
             self._check_distributed()
 
@@ -748,7 +775,9 @@ def _with_defaults(data: dict, path: Path, seen: tuple[Path, ...]) -> dict:
     if isinstance(names, str):
         names = [names]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise UserError(f"{path}: defaults must be a preset name or file, or a list of them (e.g. defaults: [quickstart])")
+        raise UserError(
+            f"{path}: defaults must be a preset name or file, or a list of them (e.g. defaults: [quickstart])"
+        )
     base: dict = {}
     for name in names:
         target = path.parent / name

@@ -110,8 +110,13 @@ class ModelShape:
         """(in, out) features of each projection of one layer."""
         H, I, q = self.hidden_size, self.intermediate_size, self.num_attention_heads * self.dim
         return {
-            "q_proj": (H, q), "k_proj": (H, self.kv_dim), "v_proj": (H, self.kv_dim), "o_proj": (q, H),
-            "gate_proj": (H, I), "up_proj": (H, I), "down_proj": (I, H),
+            "q_proj": (H, q),
+            "k_proj": (H, self.kv_dim),
+            "v_proj": (H, self.kv_dim),
+            "o_proj": (q, H),
+            "gate_proj": (H, I),
+            "up_proj": (H, I),
+            "down_proj": (I, H),
         }
 
     def num_params(self) -> int:
@@ -133,7 +138,9 @@ class ModelShape:
         shapes = self.linear_shapes()
         unknown = [t for t in names if t not in shapes]
         if unknown:
-            raise UserError(f"model.lora.target_modules={list(names)}: rlvr estimate knows {', '.join(ALL_LINEAR)} (or all-linear)")
+            raise UserError(
+                f"model.lora.target_modules={list(names)}: rlvr estimate knows {', '.join(ALL_LINEAR)} (or all-linear)"
+            )
         return self.num_hidden_layers * sum(rank * sum(shapes[t]) for t in names)
 
 
@@ -242,7 +249,9 @@ class MemoryEstimate:
             for size in (8, 12, 16, 24, 40, 48, 80, 94, 141, 192):
                 if need <= 0.95 * size:  # the CUDA context and fragmentation take the rest
                     return f"fits one {size} GiB GPU (plus ~0.5 GiB CUDA context)"
-            return f"needs {need:.0f} GiB in one process: more than any single GPU holds, and rlvr does not shard weights"
+            return (
+                f"needs {need:.0f} GiB in one process: more than any single GPU holds, and rlvr does not shard weights"
+            )
         for size in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
             if need <= 0.9 * size:  # room for the OS and the reward workers
                 return f"fits a machine with {size} GiB RAM"
@@ -250,7 +259,9 @@ class MemoryEstimate:
 
     def lines(self) -> list[str]:
         """The itemised table, the total and the hardware line."""
-        out = [f"memory estimate ({self.device}; {self.params / 1e6:,.0f}M parameters, {self.trainable / 1e6:,.1f}M trained)"]
+        out = [
+            f"memory estimate ({self.device}; {self.params / 1e6:,.0f}M parameters, {self.trainable / 1e6:,.1f}M trained)"
+        ]
         for item in self.items:
             out.append(f"  {item.name:17s} {item.bytes / GiB:8.2f} GiB  {item.phase:8s} {item.how}")
         out.append(f"  {'peak':17s} {self.total / GiB:8.2f} GiB  = resident + max(update, rollout)")
@@ -405,29 +416,48 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
 
     items = []
     if device == "cpu":
-        items.append(Item("runtime", CPU_RUNTIME_BYTES, "resident", "Python, torch, transformers, tokenizer, prompts (measured)"))
+        items.append(
+            Item("runtime", CPU_RUNTIME_BYTES, "resident", "Python, torch, transformers, tokenizer, prompts (measured)")
+        )
     items.append(Item("parameters", N * w, "resident", f"{N:,} x {w} B ({cfg.model.dtype})"))
     copy = rollout_dtype != cfg.model.dtype
-    items.append(Item("rollout copy", N * BYTES[rollout_dtype] if copy else 0, "resident",
-                      f"{rollout_dtype} generation copy" if copy else f"none: rollout shares the {cfg.model.dtype} weights"))
+    items.append(
+        Item(
+            "rollout copy",
+            N * BYTES[rollout_dtype] if copy else 0,
+            "resident",
+            f"{rollout_dtype} generation copy" if copy else f"none: rollout shares the {cfg.model.dtype} weights",
+        )
+    )
     # oneDNN-packed linear weights (rlvr.cpu.packed): the rollout model's; the policy's W and W^T for the update
     on = device == "cpu" and cfg.model.packed_weights != Switch.OFF
     linear = L * sum(i * o for i, o in shape.linear_shapes().values()) + V * H
     linear += shape.lora_params(rank, targets) if rank else 0
     copies = {rollout_dtype: 1} if on and _packs(rollout_dtype) else {}
-    if on and not autocast and _packed_update() and _packs(cfg.model.dtype):  # the update multiplies by packed W and W^T too
+    if (
+        on and not autocast and _packed_update() and _packs(cfg.model.dtype)
+    ):  # the update multiplies by packed W and W^T too
         copies[cfg.model.dtype] = copies.get(cfg.model.dtype, 0) + (1 if cfg.model.dtype == rollout_dtype else 2)
     packed = sum(linear * BYTES[d] * n for d, n in copies.items())
-    how_packed = (" + ".join(f"{n} {d} cop{'y' if n == 1 else 'ies'}" for d, n in copies.items())
-                  + " of the linear weights and LM head (model.packed_weights)") if copies else (
-                      "none (model.packed_weights=false, not a CPU, or a dtype oneDNN cannot pack here)")
+    how_packed = (
+        (
+            " + ".join(f"{n} {d} cop{'y' if n == 1 else 'ies'}" for d, n in copies.items())
+            + " of the linear weights and LM head (model.packed_weights)"
+        )
+        if copies
+        else ("none (model.packed_weights=false, not a CPU, or a dtype oneDNN cannot pack here)")
+    )
     if on and cfg.rollout.lean_decode != Switch.OFF and rollout_dtype == "float32" and not rank:
         if _decode_kernels(shape):  # rollout.lean_decode's compiled products: every linear weight in their layout
             packed += linear * BYTES["float32"]
             how_packed += ", + all of them in the compiled decode kernels' layout (rollout.lean_decode)"
         else:  # q, k and v packed once more as one matrix
             shapes = shape.linear_shapes()
-            packed += L * sum(i * o for name, (i, o) in shapes.items() if name in ("q_proj", "k_proj", "v_proj")) * BYTES["float32"]
+            packed += (
+                L
+                * sum(i * o for name, (i, o) in shapes.items() if name in ("q_proj", "k_proj", "v_proj"))
+                * BYTES["float32"]
+            )
             how_packed += ", + [q; k; v] for rollout.lean_decode"
     items.append(Item("packed weights", packed, "resident", how_packed))
     if rank:
@@ -440,13 +470,25 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     what = f"LoRA rank {rank}: {trainable:,}" if rank else f"{trainable:,}"
     items.append(Item("AdamW state", 2 * trainable * w, "resident", f"2 moments x {what} trained params x {w} B"))
     items.append(Item("gradients", trainable * w, "update", f"{what} trained params x {w} B"))
-    items.append(Item(
-        "activations", activations, "update",
-        f"micro-batch {b} seqs x ({Lp} prompt + {T} response) tokens"
-        + (", checkpointed" if ckpt else f", prompt shared by {share}" if share > 1 else "")
-        + (", bf16 autocast" if autocast else ", fp32") + f"; logits {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
-    ))
-    items.append(Item("KV cache", kv, "rollout", f"{max(rows, eval_rows)} rows x up to {Lp + max(T, eval_T)} tokens, {rollout_dtype}"))
+    items.append(
+        Item(
+            "activations",
+            activations,
+            "update",
+            f"micro-batch {b} seqs x ({Lp} prompt + {T} response) tokens"
+            + (", checkpointed" if ckpt else f", prompt shared by {share}" if share > 1 else "")
+            + (", bf16 autocast" if autocast else ", fp32")
+            + f"; logits {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
+        )
+    )
+    items.append(
+        Item(
+            "KV cache",
+            kv,
+            "rollout",
+            f"{max(rows, eval_rows)} rows x up to {Lp + max(T, eval_T)} tokens, {rollout_dtype}",
+        )
+    )
     notes = [f"prompt length {Lp} tokens: {why_prompt}"]
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
@@ -463,7 +505,11 @@ def measured_beside_estimate(peak: dict[str, float], est: MemoryEstimate) -> str
     """The trainer's last memory line: the measured peak (``peak_memory``'s MiB keys) beside the estimate."""
     from rlvr import metric_names as M
 
-    key, what = (M.CUDA_MAX_ALLOCATED_MIB, "torch.cuda.max_memory_allocated") if est.device == "cuda" else (M.PEAK_RSS_MIB, "RSS")
+    key, what = (
+        (M.CUDA_MAX_ALLOCATED_MIB, "torch.cuda.max_memory_allocated")
+        if est.device == "cuda"
+        else (M.PEAK_RSS_MIB, "RSS")
+    )
     if key not in peak:
         return f"memory: estimated {est.total / GiB:.2f} GiB; the peak was not measured here"
     measured = peak[key] * MiB

@@ -184,7 +184,9 @@ class RunDir:
             raise UserError(f"resume={self.path}: no such run directory")
         found = self.last_checkpoint()
         if found is None:
-            raise UserError(f"resume={self.path}: the run has no checkpoint yet (set train.save_every to save during training)")
+            raise UserError(
+                f"resume={self.path}: the run has no checkpoint yet (set train.save_every to save during training)"
+            )
         return found
 
     # -- starting again ---------------------------------------------------------------------

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rlvr.config import load_config
-from rlvr.errors import UserError
 from rlvr.cpu import packed
+from rlvr.errors import UserError
 from rlvr.estimate import (
     CPU_RUNTIME_BYTES,
     KNOWN_MODELS,
@@ -23,9 +23,16 @@ from rlvr.estimate import (
 TINY = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True)
 
 TINY_RUN = [
-    "model.dtype=float32", "rollout.dtype=float32", "model.autocast_bf16=false",
-    "train.prompts_per_step=2", "rollout.samples_per_prompt=2", "train.micro_batch_seqs=4",
-    "rollout.max_new_tokens=8", "data.max_prompt_tokens=16", "eval.batch_prompts=2", "algo.kl_coef=0.1",
+    "model.dtype=float32",
+    "rollout.dtype=float32",
+    "model.autocast_bf16=false",
+    "train.prompts_per_step=2",
+    "rollout.samples_per_prompt=2",
+    "train.micro_batch_seqs=4",
+    "rollout.max_new_tokens=8",
+    "data.max_prompt_tokens=16",
+    "eval.batch_prompts=2",
+    "algo.kl_coef=0.1",
 ]
 
 
@@ -78,7 +85,10 @@ def test_tiny_shape_arithmetic_by_hand(monkeypatch):
     monkeypatch.setenv("RLVR_DECODE_KERNELS", "0")
     kernel.load.cache_clear()
     try:
-        assert _items(estimate(load_config(None, TINY_RUN), d64, device="cpu"))["packed weights"] == 65536 * 4 + 2 * 16384 * 4
+        assert (
+            _items(estimate(load_config(None, TINY_RUN), d64, device="cpu"))["packed weights"]
+            == 65536 * 4 + 2 * 16384 * 4
+        )
     finally:
         kernel.load.cache_clear()
 
@@ -141,13 +151,24 @@ def test_lora_under_autocast_saves_the_frozen_weights_copies_per_pass():
 
 @pytest.mark.parametrize(
     "model_type, extra",
-    [("llama", {}), ("llama", {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False}), ("qwen2", {"tie_word_embeddings": False})],
+    [
+        ("llama", {}),
+        ("llama", {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False}),
+        ("qwen2", {"tie_word_embeddings": False}),
+    ],
 )
 def test_param_count_equals_the_instantiated_model(model_type, extra):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    values = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=100, **extra)
+    values = dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        **extra,
+    )
     config = AutoConfig.for_model(model_type, **values)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

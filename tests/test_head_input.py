@@ -41,7 +41,9 @@ def _without_fix(model):
 
 def test_a_lora_models_bf16_generation_copy_does_not_copy_the_head_per_row(tiny_model):
     # as the trainer builds it: load, add the adapter (the base frozen), the engine's bf16 deep copy
-    policy = lora.add_adapter(load_model(tiny_model), rank=4, alpha=8.0, dropout=0.0, target_modules=TARGETS, base="tiny").model
+    policy = lora.add_adapter(
+        load_model(tiny_model), rank=4, alpha=8.0, dropout=0.0, target_modules=TARGETS, base="tiny"
+    ).model
     gen = copy.deepcopy(policy).to(torch.bfloat16).eval()
     ids = _ids(gen)
     V, H = gen.config.vocab_size, gen.config.hidden_size

@@ -22,20 +22,20 @@ ENTRY = "cli"
 # these; `third_party`: None = any, else only these (the standard library is always allowed).
 #   package          level  rlvr                          third_party
 LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
-    "__init__":     (0, set(),                         set()),  # rlvr/__init__.py
-    "errors":       (0, set(),                         set()),
-    "choices":      (0, set(),                         set()),  # the modes and names config validates
-    "config":       (1, {"errors", "choices"},         {"yaml"}),
-    "algos":        (1, {"choices"},                   {"torch"}),
-    "rewards":      (1, {"errors", "choices"},         {"math_verify"}),
-    "jsonl":        (1, {"errors"},                    set()),  # the one JSONL reader/writer
-    "metric_names": (1, set(),                         set()),  # every metric key, named once
-    "models":       (2, None,                          None),  # -> config, errors
-    "run_dir":      (2, {"errors", "jsonl"},           {"yaml"}),  # a run's files; no torch
-    "data":         (3, None,                          None),  # -> models (tokenizer), rewards (countdown rules)
-    "cpu":          (3, {"models"},                    None),  # CPU acceleration; others import only rlvr.cpu's names
-    "rollout":      (4, None,                          None),  # -> models, cpu
-    "estimate":     (4, None,                          None),  # memory estimate -> config, models, cpu
+    "__init__": (0, set(), set()),  # rlvr/__init__.py
+    "errors": (0, set(), set()),
+    "choices": (0, set(), set()),  # the modes and names config validates
+    "config": (1, {"errors", "choices"}, {"yaml"}),
+    "algos": (1, {"choices"}, {"torch"}),
+    "rewards": (1, {"errors", "choices"}, {"math_verify"}),
+    "jsonl": (1, {"errors"}, set()),  # the one JSONL reader/writer
+    "metric_names": (1, set(), set()),  # every metric key, named once
+    "models": (2, None, None),  # -> config, errors
+    "run_dir": (2, {"errors", "jsonl"}, {"yaml"}),  # a run's files; no torch
+    "data": (3, None, None),  # -> models (tokenizer), rewards (countdown rules)
+    "cpu": (3, {"models"}, None),  # CPU acceleration; others import only rlvr.cpu's names
+    "rollout": (4, None, None),  # -> models, cpu
+    "estimate": (4, None, None),  # memory estimate -> config, models, cpu
 }
 
 
@@ -98,7 +98,9 @@ def _violations(root: Path = REPO) -> list[str]:
                     allowed = ", ".join(sorted(rlvr_ok)) or "nothing"
                     out.append(f"{where}, but '{own}' may import only {allowed} of rlvr")
                 elif LAYERS[target][0] >= level:
-                    out.append(f"{where}, but '{target}' (level {LAYERS[target][0]}) is not below '{own}' (level {level})")
+                    out.append(
+                        f"{where}, but '{target}' (level {LAYERS[target][0]}) is not below '{own}' (level {level})"
+                    )
             elif third_ok is not None and top not in sys.stdlib_module_names and top not in third_ok:
                 allowed = ", ".join(sorted(third_ok)) or "the standard library"
                 out.append(f"{where}, but '{own}' may import only {allowed}")
@@ -116,7 +118,12 @@ def test_the_checker_sees_function_local_and_relative_imports(tmp_path):
     source.write_text(
         "from . import losses\nfrom .. import training\n\ndef f():\n    from rlvr.data import files\n    import transformers\n"
     )
-    assert _imports(source, tmp_path) == [(1, "rlvr.algos"), (2, "rlvr.training"), (5, "rlvr.data"), (6, "transformers")]
+    assert _imports(source, tmp_path) == [
+        (1, "rlvr.algos"),
+        (2, "rlvr.training"),
+        (5, "rlvr.data"),
+        (6, "transformers"),
+    ]
     assert _violations(tmp_path) == [
         "rlvr/algos/x.py:2: imports rlvr.training, but 'algos' must not import the upper package 'training'",
         "rlvr/algos/x.py:5: imports rlvr.data, but 'algos' may import only choices of rlvr",
@@ -127,11 +134,22 @@ def test_the_checker_sees_function_local_and_relative_imports(tmp_path):
 def _loaded_after(statement: str) -> set[str]:
     """The modules in ``sys.modules`` after running ``statement`` in a fresh interpreter."""
     code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, timeout=120, cwd=REPO, capture_output=True, text=True
+    )
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
-HEAVY = ["torch", "math_verify", "sympy", "transformers", "datasets", "multiprocessing.pool", "rlvr.rewards.pool", "rlvr.rewards.registry"]
+HEAVY = [
+    "torch",
+    "math_verify",
+    "sympy",
+    "transformers",
+    "datasets",
+    "multiprocessing.pool",
+    "rlvr.rewards.pool",
+    "rlvr.rewards.registry",
+]
 
 
 def test_loading_a_config_loads_nothing_heavy():
@@ -148,7 +166,9 @@ def test_rewards_load_no_torch():
 
 def test_algos_load_only_torch():
     loaded = _loaded_after("import rlvr.algos")
-    outside = sorted(m for m in loaded if m.startswith("rlvr.") and not m.startswith("rlvr.algos") and m != "rlvr.choices")
+    outside = sorted(
+        m for m in loaded if m.startswith("rlvr.") and not m.startswith("rlvr.algos") and m != "rlvr.choices"
+    )
     assert not outside, f"rlvr.algos imported {outside}"
     assert "transformers" not in loaded and "math_verify" not in loaded
 
@@ -165,20 +185,27 @@ def test_outside_rlvr_cpu_only_its_public_names_are_imported():
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module == "rlvr.cpu":
-                problems += [f"{rel}:{node.lineno}: from rlvr.cpu import {a.name}" for a in node.names
-                             if a.name not in rlvr.cpu.__all__]
+                problems += [
+                    f"{rel}:{node.lineno}: from rlvr.cpu import {a.name}"
+                    for a in node.names
+                    if a.name not in rlvr.cpu.__all__
+                ]
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rlvr.cpu."):
                 problems.append(f"{rel}:{node.lineno}: from {node.module} import ...")
             elif isinstance(node, ast.Import):
-                problems += [f"{rel}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("rlvr.cpu.")]
+                problems += [
+                    f"{rel}:{node.lineno}: import {a.name}" for a in node.names if a.name.startswith("rlvr.cpu.")
+                ]
     assert not problems, "rlvr.cpu's insides imported from outside:\n  " + "\n  ".join(problems)
 
 
 def _module_graph(root: Path = REPO) -> dict[str, set[str]]:
     """Module -> the rlvr modules it imports (any depth, function-local ones included), by file:
     ``from rlvr.a import y`` is an edge to ``rlvr.a.y`` where that is a module, else to ``rlvr.a``."""
-    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in (root / "rlvr").rglob("*.py")}
+    files = {
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (root / "rlvr").rglob("*.py")
+    }
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]

@@ -35,7 +35,9 @@ def test_no_eval_exec_or_sympify_and_no_remote_code(path):
             pytest.fail(f"{path.relative_to(PACKAGE)}:{node.lineno} calls {name}()")
         for kw in node.keywords:
             if kw.arg == "trust_remote_code" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
-                pytest.fail(f"{path.relative_to(PACKAGE)}:{node.lineno} passes trust_remote_code={ast.unparse(kw.value)}")
+                pytest.fail(
+                    f"{path.relative_to(PACKAGE)}:{node.lineno} passes trust_remote_code={ast.unparse(kw.value)}"
+                )
 
 
 def test_difficulty_4_answers_are_the_arithmetic_of_their_question():

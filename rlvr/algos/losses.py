@@ -7,7 +7,6 @@ from torch import Tensor
 
 from rlvr.choices import KLEstimator, LossAgg, RatioLevel
 
-
 # ---------------------------------------------------------------- policy loss
 
 _MAX_LOG_SEQ_RATIO = 10.0  # veRL's GSPO clamp: exp(10) ≈ 2.2e4, far outside any clip range

@@ -45,7 +45,9 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _EQUALS_NUMBER = re.compile(r"=\s*(-?\d[\d,]*(?:\.\d+)?)")
 
 
-def compile_phrases(phrases: list[str] | None = None, extra: list[str] = (), *, literal_extra: bool = True) -> re.Pattern:
+def compile_phrases(
+    phrases: list[str] | None = None, extra: list[str] = (), *, literal_extra: bool = True
+) -> re.Pattern:
     """One case-insensitive pattern for the reflection phrases.
 
     Args:
@@ -187,7 +189,9 @@ def reflection_curve(rows: list[dict], *, pattern: re.Pattern | None = None) -> 
         for r in group:
             start, end = reasoning_span(r["completion"])
             flags.append(pattern.search(r["completion"], start, end) is not None)
-        lengths = [r["length"] if isinstance(r.get("length"), (int, float)) else len(r["completion"]) / 4 for r in group]
+        lengths = [
+            r["length"] if isinstance(r.get("length"), (int, float)) else len(r["completion"]) / 4 for r in group
+        ]
         correct_reflect = sum(f and is_correct(r) for f, r in zip(flags, group))
         out.append(
             {
@@ -225,7 +229,9 @@ class Revision(_SampleRow):
         return (not self.corrected, not self.correct, -len(self.results), -self.reward, -self.step)
 
 
-def find_revisions(rows: list[dict], *, pattern: re.Pattern | None = None, accuracy_rule: str = "accuracy") -> list[Revision]:
+def find_revisions(
+    rows: list[dict], *, pattern: re.Pattern | None = None, accuracy_rule: str = "accuracy"
+) -> list[Revision]:
     """Every sample that revised its result (see :class:`Revision`) and has no reflection phrase
     (those are :func:`find_aha`'s), best first: corrected to the right answer, then right, then by
     how many results it stated."""

@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr import metric_names as M
-from rlvr.errors import UserError
 from rlvr.analysis import aha
 from rlvr.analysis.document import Doc
 from rlvr.analysis.plots import panels_for, save_aha_curve, save_panel
 from rlvr.analysis.report import first_last
 from rlvr.analysis.run import Run, flatten, load_run
+from rlvr.errors import UserError
 
 IGNORED_KEYS = ("run_dir", "resume")
 
@@ -91,9 +91,17 @@ def summary_row(label: str, run: Run) -> list[str]:
 
 
 SUMMARY_HEADERS = [
-    "run", "steps", "final reward", "final accuracy", "mean accuracy (all steps)", "first step with accuracy ≥ 0.5",
-    "eval accuracy (first → last)", "wall time (min)",
-    "generation tokens/s", "end-to-end tokens/s", "peak RSS (MiB)",
+    "run",
+    "steps",
+    "final reward",
+    "final accuracy",
+    "mean accuracy (all steps)",
+    "first step with accuracy ≥ 0.5",
+    "eval accuracy (first → last)",
+    "wall time (min)",
+    "generation tokens/s",
+    "end-to-end tokens/s",
+    "peak RSS (MiB)",
 ]
 
 
@@ -111,10 +119,12 @@ def compare_runs(run_dirs: list[str | Path], output: str | Path, *, title: str =
         raise UserError(f"cannot write the comparison to {out}: {e.strerror}") from None
 
     doc = Doc(title)
-    doc.p(f"{len(runs)} runs. 'final' is the mean of each run's last 10 logged steps (half the steps of a shorter run); "
-          "'mean accuracy' the mean of the training accuracy over every logged step (the area under its curve: "
-          "how early it learned); wall time is the sum of "
-          "step and evaluation times; tokens/s are means over steps; peak RSS is the trainer process's high-water mark.")
+    doc.p(
+        f"{len(runs)} runs. 'final' is the mean of each run's last 10 logged steps (half the steps of a shorter run); "
+        "'mean accuracy' the mean of the training accuracy over every logged step (the area under its curve: "
+        "how early it learned); wall time is the sum of "
+        "step and evaluation times; tokens/s are means over steps; peak RSS is the trainer process's high-water mark."
+    )
     doc.table(SUMMARY_HEADERS, [summary_row(label, run) for label, run in zip(labels, runs)])
     diffs = config_differences(runs)
     if diffs:

@@ -95,8 +95,10 @@ class Doc:
                 br = "<br>\n> "
                 body, at = [], 0
                 for a, b in s.spans:
-                    body += [md_escape(s.text[at:a], br, code_spans=False),
-                             "**" + md_escape(s.text[a:b], br, code_spans=False) + "**"]
+                    body += [
+                        md_escape(s.text[at:a], br, code_spans=False),
+                        "**" + md_escape(s.text[a:b], br, code_spans=False) + "**",
+                    ]
                     at = b
                 body.append(md_escape(s.text[at:], br, code_spans=False))
                 out += ["> " + "".join(body), ""]
@@ -114,10 +116,7 @@ class Doc:
             elif kind == "table":
                 headers, rows = rest
                 head = "".join(f"<th>{e(str(h))}</th>" for h in headers)
-                trs = "".join(
-                    "<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>"
-                    for row in rows
-                )
+                trs = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>" for row in rows)
                 body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>")
             elif kind == "img":
                 path, alt = rest

@@ -62,46 +62,91 @@ def panels_for(runs: list[Run]) -> list[Panel]:
         for r in run.evals:
             eval_keys.update({k: None for k, v in r.items() if k.startswith(M.EVAL) and isinstance(v, (int, float))})
     rule_keys = tuple((k, rule) for k in keys if (rule := M.rule_of_mean(k)) is not None)
-    fractions = [k for k in eval_keys if k.split("/", 1)[1].startswith(("accuracy", "format_rate", "pass@", "maj@", "sample_"))]
+    fractions = [
+        k for k in eval_keys if k.split("/", 1)[1].startswith(("accuracy", "format_rate", "pass@", "maj@", "sample_"))
+    ]
     candidates = [
-        Panel("reward", "Total reward per step", "reward (mean over the step's completions)", ((M.REWARD_MEAN, "total reward"),)),
-        Panel("reward_by_rule", "Reward by rule", "rule score (mean over completions)", rule_keys),
-        Panel("accuracy", "Training accuracy", "fraction of completions correct", ((M.ACCURACY, "accuracy"),), ylim01=True),
-        Panel("format_rate", "Format rate", "fraction in the full R1 format", ((M.FORMAT_RATE, "format rate"),), ylim01=True),
         Panel(
-            "response_length", "Response length", "response length (tokens)",
+            "reward",
+            "Total reward per step",
+            "reward (mean over the step's completions)",
+            ((M.REWARD_MEAN, "total reward"),),
+        ),
+        Panel("reward_by_rule", "Reward by rule", "rule score (mean over completions)", rule_keys),
+        Panel(
+            "accuracy", "Training accuracy", "fraction of completions correct", ((M.ACCURACY, "accuracy"),), ylim01=True
+        ),
+        Panel(
+            "format_rate",
+            "Format rate",
+            "fraction in the full R1 format",
+            ((M.FORMAT_RATE, "format rate"),),
+            ylim01=True,
+        ),
+        Panel(
+            "response_length",
+            "Response length",
+            "response length (tokens)",
             ((M.RESPONSE_LEN_MEAN, "mean"), (M.RESPONSE_LEN_MAX, "max")),
         ),
-        Panel("truncated", "Truncated responses", "fraction cut at max_new_tokens", ((M.TRUNCATED_FRAC, "truncated"),), ylim01=True),
+        Panel(
+            "truncated",
+            "Truncated responses",
+            "fraction cut at max_new_tokens",
+            ((M.TRUNCATED_FRAC, "truncated"),),
+            ylim01=True,
+        ),
         Panel("kl", "KL divergence to the reference model", "KL (nats per token)", ((M.KL, "KL"),)),
-        Panel("policy_loss", "Policy loss", "loss (per token)", ((M.PG_LOSS, "policy-gradient loss"), (M.LOSS, "total loss"))),
+        Panel(
+            "policy_loss",
+            "Policy loss",
+            "loss (per token)",
+            ((M.PG_LOSS, "policy-gradient loss"), (M.LOSS, "total loss")),
+        ),
         Panel("entropy", "Policy entropy", "entropy (nats per token)", ((M.ENTROPY, "entropy"),)),
         Panel("clip_fraction", "PPO clip fraction", "fraction of tokens clipped", ((M.CLIP_FRAC, "clip fraction"),)),
         Panel("grad_norm", "Gradient norm", "global L2 norm before clipping", ((M.GRAD_NORM, "grad norm"),)),
         Panel(
-            "throughput", "Throughput", "tokens per second",
+            "throughput",
+            "Throughput",
+            "tokens per second",
             ((M.GEN_TOKENS_PER_S, "generation (rollout phase)"), (M.STEP_TOKENS_PER_S, "end to end (whole step)")),
         ),
         Panel(
-            "step_time", "Time per step by phase", "seconds",
-            ((M.TIME_STEP_S, "whole step"), (M.TIME_ROLLOUT_S, "rollout"), (M.TIME_UPDATE_S, "update"),
-             (M.TIME_REFERENCE_S, "ref/old log-probs"), (M.TIME_REWARD_S, "rewards")),
+            "step_time",
+            "Time per step by phase",
+            "seconds",
+            (
+                (M.TIME_STEP_S, "whole step"),
+                (M.TIME_ROLLOUT_S, "rollout"),
+                (M.TIME_UPDATE_S, "update"),
+                (M.TIME_REFERENCE_S, "ref/old log-probs"),
+                (M.TIME_REWARD_S, "rewards"),
+            ),
         ),
         Panel(
-            "memory", "Peak memory", "MiB (high-water mark so far)",
+            "memory",
+            "Peak memory",
+            "MiB (high-water mark so far)",
             ((M.PEAK_RSS_MIB, "process RSS"), (M.CUDA_MAX_ALLOCATED_MIB, "CUDA max allocated")),
         ),
         Panel(
-            "eval", "Evaluation on held-out problems", "fraction of problems", tuple((k, k.removeprefix(M.EVAL)) for k in fractions),
-            source="eval", ylim01=True,
+            "eval",
+            "Evaluation on held-out problems",
+            "fraction of problems",
+            tuple((k, k.removeprefix(M.EVAL)) for k in fractions),
+            source="eval",
+            ylim01=True,
         ),
     ]
     out = []
     for p in candidates:
         have = eval_keys if p.source == "eval" else keys
         series = tuple(s for s in p.series if s[0] in have)
-        if p.name == "policy_loss" and len(series) == 2 and all(
-            run.series(M.LOSS) == run.series(M.PG_LOSS) for run in runs
+        if (
+            p.name == "policy_loss"
+            and len(series) == 2
+            and all(run.series(M.LOSS) == run.series(M.PG_LOSS) for run in runs)
         ):
             series = series[:1]  # no KL or entropy term: the total loss is the policy loss
         if series:
@@ -163,7 +208,14 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
             xs, ys = run.eval_series(M.EVAL_ACCURACY)
             if xs:
                 color = colors[ri] if many else "black"
-                ax.plot(xs, ys, "D", color=color, markersize=6, label=f"{label}: eval accuracy" if many else "eval accuracy (held-out)")
+                ax.plot(
+                    xs,
+                    ys,
+                    "D",
+                    color=color,
+                    markersize=6,
+                    label=f"{label}: eval accuracy" if many else "eval accuracy (held-out)",
+                )
                 drawn += 1
     if not drawn:
         return 0
@@ -181,8 +233,15 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
 
 def _legend_below(ax, handles, labels) -> None:
     """Legend under the axes, so it never covers a curve."""
-    ax.legend(handles, labels, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
-              ncol=min(3, len(labels)), frameon=False)
+    ax.legend(
+        handles,
+        labels,
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=min(3, len(labels)),
+        frameon=False,
+    )
 
 
 def save_panel(panel: Panel, runs: list[tuple[str, Run]], path: Path) -> Path | None:
@@ -199,7 +258,9 @@ def save_panel(panel: Panel, runs: list[tuple[str, Run]], path: Path) -> Path | 
 def save_overview(run: Run, path: Path, title: str) -> Path | None:
     """A 2x2 summary: reward, accuracy (+ eval), response length, policy loss / KL."""
     panels = {p.name: p for p in panels_for([run])}
-    chosen = [panels[n] for n in ("reward", "accuracy", "response_length", "kl", "policy_loss", "format_rate") if n in panels][:4]
+    chosen = [
+        panels[n] for n in ("reward", "accuracy", "response_length", "kl", "policy_loss", "format_rate") if n in panels
+    ][:4]
     if not chosen:
         return None
     fig = _figure(11, 8, left=0.07, right=0.98, top=0.92, bottom=0.13, hspace=0.62, wspace=0.2)
@@ -229,8 +290,14 @@ def save_aha_curve(curves: list[tuple[str, list[dict]]], path: Path) -> Path | N
         frac = [100 * c["reflect_frac"] for c in curve]
         ax.plot(xs, frac, color=color, marker=".", label=(f"{label}: " if many else "") + "completions with reflection")
         lcolor = f"C{i}" if many else "C0"
-        ax2.plot(xs, [c["length_mean"] for c in curve], color=lcolor, linestyle="--", alpha=0.8,
-                 label=(f"{label}: " if many else "") + "mean response length")
+        ax2.plot(
+            xs,
+            [c["length_mean"] for c in curve],
+            color=lcolor,
+            linestyle="--",
+            alpha=0.8,
+            label=(f"{label}: " if many else "") + "mean response length",
+        )
     _style_axes(ax, "Reflection ('aha') rate and response length", "completions with a reflection phrase (%)")
     ax.set_ylim(bottom=0, top=max(5.0, ax.get_ylim()[1]))
     ax2.set_ylabel("mean response length (tokens)")

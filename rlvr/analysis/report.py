@@ -10,11 +10,11 @@ import datetime as _dt
 from pathlib import Path
 
 from rlvr import metric_names as M
-from rlvr.errors import UserError
 from rlvr.analysis import aha
 from rlvr.analysis.document import Doc, Sample
 from rlvr.analysis.plots import panels_for, save_aha_curve, save_overview, save_panel
 from rlvr.analysis.run import Run, load_run
+from rlvr.errors import UserError
 
 # (dotted config key, label) shown in the config summary
 CONFIG_ROWS = [
@@ -88,21 +88,29 @@ def timings(run: Run) -> list[tuple[str, str]]:
         total = sum(step_s)
         rows.append(("training time (sum of step times)", f"{total / 60:.1f} min"))
         rows.append(("time per step (mean)", f"{total / len(step_s):.1f} s"))
-    for key, label in [(M.TIME_ROLLOUT_S, "rollout"), (M.TIME_REWARD_S, "rewards"),
-                       (M.TIME_REFERENCE_S, "ref/old log-probs"), (M.TIME_UPDATE_S, "update")]:
+    for key, label in [
+        (M.TIME_ROLLOUT_S, "rollout"),
+        (M.TIME_REWARD_S, "rewards"),
+        (M.TIME_REFERENCE_S, "ref/old log-probs"),
+        (M.TIME_UPDATE_S, "update"),
+    ]:
         _, ys = run.series(key)
         if ys:
             rows.append((f"{label} phase (mean per step)", f"{_mean(ys):.2f} s"))
     _, ev = run.eval_series(M.EVAL_TIME_S)
     if ev:
         rows.append(("evaluation time (all evaluations)", f"{sum(ev):.1f} s"))
-    for key, label in [(M.GEN_TOKENS_PER_S, "generation throughput (mean)"),
-                       (M.STEP_TOKENS_PER_S, "end-to-end throughput (mean)")]:
+    for key, label in [
+        (M.GEN_TOKENS_PER_S, "generation throughput (mean)"),
+        (M.STEP_TOKENS_PER_S, "end-to-end throughput (mean)"),
+    ]:
         _, ys = run.series(key)
         if ys:
             rows.append((label, f"{_mean(ys):.1f} tokens/s"))
-    for key, label in [(M.PEAK_RSS_MIB, "peak memory, process RSS"),
-                       (M.CUDA_MAX_ALLOCATED_MIB, "peak memory, CUDA allocated")]:
+    for key, label in [
+        (M.PEAK_RSS_MIB, "peak memory, process RSS"),
+        (M.CUDA_MAX_ALLOCATED_MIB, "peak memory, CUDA allocated"),
+    ]:
         _, ys = run.series(key)
         rows.append((label, f"{max(ys):.0f} MiB" if ys else "n/a (not logged by this run)"))
     return rows
@@ -152,7 +160,11 @@ def aha_hits(run: Run, *, pattern=None, rows: list[dict] | None = None) -> tuple
     """(ranked hits, per-step reflection curve, number of samples scanned) of ``rows`` (default: the run's samples)."""
     rows = run.samples() if rows is None else rows
     pattern = pattern or aha.compile_phrases()
-    return aha.find_aha(rows, pattern=pattern, accuracy_rule=accuracy_rule(run)), aha.reflection_curve(rows, pattern=pattern), len(rows)
+    return (
+        aha.find_aha(rows, pattern=pattern, accuracy_rule=accuracy_rule(run)),
+        aha.reflection_curve(rows, pattern=pattern),
+        len(rows),
+    )
 
 
 def aha_sample(hit: aha.AhaHit) -> Sample:
@@ -176,8 +188,10 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
     plots = out / "plots"
 
     doc = Doc(f"Run report: {run.name}")
-    doc.p(f"Run directory: {run.path.resolve()}. Status: {run.status()}. "
-          f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `rlvr report`.")
+    doc.p(
+        f"Run directory: {run.path.resolve()}. Status: {run.status()}. "
+        f"Generated {_dt.datetime.now().isoformat(timespec='seconds')} by `rlvr report`."
+    )
     if not run.metrics:
         doc.p("No training step has been logged yet (metrics.jsonl is missing or empty).")
 

@@ -18,11 +18,11 @@ def cmd_aha(args) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from rlvr.errors import UserError
     from rlvr.analysis import aha
     from rlvr.analysis.plots import save_aha_curve
     from rlvr.analysis.report import accuracy_rule, aha_hits
     from rlvr.analysis.run import load_run
+    from rlvr.errors import UserError
 
     if args.top < 0:
         raise UserError(f"--top {args.top}: must be >= 0")
@@ -45,7 +45,8 @@ def cmd_aha(args) -> int:
     tiers = {t: sum(h.tier == t for h in hits) for t in (1, 2, 3)}
     console.print(
         f"{len(hits)} of {scanned} completions reflect: {tiers[1]} correct and changed course, "
-        f"{tiers[2]} correct, {tiers[3]} other", markup=False,
+        f"{tiers[2]} correct, {tiers[3]} other",
+        markup=False,
     )
     for rank, hit in enumerate(hits[: args.top], start=1):
         console.print()
@@ -63,7 +64,8 @@ def cmd_aha(args) -> int:
         corrected = sum(r.corrected for r in revisions)
         console.print(
             f"\nwithout a reflection phrase, {len(revisions)} of {scanned} completions state more than one result "
-            f"(= N) or one other than their answer; {corrected} end right after first stating another:", markup=False,
+            f"(= N) or one other than their answer; {corrected} end right after first stating another:",
+            markup=False,
         )
         for rank, rev in enumerate(revisions[: args.top - len(hits)], start=1):
             console.print()
@@ -78,15 +80,24 @@ def cmd_aha(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "aha", help="find self-correcting ('aha moment') completions in a run's samples.jsonl",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "aha",
+        help="find self-correcting ('aha moment') completions in a run's samples.jsonl",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run", metavar="RUN", help="run directory")
     p.add_argument("--top", "-n", type=int, default=5, help="how many samples to print (default 5)")
-    p.add_argument("--phrase", action="append", metavar="TEXT",
-                   help="another reflection phrase, matched literally and case-insensitively (repeatable)")
-    p.add_argument("--no-default-phrases", action="store_true",
-                   help="use only the --phrase phrases (defaults: wait, let me check, let me re-…, verify, "
-                        "I made a mistake, double-check, on second thought, 等等, 检查, 重新, 验证, …)")
+    p.add_argument(
+        "--phrase",
+        action="append",
+        metavar="TEXT",
+        help="another reflection phrase, matched literally and case-insensitively (repeatable)",
+    )
+    p.add_argument(
+        "--no-default-phrases",
+        action="store_true",
+        help="use only the --phrase phrases (defaults: wait, let me check, let me re-…, verify, "
+        "I made a mistake, double-check, on second thought, 等等, 检查, 重新, 验证, …)",
+    )
     p.add_argument("--output", "-o", default=None, help="folder for aha_curve.png (default: RUN/report/plots)")
     p.set_defaults(func=cmd_aha)

@@ -39,7 +39,9 @@ def render_chat(tokenizer, template, messages: list[dict]) -> str:
 class Chat:
     """A conversation with one model: history, system prompt, temperature."""
 
-    def __init__(self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = ()) -> None:
+    def __init__(
+        self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = ()
+    ) -> None:
         from rlvr.cpu import PackedLinears, packable
         from rlvr.rollout.hf import eos_token_ids
 
@@ -74,9 +76,17 @@ class Chat:
         stop = StopStrings(self.tokenizer, self.stop, enc.input_ids.shape[1], 1, device) if self.stop else None
         kwargs = dict(
             stopping_criteria=StoppingCriteriaList([stop]) if stop else None,
-            input_ids=enc.input_ids, attention_mask=enc.attention_mask, max_new_tokens=self.max_new_tokens, do_sample=sample, eos_token_id=self.eos_ids,
+            input_ids=enc.input_ids,
+            attention_mask=enc.attention_mask,
+            max_new_tokens=self.max_new_tokens,
+            do_sample=sample,
+            eos_token_id=self.eos_ids,
             pad_token_id=self.tokenizer.pad_token_id,
-            **({"temperature": self.temperature, "top_p": 1.0, "top_k": 0} if sample else {"temperature": None, "top_p": None, "top_k": None}),
+            **(
+                {"temperature": self.temperature, "top_p": 1.0, "top_k": 0}
+                if sample
+                else {"temperature": None, "top_p": None, "top_k": None}
+            ),
         )
         if on_text is not None:
             on_text(self.template.assistant_prefix)
@@ -143,7 +153,7 @@ def _command(chat: Chat, line: str, console) -> bool:
     elif name == "/system":
         chat.system = arg.strip()
         chat.history.clear()
-        console.print(f"[dim](system prompt set; conversation cleared)[/dim]")
+        console.print("[dim](system prompt set; conversation cleared)[/dim]")
     elif name == "/temp":
         try:
             value = float(arg)
@@ -162,8 +172,7 @@ def _command(chat: Chat, line: str, console) -> bool:
 def cmd_chat(args) -> int:
     from rich.console import Console
 
-    from rlvr.commands.common import quiet_libraries
-    from rlvr.commands.common import model_settings
+    from rlvr.commands.common import model_settings, quiet_libraries
     from rlvr.evaluation import loading as eval_models
 
     if args.temperature < 0:
@@ -204,8 +213,12 @@ def cmd_chat(args) -> int:
 def register(sub) -> None:
     from rlvr.commands.common import add_model_args
 
-    p = sub.add_parser("chat", help="chat with a model in the terminal (or answer one question with --once)",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "chat",
+        help="chat with a model in the terminal (or answer one question with --once)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_model_args(p)
     p.add_argument("--once", default=None, metavar="QUESTION", help="answer one question on stdout and exit")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")

@@ -54,21 +54,52 @@ def load_cli_config(args):
 def add_model_args(p, *, many: bool = False) -> None:
     """--model and the prompt/generation flags shared by eval, chat and generate."""
     if many:
-        p.add_argument("--model", "-m", action="append", required=True, metavar="M",
-                       help="built-in name, HF directory, .gguf file, run directory or checkpoint (repeat to compare)")
+        p.add_argument(
+            "--model",
+            "-m",
+            action="append",
+            required=True,
+            metavar="M",
+            help="built-in name, HF directory, .gguf file, run directory or checkpoint (repeat to compare)",
+        )
     else:
-        p.add_argument("--model", "-m", required=True, metavar="M",
-                       help="built-in name, HF directory, .gguf file, run directory or checkpoint")
-    p.add_argument("--template", default=None,
-                   help="prompt template: r1, r1_base, cot, plain or a template file (default: the run's, else r1; plain for generate)")
-    p.add_argument("--system", default=None, help="system prompt ('' for none; default: the run's, else the template's)")
-    p.add_argument("--prefix", default=None, help="text that opens the assistant turn, e.g. '<think>' (default: the run's, else the template's)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="response length limit (default: the run's, else 256)")
+        p.add_argument(
+            "--model",
+            "-m",
+            required=True,
+            metavar="M",
+            help="built-in name, HF directory, .gguf file, run directory or checkpoint",
+        )
+    p.add_argument(
+        "--template",
+        default=None,
+        help="prompt template: r1, r1_base, cot, plain or a template file (default: the run's, else r1; plain for generate)",
+    )
+    p.add_argument(
+        "--system", default=None, help="system prompt ('' for none; default: the run's, else the template's)"
+    )
+    p.add_argument(
+        "--prefix",
+        default=None,
+        help="text that opens the assistant turn, e.g. '<think>' (default: the run's, else the template's)",
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=None, help="response length limit (default: the run's, else 256)"
+    )
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
-                   help="dtype to generate in (auto: bfloat16 only where the device runs it natively, else float32)")
-    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop string: a response ends after it (repeat for several; default: the run's rollout.stop, else none)")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float32"],
+        default="auto",
+        help="dtype to generate in (auto: bfloat16 only where the device runs it natively, else float32)",
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="stop string: a response ends after it (repeat for several; default: the run's rollout.stop, else none)",
+    )
 
 
 def model_settings(args, resolved: list, *, template: str) -> tuple:
@@ -76,7 +107,12 @@ def model_settings(args, resolved: list, *, template: str) -> tuple:
     from rlvr.evaluation.loading import generation_dtype, prompt_settings
 
     prompt = prompt_settings(
-        resolved, default_template=template, template=args.template, system=args.system, prefix=args.prefix,
-        max_new_tokens=args.max_new_tokens, stop=args.stop,
+        resolved,
+        default_template=template,
+        template=args.template,
+        system=args.system,
+        prefix=args.prefix,
+        max_new_tokens=args.max_new_tokens,
+        stop=args.stop,
     )
     return prompt, generation_dtype(args.device, args.dtype)

@@ -13,8 +13,8 @@ EXAMPLES = """examples:
 def cmd_compare(args) -> int:
     from pathlib import Path
 
-    from rlvr.errors import UserError
     from rlvr.analysis.compare import compare_runs, default_output
+    from rlvr.errors import UserError
 
     paths = []
     for p in map(Path, args.runs):
@@ -31,10 +31,17 @@ def cmd_compare(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "compare", help="overlay the curves of several runs; table of reward, accuracy, time, tokens/s, memory",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "compare",
+        help="overlay the curves of several runs; table of reward, accuracy, time, tokens/s, memory",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories")
-    p.add_argument("--output", "-o", default=None, help="output directory (default: PARENT/compare when the runs share a parent, else ./compare)")
+    p.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        help="output directory (default: PARENT/compare when the runs share a parent, else ./compare)",
+    )
     p.add_argument("--title", default="Run comparison", help="title of compare.md / compare.html")
     p.set_defaults(func=cmd_compare)

@@ -25,7 +25,9 @@ def _config(args):
     sources = [a for a in args.items if "=" not in a]
     overrides = [a for a in args.items if "=" in a]
     if len(sources) > 1:
-        raise UserError(f"give one config or data file, not {len(sources)} ({', '.join(sources)}); overrides look like key=value")
+        raise UserError(
+            f"give one config or data file, not {len(sources)} ({', '.join(sources)}); overrides look like key=value"
+        )
     config = None
     if sources:
         src = sources[0]
@@ -63,10 +65,14 @@ def cmd_preview(args) -> int:
         print(f"# no {args.split} rows")
         return 0
     t = prepared.template
-    print(f"# template {t.name}; system {t.system!r}; assistant prefix {t.assistant_prefix!r}; "
-          f"{len(prepared.rows)} {args.split} rows")
+    print(
+        f"# template {t.name}; system {t.system!r}; assistant prefix {t.assistant_prefix!r}; "
+        f"{len(prepared.rows)} {args.split} rows"
+    )
     for i, row in enumerate(prepared.rows[: args.n]):
-        print(f"\n===== {args.split} row {i + 1}: prompt ({row['prompt_tokens']} tokens), exactly as the model sees it =====")
+        print(
+            f"\n===== {args.split} row {i + 1}: prompt ({row['prompt_tokens']} tokens), exactly as the model sees it ====="
+        )
         print(row["prompt"] + "⟪END⟫")
         print(f"----- gold answer: {row['answer']!r}")
         if row["system"]:
@@ -91,7 +97,9 @@ def cmd_stats(args) -> int:
         return 0
     for split, s in out.items():
         p = s["prompt_tokens"]
-        print(f"{split}: {s['rows']} rows; prompt tokens min {p['min']} p50 {p['p50']} p90 {p['p90']} p99 {p['p99']} max {p['max']}")
+        print(
+            f"{split}: {s['rows']} rows; prompt tokens min {p['min']} p50 {p['p50']} p90 {p['p90']} p99 {p['p99']} max {p['max']}"
+        )
         print(f"{split}: left out: {s['dropped_summary']}")
     return 0
 
@@ -119,18 +127,28 @@ def register(sub) -> None:
     import argparse
 
     p = sub.add_parser(
-        "data", help="preview, inspect and prepare training data", epilog=EXAMPLES,
+        "data",
+        help="preview, inspect and prepare training data",
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     dsub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     helps = {
-        "preview": ("print the first rendered prompts exactly (special tokens visible), token counts, gold answers", cmd_preview),
+        "preview": (
+            "print the first rendered prompts exactly (special tokens visible), token counts, gold answers",
+            cmd_preview,
+        ),
         "stats": ("row counts, prompt-length percentiles, rows left out and why", cmd_stats),
         "prepare": ("render, tokenise and cache the data ahead of a run", cmd_prepare),
     }
     for name, (text, fn) in helps.items():
         q = dsub.add_parser(name, help=text, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-        q.add_argument("items", nargs="*", metavar="CONFIG-or-FILE key=value", help="a config (.yaml / preset name) or a data file, folder or glob; then overrides")
+        q.add_argument(
+            "items",
+            nargs="*",
+            metavar="CONFIG-or-FILE key=value",
+            help="a config (.yaml / preset name) or a data file, folder or glob; then overrides",
+        )
         if name == "preview":
             q.add_argument("--n", type=int, default=3, help="how many prompts to show (default 3)")
             q.add_argument("--split", choices=["train", "test"], default="train")

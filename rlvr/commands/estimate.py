@@ -24,7 +24,11 @@ def cmd_estimate(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("estimate", help="print the memory a config needs (parameters, AdamW, activations, KV cache) without loading weights",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "estimate",
+        help="print the memory a config needs (parameters, AdamW, activations, KV cache) without loading weights",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_config_args(p)
     p.set_defaults(func=cmd_estimate)

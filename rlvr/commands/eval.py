@@ -14,6 +14,7 @@ EXAMPLES = """examples:
   rlvr eval --model runs/quickstart/checkpoints/step_000020 --data gsm8k_test.jsonl --preset gsm8k --samples 8
 """
 
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
 
@@ -26,8 +27,15 @@ def _progress(console, label: str):
         return contextlib.nullcontext(), None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.description}"), TimeRemainingColumn(), console=console, transient=True)
+    progress = Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
     task = progress.add_task("", total=None)
 
     def on_batch(done: int, total: int, acc: float) -> None:
@@ -53,7 +61,15 @@ def comparison_table(labels: list[str], summaries: list[dict]):
         cells = []
         for s in summaries:
             v = s.get(k)
-            cells.append("-" if v is None else f"{v:d}" if isinstance(v, int) else f"{v:.1f}" if k in ("response_len_mean", "time_s") else f"{v:.3f}")
+            cells.append(
+                "-"
+                if v is None
+                else f"{v:d}"
+                if isinstance(v, int)
+                else f"{v:.1f}"
+                if k in ("response_len_mean", "time_s")
+                else f"{v:.3f}"
+            )
         table.add_row(k, *cells)
     return table
 
@@ -86,18 +102,40 @@ def cmd_eval(args) -> int:
         model, tokenizer = eval_models.load(r, dtype=dtype, device=args.device)
         if not labels:
             err.print(dtype_line, highlight=False, markup=False)
-        engine = HFRolloutEngine(model, tokenizer, max_new_tokens=max_new, dtype=dtype, batch_seqs=args.batch * args.samples,
-                                 stop=stop)
+        engine = HFRolloutEngine(
+            model, tokenizer, max_new_tokens=max_new, dtype=dtype, batch_seqs=args.batch * args.samples, stop=stop
+        )
         progress, on_batch = _progress(err, r.label)
         with progress:
-            result = evaluate(engine, tokenizer, rows, style=style, samples=args.samples, temperature=args.temperature,
-                              max_new_tokens=max_new, batch_prompts=args.batch, on_batch=on_batch)
+            result = evaluate(
+                engine,
+                tokenizer,
+                rows,
+                style=style,
+                samples=args.samples,
+                temperature=args.temperature,
+                max_new_tokens=max_new,
+                batch_prompts=args.batch,
+                on_batch=on_batch,
+            )
         sub = _slug(r.label) + ("" if r.label not in labels else f"-{len(labels) + 1}")  # two runs' 'last'
         where = out / sub if len(resolved) > 1 else out
-        write_result(result, where, model=r.spec, checkpoint=str(r.path), data=args.data, template=style.template,
-                     system_prompt=style.system_prompt, assistant_prefix=style.assistant_prefix)
-        err.print(f"{r.label}: accuracy {result.summary['accuracy']:.3f} on {len(rows)} problems "
-                  f"in {result.summary['time_s']:.1f} s -> {where}", highlight=False, markup=False)
+        write_result(
+            result,
+            where,
+            model=r.spec,
+            checkpoint=str(r.path),
+            data=args.data,
+            template=style.template,
+            system_prompt=style.system_prompt,
+            assistant_prefix=style.assistant_prefix,
+        )
+        err.print(
+            f"{r.label}: accuracy {result.summary['accuracy']:.3f} on {len(rows)} problems "
+            f"in {result.summary['time_s']:.1f} s -> {where}",
+            highlight=False,
+            markup=False,
+        )
         labels.append(r.label if r.label not in labels else f"{r.label} ({len(labels) + 1})")
         summaries.append(result.summary)
         del model, engine
@@ -108,14 +146,22 @@ def cmd_eval(args) -> int:
 def register(sub) -> None:
     from rlvr.commands.common import add_model_args
 
-    p = sub.add_parser("eval", help="evaluate models on a test set (accuracy, pass@k, maj@k)", epilog=EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "eval",
+        help="evaluate models on a test set (accuracy, pass@k, maj@k)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_model_args(p, many=True)
-    p.add_argument("--data", "-d", required=True, help="built-in task (arithmetic: its test split) or a data file/folder")
+    p.add_argument(
+        "--data", "-d", required=True, help="built-in task (arithmetic: its test split) or a data file/folder"
+    )
     p.add_argument("--preset", default=None, help="dataset preset of the data file, e.g. gsm8k")
     p.add_argument("--difficulty", type=int, default=1, help="arithmetic difficulty 1..4")
     p.add_argument("--limit", type=int, default=None, help="evaluate the first N problems")
-    p.add_argument("--samples", "-k", type=int, default=1, help="K samples per problem for pass@k and maj@K (1 = greedy only)")
+    p.add_argument(
+        "--samples", "-k", type=int, default=1, help="K samples per problem for pass@k and maj@K (1 = greedy only)"
+    )
     p.add_argument("--temperature", type=float, default=1.0, help="temperature of the K samples")
     p.add_argument("--batch", type=int, default=64, help="problems generated together")
     p.add_argument("--output", "-o", default=None, help="output folder (default: evals/DATA-TIME)")

@@ -28,18 +28,33 @@ def model_card(resolved, dtype: str) -> str:
     lines += [f"Exported by `rlvr export` from `{resolved.path}` ({dtype} weights)."]
     if base:
         lines += [f"Trained with GRPO-family RL with verifiable rewards (rlvr), starting from `{base}`."]
-    lines += ["", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-              "model = AutoModelForCausalLM.from_pretrained(PATH)", "tokenizer = AutoTokenizer.from_pretrained(PATH)", "```", ""]
+    lines += [
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "model = AutoModelForCausalLM.from_pretrained(PATH)",
+        "tokenizer = AutoTokenizer.from_pretrained(PATH)",
+        "```",
+        "",
+    ]
     data = cfg.get("data") or {}
     if data:
-        lines += ["## Prompt format", "",
-                  f"template `{data.get('template')}`, system prompt `{data.get('system_prompt')}`, "
-                  f"assistant prefix `{data.get('assistant_prefix')}` (see rlvr.data.templates).", ""]
+        lines += [
+            "## Prompt format",
+            "",
+            f"template `{data.get('template')}`, system prompt `{data.get('system_prompt')}`, "
+            f"assistant prefix `{data.get('assistant_prefix')}` (see rlvr.data.templates).",
+            "",
+        ]
     history = RunDir(resolved.run_dir).read_eval_history() if resolved.run_dir is not None else []
     if history:
         keys = [k for k in history[-1] if k.startswith(M.EVAL) and k != M.EVAL_TIME_S]
-        lines += ["## Evaluation during training", "", "| step | " + " | ".join(k.removeprefix(M.EVAL) for k in keys) + " |",
-                  "| --- |" + " --- |" * len(keys)]
+        lines += [
+            "## Evaluation during training",
+            "",
+            "| step | " + " | ".join(k.removeprefix(M.EVAL) for k in keys) + " |",
+            "| --- |" + " --- |" * len(keys),
+        ]
         for row in history:
             lines.append(f"| {row['step']} | " + " | ".join(f"{row.get(k, float('nan')):.3f}" for k in keys) + " |")
         lines.append("")
@@ -81,14 +96,22 @@ def cmd_export(args) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"exported {resolved.path} -> {out} ({args.dtype}, {sum(p.numel() for p in model.parameters()):,} parameters)")
+    print(
+        f"exported {resolved.path} -> {out} ({args.dtype}, {sum(p.numel() for p in model.parameters()):,} parameters)"
+    )
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="export a checkpoint as a clean Hugging Face directory (LoRA merged)",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="run directory (its last checkpoint), checkpoint directory, HF dir, .gguf or built-in name")
+    p = sub.add_parser(
+        "export",
+        help="export a checkpoint as a clean Hugging Face directory (LoRA merged)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "checkpoint", help="run directory (its last checkpoint), checkpoint directory, HF dir, .gguf or built-in name"
+    )
     p.add_argument("--output", "-o", required=True, help="new folder to write")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="weight dtype")
     p.set_defaults(func=cmd_export)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import json
+import sys
 from pathlib import Path
 
 from rlvr.errors import UserError
@@ -27,7 +27,7 @@ def read_prompts(path: str | Path) -> list[dict]:
     rows = []
     for lineno, obj in read_jsonl_values(path):
         if not isinstance(obj, dict) or not any(isinstance(obj.get(k), str) and obj[k].strip() for k in PROMPT_KEYS):
-            raise UserError(f"{path}:{lineno}: each row needs a non-empty \"question\" or \"prompt\" string")
+            raise UserError(f'{path}:{lineno}: each row needs a non-empty "question" or "prompt" string')
         rows.append(obj)
     if not rows:
         raise UserError(f"--input {path} holds no prompts")
@@ -35,8 +35,7 @@ def read_prompts(path: str | Path) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from rlvr.commands.common import quiet_libraries
-    from rlvr.commands.common import model_settings
+    from rlvr.commands.common import model_settings, quiet_libraries
     from rlvr.evaluation import loading as eval_models
 
     if args.samples < 1:
@@ -64,8 +63,17 @@ def cmd_generate(args) -> int:
     torch.manual_seed(args.seed)
     model, tokenizer = eval_models.load(resolved, dtype=dtype, device=args.device)
     print(dtype_line, file=sys.stderr, flush=True)
-    engine = HFRolloutEngine(model, tokenizer, max_new_tokens=max_new, temperature=args.temperature or 1.0,
-                             top_p=args.top_p, top_k=args.top_k, dtype=dtype, batch_seqs=args.batch * args.samples, stop=stop)
+    engine = HFRolloutEngine(
+        model,
+        tokenizer,
+        max_new_tokens=max_new,
+        temperature=args.temperature or 1.0,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        dtype=dtype,
+        batch_seqs=args.batch * args.samples,
+        stop=stop,
+    )
     template = style.resolve()
     prefix = "" if args.raw else template.assistant_prefix  # what the assistant said includes the prefix
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -75,18 +83,26 @@ def cmd_generate(args) -> int:
             chunk = rows[start : start + args.batch]
             prompts = []
             for r in chunk:
-                text = r.get("question") if isinstance(r.get("question"), str) and r["question"].strip() else r["prompt"]
+                text = (
+                    r.get("question") if isinstance(r.get("question"), str) and r["question"].strip() else r["prompt"]
+                )
                 prompts.append(text if args.raw else render_prompt(tokenizer, text, template=template))
             batch = engine.generate(prompts, args.samples, greedy=args.temperature == 0)
             lengths = batch.response_lengths.tolist()
             for i, r in enumerate(chunk):
                 rows_i = range(i * args.samples, (i + 1) * args.samples)
-                f.write(json.dumps({
-                    **r,
-                    "completions": [prefix + batch.texts[j] for j in rows_i],
-                    "lengths": [int(lengths[j]) for j in rows_i],
-                    "truncated": [bool(batch.truncated[j]) for j in rows_i],
-                }, ensure_ascii=False) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            **r,
+                            "completions": [prefix + batch.texts[j] for j in rows_i],
+                            "lengths": [int(lengths[j]) for j in rows_i],
+                            "truncated": [bool(batch.truncated[j]) for j in rows_i],
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
             print(f"{min(start + args.batch, len(rows))}/{len(rows)} prompts", flush=True)
     tmp.replace(out)
     print(f"wrote {len(rows)} rows x {args.samples} completions to {out}")
@@ -96,10 +112,14 @@ def cmd_generate(args) -> int:
 def register(sub) -> None:
     from rlvr.commands.common import add_model_args
 
-    p = sub.add_parser("generate", help="batch inference: K completions for every prompt of a JSONL file",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "generate",
+        help="batch inference: K completions for every prompt of a JSONL file",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_model_args(p)
-    p.add_argument("--input", "-i", required=True, help="JSONL file with a \"question\" or \"prompt\" per line")
+    p.add_argument("--input", "-i", required=True, help='JSONL file with a "question" or "prompt" per line')
     p.add_argument("--output", "-o", required=True, help="JSONL file to write (input rows + completions)")
     p.add_argument("--samples", "-k", type=int, default=1, help="completions per prompt")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")

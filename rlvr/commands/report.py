@@ -11,8 +11,8 @@ EXAMPLES = """examples:
 
 
 def cmd_report(args) -> int:
-    from rlvr.errors import UserError
     from rlvr.analysis.report import build_report
+    from rlvr.errors import UserError
 
     if args.top < 0:
         raise UserError(f"--top {args.top}: must be >= 0")
@@ -23,8 +23,10 @@ def cmd_report(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "report", help="plots + report.md/report.html of a run (finished, running or crashed)",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "report",
+        help="plots + report.md/report.html of a run (finished, running or crashed)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run", metavar="RUN", help="run directory")
     p.add_argument("--output", "-o", default=None, help="output directory (default: RUN/report)")

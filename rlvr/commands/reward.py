@@ -41,31 +41,39 @@ def _weights(text: str | None, n: int) -> list[float] | None:
     try:
         return [float(w) for w in _csv(text)]
     except ValueError:
-        raise UserError(f"--weights {text}: expected {n} comma-separated numbers, e.g. --weights {','.join(['1'] * n)}") from None
+        raise UserError(
+            f"--weights {text}: expected {n} comma-separated numbers, e.g. --weights {','.join(['1'] * n)}"
+        ) from None
 
 
 def read_rows(path: Path, label_keys: tuple[str, ...] = ("label", "answer")) -> list[dict]:
     """JSONL rows, each with 'completion' and a label (first of ``label_keys`` present, stored as
     'label'), plus '_line', the line number."""
     if not path.is_file():
-        raise UserError(f"input file {path} not found; give a JSONL file with one {{\"completion\": ..., \"label\": ...}} per line")
+        raise UserError(
+            f'input file {path} not found; give a JSONL file with one {{"completion": ..., "label": ...}} per line'
+        )
     from rlvr.data.files import read_jsonl_values
 
     rows = []
     for n, row in read_jsonl_values(path):
         if not isinstance(row, dict):
-            raise UserError(f"{path}:{n}: expected a JSON object with 'completion' and 'label', got {type(row).__name__}")
+            raise UserError(
+                f"{path}:{n}: expected a JSON object with 'completion' and 'label', got {type(row).__name__}"
+            )
         label_key = next((k for k in label_keys if k in row), None)
         if "completion" not in row or label_key is None:
             missing = "completion" if "completion" not in row else "label"
-            raise UserError(f"{path}:{n}: row has no '{missing}' (keys present: {', '.join(row) or 'none'}); each line needs 'completion' and 'label'")
+            raise UserError(
+                f"{path}:{n}: row has no '{missing}' (keys present: {', '.join(row) or 'none'}); each line needs 'completion' and 'label'"
+            )
         if not isinstance(row["completion"], str):
             raise UserError(f"{path}:{n}: 'completion' must be a string, got {type(row['completion']).__name__}")
         row["label"] = row.pop(label_key)
         row["_line"] = n
         rows.append(row)
     if not rows:
-        raise UserError(f"{path} has no rows; give a JSONL file with one {{\"completion\": ..., \"label\": ...}} per line")
+        raise UserError(f'{path} has no rows; give a JSONL file with one {{"completion": ..., "label": ...}} per line')
     return rows
 
 
@@ -146,11 +154,15 @@ def _verdicts(scorer, results, rows: list[dict]) -> int:
         got = {name: res.per_rule[name][0] for name in scorer.rules}
         ok = all(w is None or got[n] == w for n, w in want.items())
         bad += not ok
-        scores = "  ".join(f"{n}={got[n]:g}" + ("" if want[n] is None or got[n] == want[n] else f" (expected {want[n]:g})")
-                           for n in scorer.rules)
+        scores = "  ".join(
+            f"{n}={got[n]:g}" + ("" if want[n] is None or got[n] == want[n] else f" (expected {want[n]:g})")
+            for n in scorer.rules
+        )
         what = f"[{row['class']}] " if "class" in row else ""
         answer = extract_answer(row["completion"], fallback_last_number=True)
-        print(f"  line {row['_line']:>3}  {'ok ' if ok else 'BAD'}  {scores}  {what}answer {answer!r} gold {str(row['label'])[-40:]!r}")
+        print(
+            f"  line {row['_line']:>3}  {'ok ' if ok else 'BAD'}  {scores}  {what}answer {answer!r} gold {str(row['label'])[-40:]!r}"
+        )
     print(f"{checked - bad} of {checked} rows as expected")
     return 1 if bad else 0
 
@@ -191,7 +203,9 @@ def cmd_check(args) -> int:
         logged = f"{sum(old[i] for i in have) / len(have):8.4f}" if have else f"{'-':>8s}"
         print(f"{name:24s} {logged} {sum(new) / len(new):8.4f} {len(changed):8d}")
         for i in changed[: args.show]:
-            print(f"    line {rows[i]['_line']}: logged {old[i]:g} now {new[i]:g}  label={rows[i]['label']!r}  {rows[i]['completion'][-80:]!r}")
+            print(
+                f"    line {rows[i]['_line']}: logged {old[i]:g} now {new[i]:g}  label={rows[i]['label']!r}  {rows[i]['completion'][-80:]!r}"
+            )
     errs = {name: sum(r.errors[name] for r in results) for name in rules}
     if any(errs.values()):
         print("errors: " + ", ".join(f"{k}={v}" for k, v in errs.items() if v))
@@ -206,20 +220,30 @@ def _common(p) -> None:
 
 def register(sub) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
-    p = sub.add_parser("reward", help="list reward rules, score completions, re-check a run", epilog=EXAMPLES, formatter_class=fmt)
+    p = sub.add_parser(
+        "reward", help="list reward rules, score completions, re-check a run", epilog=EXAMPLES, formatter_class=fmt
+    )
     rsub = p.add_subparsers(dest="reward_command", metavar="SUBCOMMAND", required=True)
     q = rsub.add_parser("list", help="the built-in rules and what they score")
     q.set_defaults(func=cmd_list)
-    sub.add_parser("rewards", help="list the built-in reward rules (same as `rlvr reward list`)").set_defaults(func=cmd_list)
+    sub.add_parser("rewards", help="list the built-in reward rules (same as `rlvr reward list`)").set_defaults(
+        func=cmd_list
+    )
     q = rsub.add_parser("score", help="score a JSONL file of completions", epilog=EXAMPLES, formatter_class=fmt)
     q.add_argument("--rules", required=True, help="comma-separated rule names or plugins, e.g. accuracy,format")
-    q.add_argument("--input", required=True, help="JSONL: one {completion, label, ...extra fields} per line; rows with "
-                   "'expected' (a score, or {rule: score}) are checked: a verdict each, exit 1 if any differs")
+    q.add_argument(
+        "--input",
+        required=True,
+        help="JSONL: one {completion, label, ...extra fields} per line; rows with "
+        "'expected' (a score, or {rule: score}) are checked: a verdict each, exit 1 if any differs",
+    )
     q.add_argument("--output", help="write each line with its per-rule 'rewards' and total 'reward' here")
     q.add_argument("--slowest", type=int, default=5, help="how many of the slowest items to show")
     _common(q)
     q.set_defaults(func=cmd_score)
-    q = rsub.add_parser("check", help="re-score a run's samples.jsonl with the current rules", epilog=EXAMPLES, formatter_class=fmt)
+    q = rsub.add_parser(
+        "check", help="re-score a run's samples.jsonl with the current rules", epilog=EXAMPLES, formatter_class=fmt
+    )
     q.add_argument("run", help="run directory (holds samples.jsonl and config.yaml)")
     q.add_argument("--rules", help="rules to use instead of the run's reward.rules")
     q.add_argument("--show", type=int, default=3, help="changed samples to print per rule")

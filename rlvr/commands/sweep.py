@@ -256,6 +256,7 @@ def run_sweep(
             note(f"[{i}/{len(runs)}] {r.name}: failed (exit status {rc}); going on with the next run")
     return runs, failed
 
+
 EXAMPLES = """examples:
   rlvr sweep --grid rollout.samples_per_prompt=4,8 --sweep-dir runs/g_ablation train.steps=20
   rlvr sweep --config configs/quickstart.yaml --grid train.lr=5e-6,1e-5 --repeat 2
@@ -267,8 +268,8 @@ stopped run resumes from its last checkpoint.
 
 
 def cmd_sweep(args) -> int:
-    from rlvr.commands.common import quiet_libraries
     from rlvr.analysis.compare import compare_runs
+    from rlvr.commands.common import quiet_libraries
 
     spec = load_spec(args.spec) if args.spec else {}
     grid = list(spec.get("grid", []))
@@ -307,15 +308,25 @@ def register(sub) -> None:
     from rlvr.commands.common import add_config_args
 
     p = sub.add_parser(
-        "sweep", help="run a grid of configs one after another (resumable), then compare them",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "sweep",
+        help="run a grid of configs one after another (resumable), then compare them",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_args(p)
-    p.add_argument("--grid", "-g", action="append", metavar="KEY=V1,V2",
-                   help="a config key and its values (repeat for a cartesian product); lists: key=[1,0],[1,1]")
+    p.add_argument(
+        "--grid",
+        "-g",
+        action="append",
+        metavar="KEY=V1,V2",
+        help="a config key and its values (repeat for a cartesian product); lists: key=[1,0],[1,1]",
+    )
     p.add_argument("--repeat", type=int, default=None, help="seeds per combination: seed, seed+1, … (default 1)")
     p.add_argument("--sweep-dir", default=None, help="parent of the run directories (default runs/sweep)")
-    p.add_argument("--spec", default=None,
-                   help="sweep spec YAML (config, grid, repeat, sweep_dir, overrides), or a name in configs/ablations/")
+    p.add_argument(
+        "--spec",
+        default=None,
+        help="sweep spec YAML (config, grid, repeat, sweep_dir, overrides), or a name in configs/ablations/",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the runs and their state; train nothing")
     p.set_defaults(func=cmd_sweep)

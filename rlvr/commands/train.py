@@ -53,7 +53,9 @@ def cmd_config(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="run GRPO training", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "train", help="run GRPO training", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_config_args(p)
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("config", help="print the resolved config, or every key with --docs")

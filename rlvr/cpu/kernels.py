@@ -58,8 +58,24 @@ OPENMP_RUNTIMES = re.compile(r"/(libgomp[^/]*|libomp[^/]*|libiomp5[^/]*|libomp-[
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
-SLOTS = ("ln_attn", "qkv", "qkv_bias", "o", "o_bias", "ln_mlp", "gate", "gate_bias", "up", "up_bias", "down",
-         "down_bias", "keys_t", "values", "prompt_kt", "prompt_v")
+SLOTS = (
+    "ln_attn",
+    "qkv",
+    "qkv_bias",
+    "o",
+    "o_bias",
+    "ln_mlp",
+    "gate",
+    "gate_bias",
+    "up",
+    "up_bias",
+    "down",
+    "down_bias",
+    "keys_t",
+    "values",
+    "prompt_kt",
+    "prompt_v",
+)
 """What :meth:`DecodeKernels.step` reads per layer, in the order of ``decode_kernels.c``'s enum: norm
 weights, panels (:meth:`DecodeKernels.panels`) and biases of the products, and the layer's cache
 (:class:`~rlvr.cpu.lean.CascadeCache`'s layouts)."""
@@ -122,8 +138,16 @@ class DecodeKernels:
             row += p.shape[0]
         return out
 
-    def linear(self, x: Tensor, panels: Tensor, n: int, bias: Tensor | None = None, *, add: Tensor | None = None,
-               mul: Tensor | None = None) -> Tensor:
+    def linear(
+        self,
+        x: Tensor,
+        panels: Tensor,
+        n: int,
+        bias: Tensor | None = None,
+        *,
+        add: Tensor | None = None,
+        mul: Tensor | None = None,
+    ) -> Tensor:
         """``x`` [M, K] W^T + ``bias`` for W in :meth:`panels` (``n`` outputs), then ``+ add`` or ``* mul``
         ([M, n]); x, bias and the other operand contiguous float32."""
         _check(x, "x", dims=2)
@@ -135,8 +159,18 @@ class DecodeKernels:
         if other is not None:
             _check(other, "add" if op == 1 else "mul", shape=(M, n))
         y, xt = x.new_empty(M, n), x.new_empty(M * K)  # xt: x in the products' k-major layout
-        self.lib.lean_linear(x.data_ptr(), M, K, panels.data_ptr(), n, None if bias is None else bias.data_ptr(), op,
-                             None if other is None else other.data_ptr(), xt.data_ptr(), y.data_ptr())
+        self.lib.lean_linear(
+            x.data_ptr(),
+            M,
+            K,
+            panels.data_ptr(),
+            n,
+            None if bias is None else bias.data_ptr(),
+            op,
+            None if other is None else other.data_ptr(),
+            xt.data_ptr(),
+            y.data_ptr(),
+        )
         return y
 
     def exp(self, x: Tensor) -> Tensor:
@@ -160,8 +194,9 @@ class DecodeKernels:
         if u.shape != (logits.shape[0],) or u.device.type != "cpu":
             raise ValueError(f"u must be [{logits.shape[0]}] on the CPU, got {tuple(u.shape)} on {u.device}")
         out = torch.empty(logits.shape[0], dtype=torch.int64)
-        self.lib.lean_pick(logits.data_ptr(), logits.shape[0], logits.shape[1], temperature, u.data_ptr(), block,
-                           out.data_ptr())
+        self.lib.lean_pick(
+            logits.data_ptr(), logits.shape[0], logits.shape[1], temperature, u.data_ptr(), block, out.data_ptr()
+        )
         if (out < 0).any():
             bad = (out < 0).nonzero().flatten().tolist()
             raise ValueError(f"logits of rows {bad[:8]} contain NaN, or no finite value: nothing to sample")
@@ -181,12 +216,26 @@ class DecodeKernels:
                     _check(layer[k], f"layer {i}'s {k}")
                 elif not k.endswith("_bias"):
                     raise ValueError(f"layer {i}'s {k} is missing (only biases may be None)")
-        return torch.tensor([[0 if layer[k] is None else layer[k].data_ptr() for k in SLOTS] for layer in layers],
-                            dtype=torch.int64)
+        return torch.tensor(
+            [[0 if layer[k] is None else layer[k].data_ptr() for k in SLOTS] for layer in layers], dtype=torch.int64
+        )
 
-    def step(self, shape: StepShape, table: Tensor, final_norm: Tensor, head: Tensor, head_bias: Tensor | None,
-             bias: Tensor, prompt: Tensor, cache_row: Tensor, capacity: int, t: int, cos: Tensor, sin: Tensor,
-             x: Tensor) -> Tensor:
+    def step(
+        self,
+        shape: StepShape,
+        table: Tensor,
+        final_norm: Tensor,
+        head: Tensor,
+        head_bias: Tensor | None,
+        bias: Tensor,
+        prompt: Tensor,
+        cache_row: Tensor,
+        capacity: int,
+        t: int,
+        cos: Tensor,
+        sin: Tensor,
+        x: Tensor,
+    ) -> Tensor:
         """Logits [b, vocab] of one decode step of ``x`` [b, hidden] (the tokens' embeddings; overwritten)
         with the rotary tables ``cos``, ``sin`` [b, head_dim] at their positions; each layer's keys and
         values (``table``, :meth:`table`) written at response position ``t`` of their ``capacity``.
@@ -196,8 +245,10 @@ class DecodeKernels:
         ``table`` are the caller's (:meth:`table` checks the tensors it is built from)."""
         s, b, L = shape, x.shape[0], bias.shape[-1]
         if L % self.width or capacity % self.width:
-            raise ValueError(f"the prompt length ({L}) and the capacity ({capacity}) must be multiples of {self.width} "
-                             "(CascadeCache(multiple=width) pads them)")
+            raise ValueError(
+                f"the prompt length ({L}) and the capacity ({capacity}) must be multiples of {self.width} "
+                "(CascadeCache(multiple=width) pads them)"
+            )
         if not 0 <= t < capacity:
             raise ValueError(f"response position t={t} is outside the capacity {capacity}")
         _check(x, "x", shape=(b, s.hidden))
@@ -216,25 +267,52 @@ class DecodeKernels:
         work = x.new_empty(self.lib.lean_step_work(b, s.hidden, s.intermediate, s.heads, s.kv_heads, s.head_dim, L, t))
         logits = x.new_empty(b, s.vocab)
         rc = self.lib.lean_step(
-            table.data_ptr(), s.layers, s.hidden, s.intermediate, s.vocab, s.heads, s.kv_heads, s.head_dim, s.eps,
-            s.scaling, final_norm.data_ptr(), head.data_ptr(), None if head_bias is None else head_bias.data_ptr(),
-            bias.data_ptr(), prompt.data_ptr(), cache_row.data_ptr(), L, capacity, t, b, cos.data_ptr(), sin.data_ptr(),
-            x.data_ptr(), work.data_ptr(), logits.data_ptr())
+            table.data_ptr(),
+            s.layers,
+            s.hidden,
+            s.intermediate,
+            s.vocab,
+            s.heads,
+            s.kv_heads,
+            s.head_dim,
+            s.eps,
+            s.scaling,
+            final_norm.data_ptr(),
+            head.data_ptr(),
+            None if head_bias is None else head_bias.data_ptr(),
+            bias.data_ptr(),
+            prompt.data_ptr(),
+            cache_row.data_ptr(),
+            L,
+            capacity,
+            t,
+            b,
+            cos.data_ptr(),
+            sin.data_ptr(),
+            x.data_ptr(),
+            work.data_ptr(),
+            logits.data_ptr(),
+        )
         if rc != 0:
-            raise ValueError(f"the compiled step has no kernel for {s.heads} query heads over {s.kv_heads} key/value heads "
-                             f"of size {s.head_dim} (or a size is out of range): error {rc}")
+            raise ValueError(
+                f"the compiled step has no kernel for {s.heads} query heads over {s.kv_heads} key/value heads "
+                f"of size {s.head_dim} (or a size is out of range): error {rc}"
+            )
         return logits
 
 
-def _check(t: Tensor, name: str, *, dims: int | None = None, shape: tuple | None = None,
-           dtype: torch.dtype = torch.float32) -> None:
+def _check(
+    t: Tensor, name: str, *, dims: int | None = None, shape: tuple | None = None, dtype: torch.dtype = torch.float32
+) -> None:
     """ValueError unless ``t`` is a contiguous CPU tensor of ``dtype`` (and ``dims`` dimensions / ``shape``):
     the C code reads raw addresses, so a wrong tensor must stop here."""
     if not isinstance(t, Tensor):
         raise ValueError(f"{name} must be a tensor, got {type(t).__name__}")
     if t.device.type != "cpu" or t.dtype != dtype or not t.is_contiguous():
-        raise ValueError(f"{name} must be a contiguous {str(dtype).removeprefix('torch.')} CPU tensor, got "
-                         f"{str(t.dtype).removeprefix('torch.')} on {t.device}{'' if t.is_contiguous() else ', not contiguous'}")
+        raise ValueError(
+            f"{name} must be a contiguous {str(dtype).removeprefix('torch.')} CPU tensor, got "
+            f"{str(t.dtype).removeprefix('torch.')} on {t.device}{'' if t.is_contiguous() else ', not contiguous'}"
+        )
     if dims is not None and t.dim() != dims:
         raise ValueError(f"{name} must have {dims} dimensions, got shape {tuple(t.shape)}")
     if shape is not None and tuple(t.shape) != tuple(shape):
@@ -280,8 +358,13 @@ def build(cc: str | list[str], march: str = "native") -> DecodeKernels:
     flags = [f for f in FLAGS if not f.startswith("-march=")] + [f"-march={march}"]
     with tempfile.TemporaryDirectory(prefix="rlvr-kernel-") as tmp:
         so = Path(tmp) / "decode_kernels.so"
-        subprocess.run([*cmd, *flags, "-o", str(so), "-x", "c", str(SOURCE)], check=True, capture_output=True, text=True,
-                       timeout=300)
+        subprocess.run(
+            [*cmd, *flags, "-o", str(so), "-x", "c", str(SOURCE)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         return DecodeKernels(ctypes.CDLL(str(so)))  # stays loaded after the directory is removed
 
 
@@ -301,8 +384,10 @@ def load() -> DecodeKernels | None:
     elif setting == "0":
         why_not = "RLVR_DECODE_KERNELS=0"
     elif setting != "1" and not default_on():
-        why_not = (f"off by default on {sys.platform}/{platform.machine()} (measured on x86-64 Linux only); "
-                   "RLVR_DECODE_KERNELS=1 turns them on")
+        why_not = (
+            f"off by default on {sys.platform}/{platform.machine()} (measured on x86-64 Linux only); "
+            "RLVR_DECODE_KERNELS=1 turns them on"
+        )
     elif (cc := _compiler()) is None:
         why_not = "no C compiler (cc or gcc, or $CC) on PATH"
     else:
@@ -310,7 +395,9 @@ def load() -> DecodeKernels | None:
         try:
             kernels = build(cc)
         except subprocess.CalledProcessError as e:
-            why_not = f"{name} failed to build {SOURCE.name}: {_first_error(e.stderr or e.stdout or f'exit {e.returncode}')}"
+            why_not = (
+                f"{name} failed to build {SOURCE.name}: {_first_error(e.stderr or e.stdout or f'exit {e.returncode}')}"
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             why_not = f"could not build {SOURCE.name} with {name}: {e}"
         except Exception as e:  # noqa: BLE001 - a library that loads but is not ours (a missing symbol): fall back
@@ -318,8 +405,10 @@ def load() -> DecodeKernels | None:
         else:
             runtimes = openmp_runtimes()
             if len(runtimes) > 1:
-                why_not = (f"two OpenMP runtimes are loaded ({', '.join(runtimes)}); the kernels' threads would not "
-                           "follow torch.set_num_threads")
+                why_not = (
+                    f"two OpenMP runtimes are loaded ({', '.join(runtimes)}); the kernels' threads would not "
+                    "follow torch.set_num_threads"
+                )
             else:
                 return kernels
     return None

@@ -80,8 +80,15 @@ def unsupported(model, packed: PackedLinears | None) -> str | None:
 def _projections(layer) -> dict[str, nn.Module]:
     """A decoder layer's seven projections by name: attention's q, k, v, o and the MLP's gate, up, down."""
     a, m = layer.self_attn, layer.mlp
-    return {"q_proj": a.q_proj, "k_proj": a.k_proj, "v_proj": a.v_proj, "o_proj": a.o_proj,
-            "gate_proj": m.gate_proj, "up_proj": m.up_proj, "down_proj": m.down_proj}
+    return {
+        "q_proj": a.q_proj,
+        "k_proj": a.k_proj,
+        "v_proj": a.v_proj,
+        "o_proj": a.o_proj,
+        "gate_proj": m.gate_proj,
+        "up_proj": m.up_proj,
+        "down_proj": m.down_proj,
+    }
 
 
 def _products(model):
@@ -127,17 +134,21 @@ class _Fused:
             return
         modules = [s.module for s in self.parts]
         self.packed = self.layout([m.weight.detach() for m in modules], self.packed)
-        self.bias = None if all(m.bias is None for m in modules) else torch.cat([
-            m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in modules]).detach().contiguous()
+        self.bias = (
+            None
+            if all(m.bias is None for m in modules)
+            else torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in modules])
+            .detach()
+            .contiguous()
+        )
         self._made_from = made_from
 
 
 class _Layer:
     """One decoder layer's norms and products.
 
-    With oneDNN (torch operations): the packed products, [q; k; v] fused (for SmolLM2-135M's 30 layers
-    at 16 rows, 2.3 against 3.2 ms a decode step). [gate; up] fused as well measured no faster within
-    the noise (a whole step 30.5 against 29.9 ms) for 0.2 GiB more, so the gate's product carries the
+    With oneDNN (torch operations): the packed products, [q; k; v] fused (faster: ``benchmarks/NOTES.md``).
+    [gate; up] fused as well measured no faster within the noise for more memory, so the gate's product carries the
     SiLU and the up product the multiplication as oneDNN post-ops instead.
 
     With the compiled kernels: every product in the kernels' panel layout ([q; k; v] as one), a
@@ -153,7 +164,9 @@ class _Layer:
         else:
             panels = compiled.panels
             self.qkv = _Fused(q, k, v, layout=panels)
-            self.o, self.gate, self.up, self.down = (_Fused(s, layout=panels) for s in (self.o, self.gate, self.up, self.down))
+            self.o, self.gate, self.up, self.down = (
+                _Fused(s, layout=panels) for s in (self.o, self.gate, self.up, self.down)
+            )
             self.fused = [self.qkv, self.o, self.gate, self.up, self.down]
 
 
@@ -178,8 +191,16 @@ class CascadeCache:
             where (the compiled step reads each row's own; no copy when rows finish).
     """
 
-    def __init__(self, layers: list[tuple[Tensor, Tensor]], attention_mask: Tensor, group_size: int, capacity: int,
-                 heads: int, multiple: int = 1, move_rows: bool = True) -> None:
+    def __init__(
+        self,
+        layers: list[tuple[Tensor, Tensor]],
+        attention_mask: Tensor,
+        group_size: int,
+        capacity: int,
+        heads: int,
+        multiple: int = 1,
+        move_rows: bool = True,
+    ) -> None:
         k0 = layers[0][0]
         P, kv, length, d = k0.shape
         L, capacity = -(-length // multiple) * multiple, -(-capacity // multiple) * multiple
@@ -242,9 +263,12 @@ class LeanDecoder:
         D = attn.head_dim
         self.heads, self.kv_heads, self.head_dim, self.scaling = H, KV, D, float(attn.scaling)
         has_bias = any(getattr(m, "bias", None) is not None for _, m in _products(model))
-        check = (type(model).__name__, has_bias, model.lm_head.weight is base.embed_tokens.weight) if self_check else None
-        self.kernel, self.why_torch = (None, "kernel=False") if kernel is False else _kernel_for(
-            H, KV, D, required=kernel is True, check=check)
+        check = (
+            (type(model).__name__, has_bias, model.lm_head.weight is base.embed_tokens.weight) if self_check else None
+        )
+        self.kernel, self.why_torch = (
+            (None, "kernel=False") if kernel is False else _kernel_for(H, KV, D, required=kernel is True, check=check)
+        )
         self.attention = "kernel" if self.kernel is not None else "torch"
         """How the products and the attention run: ``kernel`` (compiled, :mod:`rlvr.cpu.kernels`) or
         ``torch`` operations (oneDNN's packed products)."""
@@ -254,9 +278,16 @@ class LeanDecoder:
         if self.kernel is not None:
             self.head = _Fused(self.head, layout=self.kernel.panels)
             self.shape = kernels.StepShape(
-                layers=len(self.layers), hidden=cfg.hidden_size, intermediate=cfg.intermediate_size,
-                vocab=model.lm_head.out_features, heads=H, kv_heads=KV, head_dim=D,
-                eps=float(self.norm.variance_epsilon), scaling=self.scaling)
+                layers=len(self.layers),
+                hidden=cfg.hidden_size,
+                intermediate=cfg.intermediate_size,
+                vocab=model.lm_head.out_features,
+                heads=H,
+                kv_heads=KV,
+                head_dim=D,
+                eps=float(self.norm.variance_epsilon),
+                scaling=self.scaling,
+            )
         # torch operations: rotary as x·cos + roll(x, D/2)·sin·sign (rotate_half(x) = roll(x, D/2) with the
         # first half negated), on the query and key heads at once, the attention's scaling folded into the queries
         p = next(model.parameters())
@@ -275,18 +306,43 @@ class LeanDecoder:
     def cache(self, hf_cache, attention_mask: Tensor, group_size: int, capacity: int) -> CascadeCache:
         """A :class:`CascadeCache` from the prefill's Hugging Face cache of the P prompts; repacks stale weights."""
         self.packed.refresh()
-        for fused in [f for layer in self.layers for f in layer.fused] + ([self.head] if self.kernel is not None else []):
+        for fused in [f for layer in self.layers for f in layer.fused] + (
+            [self.head] if self.kernel is not None else []
+        ):
             fused.refresh()
-        c = CascadeCache([(layer.keys, layer.values) for layer in hf_cache.layers], attention_mask, group_size,
-                         capacity, self.heads, multiple=self.kernel.width if self.kernel is not None else 1,
-                         move_rows=self.kernel is None)
+        c = CascadeCache(
+            [(layer.keys, layer.values) for layer in hf_cache.layers],
+            attention_mask,
+            group_size,
+            capacity,
+            self.heads,
+            multiple=self.kernel.width if self.kernel is not None else 1,
+            move_rows=self.kernel is None,
+        )
         if self.kernel is not None:
-            c.table = self.kernel.table([
-                {"ln_attn": layer.ln_attn.weight, "qkv": layer.qkv.packed, "qkv_bias": layer.qkv.bias,
-                 "o": layer.o.packed, "o_bias": layer.o.bias, "ln_mlp": layer.ln_mlp.weight,
-                 "gate": layer.gate.packed, "gate_bias": layer.gate.bias, "up": layer.up.packed, "up_bias": layer.up.bias,
-                 "down": layer.down.packed, "down_bias": layer.down.bias, "keys_t": c.keys_t[i], "values": c.values[i],
-                 "prompt_kt": c.prompt_kt[i], "prompt_v": c.prompt_v[i]} for i, layer in enumerate(self.layers)])
+            c.table = self.kernel.table(
+                [
+                    {
+                        "ln_attn": layer.ln_attn.weight,
+                        "qkv": layer.qkv.packed,
+                        "qkv_bias": layer.qkv.bias,
+                        "o": layer.o.packed,
+                        "o_bias": layer.o.bias,
+                        "ln_mlp": layer.ln_mlp.weight,
+                        "gate": layer.gate.packed,
+                        "gate_bias": layer.gate.bias,
+                        "up": layer.up.packed,
+                        "up_bias": layer.up.bias,
+                        "down": layer.down.packed,
+                        "down_bias": layer.down.bias,
+                        "keys_t": c.keys_t[i],
+                        "values": c.values[i],
+                        "prompt_kt": c.prompt_kt[i],
+                        "prompt_v": c.prompt_v[i],
+                    }
+                    for i, layer in enumerate(self.layers)
+                ]
+            )
         return c
 
     @torch.no_grad()
@@ -312,8 +368,21 @@ class LeanDecoder:
 
     def _kernel_step(self, x: Tensor, cos: Tensor, sin: Tensor, c: CascadeCache) -> Tensor:
         """:meth:`step` by the compiled kernels: the whole step in one call (``decode_kernels.c``'s ``lean_step``)."""
-        logits = self.kernel.step(self.shape, c.table, self.norm.weight, self.head.packed, self.head.bias, c.bias,
-                                  c.live_p, c.live, c.keys_t.shape[-1], c.length, cos, sin, x)
+        logits = self.kernel.step(
+            self.shape,
+            c.table,
+            self.norm.weight,
+            self.head.packed,
+            self.head.bias,
+            c.bias,
+            c.live_p,
+            c.live,
+            c.keys_t.shape[-1],
+            c.length,
+            cos,
+            sin,
+            x,
+        )
         c.length += 1
         return logits
 
@@ -340,7 +409,9 @@ class LeanDecoder:
         own = torch.bmm(qr.reshape(b * KV, rep, D), keys).view(b, KV, rep, t)
         p = torch.cat([prompt, own], -1).softmax(-1)  # [b, KV, rep, L + t]
         c.p_groups[c.live_p, :, c.live_g] = p[..., :L]
-        from_prompt = torch.bmm(c.p_groups.view(P * KV, G * rep, L), c.prompt_v[i]).view(P, KV, G, rep, D)[c.live_p, :, c.live_g]
+        from_prompt = torch.bmm(c.p_groups.view(P * KV, G * rep, L), c.prompt_v[i]).view(P, KV, G, rep, D)[
+            c.live_p, :, c.live_g
+        ]
         values = c.values[i, :b, :, :t].flatten(0, 1)
         out = torch.baddbmm(from_prompt.reshape(b * KV, rep, D), p[..., L:].flatten(0, 1), values)
         return out.view(b, KV * rep * D)
@@ -367,8 +438,9 @@ SELF_CHECK_ROWS = (1, 17)
 
 
 @functools.cache
-def kernel_self_check(arch: str, heads: int, kv_heads: int, head_dim: int, *, bias: bool = False,
-                      tied: bool = True) -> str | None:
+def kernel_self_check(
+    arch: str, heads: int, kv_heads: int, head_dim: int, *, bias: bool = False, tied: bool = True
+) -> str | None:
     """None when one compiled step of a tiny random model with this head layout (``arch``, query and
     key/value heads, head size, biases, tied embeddings) gives the logits of the torch-operations
     step at :data:`SELF_CHECK_ROWS` rows; else one line saying how they differ (the kernels are then
@@ -376,9 +448,21 @@ def kernel_self_check(arch: str, heads: int, kv_heads: int, head_dim: int, *, bi
     k = kernels.load()
     if k is None:
         return kernels.why_not
-    shape = dict(vocab_size=96, hidden_size=8 * heads, intermediate_size=48, num_hidden_layers=1, num_attention_heads=heads,
-                 num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
-                 tie_word_embeddings=tied, pad_token_id=0, bos_token_id=None, eos_token_id=1, bias=bias)
+    shape = dict(
+        vocab_size=96,
+        hidden_size=8 * heads,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=1,
+        bias=bias,
+    )
     try:
         return _self_check(k, arch, heads, kv_heads, head_dim, shape)
     except Exception as e:  # noqa: BLE001 - whatever fails here, the torch step still runs
@@ -402,8 +486,10 @@ def _self_check(k, arch: str, heads: int, kv_heads: int, head_dim: int, shape: d
         prompt = torch.randint(2, 96, (1, 5))
         mask = torch.ones_like(prompt)
         packed = PackedLinears(model, rows_hint=16)
-        decoders = {"compiled": LeanDecoder(model, packed, kernel=True, self_check=False),
-                    "torch": LeanDecoder(model, packed, kernel=False)}
+        decoders = {
+            "compiled": LeanDecoder(model, packed, kernel=True, self_check=False),
+            "torch": LeanDecoder(model, packed, kernel=False),
+        }
         for rows in SELF_CHECK_ROWS:
             tokens = torch.randint(2, 96, (rows,))
             logits = {}
@@ -415,7 +501,9 @@ def _self_check(k, arch: str, heads: int, kv_heads: int, head_dim: int, shape: d
             got, want = logits["compiled"], logits["torch"]
             diff = (got - want).abs().max().item() if got.shape == want.shape else float("inf")
             if not torch.isfinite(got).all() or diff > 1e-3 * (1 + want.abs().max().item()):
-                return (f"the compiled step disagrees with the torch step on a {arch} with {heads} query heads over "
-                        f"{kv_heads} key/value heads of size {head_dim} at {rows} rows (max difference {diff:.3g}); "
-                        "the decode runs as torch operations")
+                return (
+                    f"the compiled step disagrees with the torch step on a {arch} with {heads} query heads over "
+                    f"{kv_heads} key/value heads of size {head_dim} at {rows} rows (max difference {diff:.3g}); "
+                    "the decode runs as torch operations"
+                )
     return None

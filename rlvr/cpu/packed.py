@@ -48,7 +48,11 @@ PACKED_DTYPES = (torch.float32, torch.bfloat16)
 def packing_available() -> bool:
     """oneDNN is built into this torch and has the prepacked-linear ops."""
     ops = torch.ops.mkldnn
-    return torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(ops, "_reorder_linear_weight")
+        and hasattr(ops, "_linear_pointwise")
+    )
 
 
 ONEDNN_BF16_FEATURES = (("avx512bw", "avx512vl", "avx512dq"), ("avx_ne_convert",))
@@ -138,8 +142,15 @@ def pack_weight(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows_hint)
 
 
-def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None, *,
-                  add: torch.Tensor | None = None, mul: torch.Tensor | None = None, silu: bool = False) -> torch.Tensor:
+def packed_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    add: torch.Tensor | None = None,
+    mul: torch.Tensor | None = None,
+    silu: bool = False,
+) -> torch.Tensor:
     """``x W^T + b`` by a weight from :func:`pack_weight`, then (at most one, fused into the product as a
     oneDNN post-op) ``+ add``, ``* mul`` (tensors of the output's shape) or SiLU."""
     ops = torch.ops.mkldnn._linear_pointwise
@@ -222,7 +233,9 @@ class PackedLinears:
     """
 
     def __init__(self, model: nn.Module, rows_hint: int = 16, *, train: bool | None = None) -> None:
-        self.slots = [_Slot(m, rows_hint) for m in model.modules() if type(m) is nn.Linear and m.weight.dtype in PACKED_DTYPES]
+        self.slots = [
+            _Slot(m, rows_hint) for m in model.modules() if type(m) is nn.Linear and m.weight.dtype in PACKED_DTYPES
+        ]
         self.train = packed_training_pays() if train is None else train
         self._depth = 0
 
@@ -247,6 +260,7 @@ class PackedLinears:
     def watch(self, optimizer: torch.optim.Optimizer):
         """Invalidates the weights ``optimizer`` steps after every ``optimizer.step()`` (with LoRA, the
         adapter's: the frozen base stays packed); returns the hook's handle."""
+
         def stepped(opt, *args, **kwargs):
             self.invalidate([p for group in opt.param_groups for p in group["params"]])
 
@@ -287,8 +301,9 @@ def _packed_forward(slot: _Slot, train: bool, own=None):
     def forward(x: torch.Tensor) -> torch.Tensor:
         if x.dtype != module.weight.dtype or torch.is_autocast_enabled(x.device.type):
             return plain(x)
-        grad = torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad
-                                            or (module.bias is not None and module.bias.requires_grad))
+        grad = torch.is_grad_enabled() and (
+            x.requires_grad or module.weight.requires_grad or (module.bias is not None and module.bias.requires_grad)
+        )
         if grad and not train:
             return plain(x)
         slot.refresh()  # a key comparison; repacks after invalidate() or a changed tensor

@@ -45,8 +45,13 @@ def _thp_mode() -> str:
     return text[text.find("[") + 1 : text.find("]")] if "[" in text else ""
 
 
-def huge_pages_env(environ: dict | None = None, *, platform: str | None = None, glibc: tuple[int, int] | None = None,
-                   thp: str | None = None) -> dict | None:
+def huge_pages_env(
+    environ: dict | None = None,
+    *,
+    platform: str | None = None,
+    glibc: tuple[int, int] | None = None,
+    thp: str | None = None,
+) -> dict | None:
     """``environ`` (default ``os.environ``) with :data:`TUNABLE` added to ``GLIBC_TUNABLES``, or None where
     it does not apply or is set already (see the module docstring). The keyword arguments stand in for
     this machine's platform, glibc version and THP mode."""

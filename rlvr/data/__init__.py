@@ -15,7 +15,15 @@ from rlvr.data.prepare import Prepared, prepare, prepare_rows
 from rlvr.data.presets import PRESETS
 from rlvr.data.stream import PromptStream
 from rlvr.data.tasks import arithmetic, countdown, countdown_reward, countdown_score, safe_arithmetic
-from rlvr.data.templates import R1_INSTRUCTION, TEMPLATES, PromptTemplate, build_messages, get_template, render_prompt, template_for
+from rlvr.data.templates import (
+    R1_INSTRUCTION,
+    TEMPLATES,
+    PromptTemplate,
+    build_messages,
+    get_template,
+    render_prompt,
+    template_for,
+)
 
 __all__ = [
     "PRESETS",

@@ -31,7 +31,14 @@ from rlvr.jsonl import parse_lines
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only, before `datasets` is imported
 
-FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".csv": "csv",
+    ".arrow": "arrow",
+}
 
 
 @dataclass
@@ -109,7 +116,9 @@ def read_jsonl_values(path: Path) -> list[tuple[int, object]]:
         if isinstance(e, json.JSONDecodeError):
             raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object") from None
         if isinstance(e, RecursionError):
-            raise UserError(f"{path}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object") from None
+            raise UserError(
+                f"{path}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object"
+            ) from None
         # NaN/Infinity, or an integer past Python's 4300-digit limit
         why = "a number of more than 4300 digits; write it as a string" if "digits" in str(e) else f"{e}; drop the row"
         raise UserError(f"{path}:{lineno}: not valid JSON ({why})") from None
@@ -203,7 +212,9 @@ def _read_saved(folder: Path, split: str, *, required: bool) -> list[Source]:
         if split not in ds:
             if not required:
                 return []
-            raise UserError(f"{folder} has no split '{split}' (it has: {', '.join(ds)}); set data.train_split / data.test_split")
+            raise UserError(
+                f"{folder} has no split '{split}' (it has: {', '.join(ds)}); set data.train_split / data.test_split"
+            )
         return [Source(f"{folder}[{split}]", ds[split].to_list())]
     return [Source(str(folder), ds.to_list())] if required else []
 
@@ -224,7 +235,9 @@ def read_file(path: Path, fmt: str = "auto") -> Source:
     return _read_hf_file(path, fmt)
 
 
-def read_sources(spec: str, *, fmt: str = "auto", split: str = "train", required: bool = True, key: str = "data.path") -> list[Source]:
+def read_sources(
+    spec: str, *, fmt: str = "auto", split: str = "train", required: bool = True, key: str = "data.path"
+) -> list[Source]:
     """Records of every file named by ``spec`` that belongs to ``split``.
 
     Args:

@@ -19,7 +19,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rlvr.data.files import fingerprint, read_sources, expand, stable_hash
+from rlvr.data.files import expand, fingerprint, read_sources, stable_hash
 from rlvr.data.presets import PRESETS, BadRow, Preset, bad_row_message, custom_preset, detect, map_record
 from rlvr.data.tasks import arithmetic, countdown
 from rlvr.errors import UserError
@@ -65,7 +65,16 @@ def _preset(data, records: list) -> tuple[Preset, str]:
         base = None if data.preset in ("auto", "custom") else PRESETS[data.preset]
         preset = custom_preset(data.question_key, data.answer_key, base)
     if data.system_key:  # detected presets too (it was ignored when the preset was detected)
-        preset = Preset(preset.name, preset.question, preset.answers, preset.query, data.system_key, preset.extras, None, preset.note)
+        preset = Preset(
+            preset.name,
+            preset.question,
+            preset.answers,
+            preset.query,
+            data.system_key,
+            preset.extras,
+            None,
+            preset.note,
+        )
     return preset, why
 
 
@@ -75,18 +84,33 @@ def _builtin(data, split: str) -> list[dict]:
         rows = countdown(size, seed=seed, difficulty=data.difficulty)
     else:
         rows = arithmetic(size, seed=seed, difficulty=data.difficulty)
-    return [{"question": r["question"], "answer": r["answer"], "system": None, "fields": r.get("fields", {})} for r in rows]
+    return [
+        {"question": r["question"], "answer": r["answer"], "system": None, "fields": r.get("fields", {})} for r in rows
+    ]
 
 
 def split_key(data, split: str) -> str:
     """Cache key of a split's rows: the files' (path, size, mtime) and every setting that shapes rows."""
     settings = {
         k: getattr(data, k)
-        for k in ("task", "format", "preset", "question_key", "answer_key", "system_key", "extra_keys", "on_bad_row", "dedupe", "difficulty")
+        for k in (
+            "task",
+            "format",
+            "preset",
+            "question_key",
+            "answer_key",
+            "system_key",
+            "extra_keys",
+            "on_bad_row",
+            "dedupe",
+            "difficulty",
+        )
     }
     if data.task == "files":
         spec = data.path if split == "train" or not data.test_path else data.test_path
-        settings.update(files=fingerprint(expand(spec)), split=data.train_split if split == "train" else data.test_split)
+        settings.update(
+            files=fingerprint(expand(spec)), split=data.train_split if split == "train" else data.test_split
+        )
         settings.update(limit=data.limit if split == "train" else data.test_limit, shuffle=data.shuffle)
     else:
         settings.update(size=data.train_size if split == "train" else data.test_size)

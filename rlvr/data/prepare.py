@@ -51,9 +51,20 @@ def tokenizer_fingerprint(tokenizer) -> str:
     src = getattr(tokenizer, "name_or_path", "") or ""
     files = []
     if src and Path(src).is_dir():
-        files = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(Path(src).iterdir()) if f.is_file() and "token" in f.name]
+        files = [
+            [f.name, f.stat().st_size, f.stat().st_mtime_ns]
+            for f in sorted(Path(src).iterdir())
+            if f.is_file() and "token" in f.name
+        ]
     return stable_hash(
-        [type(tokenizer).__name__, src, len(tokenizer), str(tokenizer.special_tokens_map), getattr(tokenizer, "chat_template", None), files]
+        [
+            type(tokenizer).__name__,
+            src,
+            len(tokenizer),
+            str(tokenizer.special_tokens_map),
+            getattr(tokenizer, "chat_template", None),
+            files,
+        ]
     )
 
 
@@ -82,7 +93,9 @@ def _default_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def render_all(rows: list[dict], tokenizer, template: PromptTemplate, *, num_workers: int = 0) -> tuple[list[str], list[int]]:
+def render_all(
+    rows: list[dict], tokenizer, template: PromptTemplate, *, num_workers: int = 0
+) -> tuple[list[str], list[int]]:
     """Rendered prompts and their token counts for ``rows``, over ``num_workers`` processes (0 = per core, <= 8)."""
     global _WORK
     if not rows:
@@ -154,7 +167,9 @@ def _load(path: Path) -> tuple[list[dict], dict] | None:
     cols = ds.to_dict()
     rows = [
         {"question": q, "answer": a, "system": s, "fields": json.loads(f), "prompt": p, "prompt_tokens": n}
-        for q, a, s, f, p, n in zip(cols["question"], cols["answer"], cols["system"], cols["fields"], cols["prompt"], cols["prompt_tokens"])
+        for q, a, s, f, p, n in zip(
+            cols["question"], cols["answer"], cols["system"], cols["fields"], cols["prompt"], cols["prompt_tokens"]
+        )
     ]
     return rows, meta
 
@@ -173,7 +188,9 @@ def prepare_rows(split: Split, data, tokenizer, *, use_cache: bool | None = None
     """
     template = template_for(data)
     use_cache = data.cache if use_cache is None else use_cache
-    key = stable_hash([split.key, template.__dict__, tokenizer_fingerprint(tokenizer), data.max_prompt_tokens, data.on_long_prompt])
+    key = stable_hash(
+        [split.key, template.__dict__, tokenizer_fingerprint(tokenizer), data.max_prompt_tokens, data.on_long_prompt]
+    )
     path = _cache_root() / key[:24]
     dropped = Counter(split.dropped)
     if use_cache and split.key and (hit := _load(path)) is not None:
@@ -225,7 +242,13 @@ def summary(prepared: Prepared) -> dict:
 
     return {
         "rows": len(counts),
-        "prompt_tokens": {"min": counts[0] if counts else 0, "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "max": counts[-1] if counts else 0},
+        "prompt_tokens": {
+            "min": counts[0] if counts else 0,
+            "p50": pct(0.5),
+            "p90": pct(0.9),
+            "p99": pct(0.99),
+            "max": counts[-1] if counts else 0,
+        },
         "dropped": dict(prepared.dropped),
         "dropped_summary": _counts(prepared.dropped),
     }

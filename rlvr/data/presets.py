@@ -151,7 +151,9 @@ def detect(records: list) -> tuple[Preset, str]:
         return PRESETS["dapo_math"], "columns prompt (chat list) + reward_model"
     if {"instruction", "output"} <= keys:
         return PRESETS["alpaca"], "columns instruction/output"
-    if {"question", "answer"} <= keys and any(isinstance(r, dict) and "####" in str(r.get("answer", "")) for r in sample):
+    if {"question", "answer"} <= keys and any(
+        isinstance(r, dict) and "####" in str(r.get("answer", "")) for r in sample
+    ):
         return PRESETS["gsm8k"], "columns question/answer with '#### ' final answers"
     if "problem" in keys and keys & {"level", "type", "subject"} and keys & {"solution", "answer"}:
         return PRESETS["math"], "columns problem/solution with level/type/subject"

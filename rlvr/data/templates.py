@@ -77,12 +77,15 @@ TEMPLATES: dict[str, PromptTemplate] = {
     "plain": PromptTemplate("plain", PLACEHOLDER, chat=None),
 }
 
+
 def _from_mapping(obj, where: str) -> PromptTemplate:
     if not isinstance(obj, dict) or "user" not in obj:
         raise UserError(f"{where}: a template needs a 'user' text with {PLACEHOLDER}, e.g. user: \"{PLACEHOLDER}\"")
     unknown = sorted(set(obj) - {"user", "system", "assistant_prefix", "chat"})
     if unknown:
-        raise UserError(f"{where}: unknown template key(s) {', '.join(unknown)}; use user, system, assistant_prefix, chat")
+        raise UserError(
+            f"{where}: unknown template key(s) {', '.join(unknown)}; use user, system, assistant_prefix, chat"
+        )
     user = obj["user"]
     if not isinstance(user, str) or user.count(PLACEHOLDER) != 1:
         raise UserError(f"{where}: 'user' must be a string with exactly one {PLACEHOLDER}")
@@ -109,11 +112,15 @@ def load_template_file(spec: str) -> PromptTemplate:
     except UnicodeDecodeError:
         raise UserError(f"template file {path} is not UTF-8 text") from None
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise UserError(f"template file {path} is not valid {path.suffix[1:].upper()}: {str(e).splitlines()[0]}") from None
+        raise UserError(
+            f"template file {path} is not valid {path.suffix[1:].upper()}: {str(e).splitlines()[0]}"
+        ) from None
     if isinstance(obj, dict) and "user" not in obj:  # a mapping of named templates
         names = ", ".join(sorted(map(str, obj))) or "none"
         if name is None:
-            raise UserError(f"template file {path} holds several templates ({names}); choose one with data.template={path}:NAME")
+            raise UserError(
+                f"template file {path} holds several templates ({names}); choose one with data.template={path}:NAME"
+            )
         if name not in obj:
             raise UserError(f"template file {path} has no template '{name}' (it has: {names})")
         return replace(_from_mapping(obj[name], f"{path}:{name}"), name=spec)
@@ -122,7 +129,9 @@ def load_template_file(spec: str) -> PromptTemplate:
     return replace(_from_mapping(obj, str(path)), name=spec)
 
 
-def get_template(spec: str = "r1", *, system_prompt: str | None = None, assistant_prefix: str | None = None) -> PromptTemplate:
+def get_template(
+    spec: str = "r1", *, system_prompt: str | None = None, assistant_prefix: str | None = None
+) -> PromptTemplate:
     """The template ``spec`` (a built-in name or a file), with the config's overrides applied.
 
     Args:
@@ -153,7 +162,9 @@ def template_for(data) -> PromptTemplate:
     return get_template(data.template, system_prompt=data.system_prompt, assistant_prefix=data.assistant_prefix)
 
 
-def build_messages(question: str, *, template: str | PromptTemplate = "r1", system_prompt: str | None = None) -> list[dict]:
+def build_messages(
+    question: str, *, template: str | PromptTemplate = "r1", system_prompt: str | None = None
+) -> list[dict]:
     """Chat messages for one question: the system turn (if any), then the templated user turn."""
     t = template if isinstance(template, PromptTemplate) else get_template(template)
     system = t.system if system_prompt is None else (system_prompt or None)

@@ -132,8 +132,12 @@ class RayTrainer:
         actor = ray.remote(Worker)
         self.workers = [
             actor.options(
-                num_cpus=cpus, num_gpus=gpus, name=None,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=rank),
+                num_cpus=cpus,
+                num_gpus=gpus,
+                name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self.pg, placement_group_bundle_index=rank
+                ),
             ).remote(self.cfg, rank, n, max(1, int(cpus)))
             for rank in range(n)
         ]

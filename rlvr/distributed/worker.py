@@ -61,7 +61,10 @@ class Worker:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(
-            backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.world_size,
+            backend,
+            init_method=f"tcp://{host}:{port}",
+            rank=self.rank,
+            world_size=self.world_size,
             timeout=timedelta(minutes=30),
         )
         self.trainer = Trainer(self.cfg, console=self.console, group=TorchGroup(self.rank, self.world_size, device))
@@ -113,4 +116,3 @@ class Worker:
 
     def pid(self) -> int:
         return os.getpid()
-

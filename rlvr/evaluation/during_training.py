@@ -32,8 +32,15 @@ class TrainingEval:
     """
 
     def __init__(
-        self, eval_cfg, data_cfg, test_rows: list[dict], run_dir: Path, *, rollout_max_new_tokens: int,
-        total_steps: int, scorer=None,
+        self,
+        eval_cfg,
+        data_cfg,
+        test_rows: list[dict],
+        run_dir: Path,
+        *,
+        rollout_max_new_tokens: int,
+        total_steps: int,
+        scorer=None,
     ) -> None:
         self.cfg = eval_cfg
         self.scorer = scorer
@@ -93,7 +100,8 @@ class TrainingEval:
 def describe(step: int, metrics: dict[str, float]) -> str:
     """One console line for an evaluation's metrics."""
     shown = "  ".join(
-        f"{k.removeprefix('eval/')} {v:.3f}" for k, v in metrics.items()
+        f"{k.removeprefix('eval/')} {v:.3f}"
+        for k, v in metrics.items()
         if k.startswith(M.EVAL) and k not in (M.EVAL_TIME_S, M.EVAL_RESPONSE_LEN_MEAN)
     )
     return f"eval after step {step}: {shown}  ({metrics.get('eval/time_s', 0):.1f} s)"

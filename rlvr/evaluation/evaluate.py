@@ -80,7 +80,9 @@ def _vote_key(answer: str) -> str:
     return number_key(answer) or answer.strip()
 
 
-def load_eval_rows(data: str, *, preset: str | None = None, limit: int | None = None, difficulty: int = 1) -> list[dict]:
+def load_eval_rows(
+    data: str, *, preset: str | None = None, limit: int | None = None, difficulty: int = 1
+) -> list[dict]:
     """Problems ``{"question", "answer", ...}`` to evaluate on, through :func:`rlvr.data.load_split`.
 
     Args:
@@ -98,7 +100,9 @@ def load_eval_rows(data: str, *, preset: str | None = None, limit: int | None = 
         rows = load_split(DataConfig(task=data, difficulty=difficulty, test_size=size), "test").rows
     else:
         if not any(Path(part.strip()).exists() or any(c in part for c in "*?[") for part in data.split(",")):
-            raise UserError(f"--data {data}: no such file or folder, and not a built-in task ({', '.join(BUILTIN_TASKS)})")
+            raise UserError(
+                f"--data {data}: no such file or folder, and not a built-in task ({', '.join(BUILTIN_TASKS)})"
+            )
         cfg = DataConfig(task="files", path=data, preset=preset or "auto")
         try:
             rows = load_split(cfg, "test").rows or load_split(cfg, "train").rows
@@ -159,7 +163,9 @@ def evaluate(
     prefix = template.assistant_prefix  # part of the assistant's turn: the rewards read it too
     for start in range(0, len(rows), step):
         chunk = rows[start : start + step]
-        prompts = [render_prompt(tokenizer, r["question"], template=template, system_prompt=r.get("system")) for r in chunk]
+        prompts = [
+            render_prompt(tokenizer, r["question"], template=template, system_prompt=r.get("system")) for r in chunk
+        ]
         greedy = engine.generate(prompts, 1, greedy=True, max_new_tokens=max_new_tokens)
         lengths = greedy.response_lengths.tolist()
         sampled = None
@@ -172,7 +178,9 @@ def evaluate(
         if sampled is not None:
             s_said = [prefix + t for t in sampled.texts]
             s_fields = {**_fields(chunk, samples), "prompt": [p for p in prompts for _ in range(samples)]}
-            sample_judged = list(zip(s_said, _judge(scorer, s_said, [g for g in golds for _ in range(samples)], s_fields)))
+            sample_judged = list(
+                zip(s_said, _judge(scorer, s_said, [g for g in golds for _ in range(samples)], s_fields))
+            )
         for i, (row, prompt) in enumerate(zip(chunk, prompts)):
             j = judged[i]
             out = {
@@ -191,7 +199,10 @@ def evaluate(
                 out["error"] = j["error"]
                 n_errors += 1
             if sampled is not None:
-                checks = [(c, s["extracted"], s["correct"], s["format"]) for c, s in sample_judged[i * samples : (i + 1) * samples]]
+                checks = [
+                    (c, s["extracted"], s["correct"], s["format"])
+                    for c, s in sample_judged[i * samples : (i + 1) * samples]
+                ]
                 n_errors += sum(bool(s["error"]) for _, s in sample_judged[i * samples : (i + 1) * samples])
                 c = sum(ok for _, _, ok, _ in checks)
                 for k in ks:

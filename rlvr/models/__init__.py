@@ -1,7 +1,15 @@
 """Models: loading (HF dir, GGUF, built-in), forward passes that return per-token log-probs, tiny test models."""
 
 from rlvr.models.forward import response_logits
-from rlvr.models.loading import BUILTIN_MODELS, cache_dir, eval_mode, load_model, load_tokenizer, resolve_device, resolve_model_path
+from rlvr.models.loading import (
+    BUILTIN_MODELS,
+    cache_dir,
+    eval_mode,
+    load_model,
+    load_tokenizer,
+    resolve_device,
+    resolve_model_path,
+)
 
 __all__ = [
     "BUILTIN_MODELS",

@@ -94,7 +94,9 @@ def _keep(start: int, stop: int, device) -> Tensor:
     return torch.arange(start, stop, device=device)
 
 
-def _shared_prompt_logits(model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int) -> Tensor:
+def _shared_prompt_logits(
+    model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int
+) -> Tensor:
     """The ``group_size > 1`` branch of :func:`response_logits`: the prompt once per group.
 
     The shared pass covers the prompt but its last token; the per-row pass runs that token and the

@@ -82,7 +82,11 @@ def add_adapter(model, *, rank: int, alpha: float, dropout: float, target_module
     """
     peft = _peft()
     config = peft.LoraConfig(
-        r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules), bias="none",
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=list(target_modules),
+        bias="none",
         task_type="CAUSAL_LM",
     )
     try:
@@ -102,12 +106,16 @@ def saved_settings(adapter_dir: Path) -> dict:
     saved = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     targets = saved.get("target_modules") or []
     return {
-        "rank": saved.get("r"), "alpha": saved.get("lora_alpha"), "dropout": saved.get("lora_dropout"),
+        "rank": saved.get("r"),
+        "alpha": saved.get("lora_alpha"),
+        "dropout": saved.get("lora_dropout"),
         "target_modules": sorted([targets] if isinstance(targets, str) else targets),
     }
 
 
-def load_adapter(model, adapter_dir: Path, *, rank: int, alpha: float, dropout: float, target_modules: list[str]) -> Adapted:
+def load_adapter(
+    model, adapter_dir: Path, *, rank: int, alpha: float, dropout: float, target_modules: list[str]
+) -> Adapted:
     """``model`` (the base) with the adapter saved in ``adapter_dir``, trainable (a resumed run).
 
     Raises:
@@ -117,7 +125,9 @@ def load_adapter(model, adapter_dir: Path, *, rank: int, alpha: float, dropout: 
     saved = saved_settings(adapter_dir)
     changed = [f"model.lora.{k}={want[k]} (saved: {saved[k]})" for k in want if saved[k] != want[k]]
     if changed:
-        raise UserError(f"{adapter_dir} holds an adapter with other settings: {', '.join(changed)}; resume with the saved ones")
+        raise UserError(
+            f"{adapter_dir} holds an adapter with other settings: {', '.join(changed)}; resume with the saved ones"
+        )
     peft = _peft()
     with _quiet():
         wrapped = peft.PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
@@ -127,7 +137,9 @@ def load_adapter(model, adapter_dir: Path, *, rank: int, alpha: float, dropout: 
 def adapter_base(adapter_dir: Path, fallback: str | None = None) -> Path:
     """The local HF directory of an adapter's base model: the one ``adapter_config.json`` records,
     else ``fallback`` (the run's ``model.path``); built-in names resolve to their converted copy."""
-    recorded = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    recorded = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text(encoding="utf-8")).get(
+        "base_model_name_or_path"
+    )
     tried = []
     for spec in (recorded, fallback):
         if not spec or spec in tried:

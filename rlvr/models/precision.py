@@ -1,15 +1,13 @@
 """Which precision to compute in, chosen from the hardware: bf16 only where it runs natively.
 
-A CPU without AVX512-BF16/AMX emulates bf16 matmuls: measured on an AVX2 machine, 0.3 GFLOP/s
-against 92 GFLOP/s in fp32, which made the quickstart's first step 135 s instead of 24 s. A CPU
-with AVX512-BF16 but no AMX runs them, but slower than fp32: measured on such a 2-core machine,
-159 against 259 GFLOP/s on the built-in model's MLP shape, and the quickstart's update took 17.2 s
-under bf16 autocast against 13.9 s in fp32, with no faster rollout. So ``auto`` (the default of
-``rollout.dtype`` and ``model.autocast_bf16``) means bf16 only on
+A CPU without AVX512-BF16/AMX emulates bf16 matmuls, hundreds of times slower than fp32. A CPU with
+AVX512-BF16 but no AMX runs them, but slower than fp32, and the quickstart's update took longer
+under bf16 autocast than in fp32, with no faster rollout (``benchmarks/NOTES.md``, "precision").
+So ``auto`` (the default of ``rollout.dtype`` and ``model.autocast_bf16``) means bf16 only on
 
 - a CUDA device that supports bf16, or
 - a CPU whose *dispatched* ATen capability is AVX512 (or newer) and that has AMX tiles (where
-  bf16 matmuls ran ~2.4x faster than fp32).
+  bf16 matmuls ran faster than fp32).
 
 The dispatched capability (``torch.backends.cpu.get_cpu_capability()``) is what PyTorch's kernels
 actually use, so ``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512 machine reads as AVX2 here, as it
@@ -45,7 +43,9 @@ def cpu_bf16() -> BF16Support:
     if hw and not capability.startswith("AVX512"):  # the hardware has it but PyTorch dispatches below AVX-512
         return BF16Support(False, f"this CPU has no native bf16 as PyTorch dispatches: {capability}")
     if hw:
-        return BF16Support(False, f"this CPU has AVX512_BF16 but no AMX: bf16 matmuls run slower than fp32 ({capability})")
+        return BF16Support(
+            False, f"this CPU has AVX512_BF16 but no AMX: bf16 matmuls run slower than fp32 ({capability})"
+        )
     return BF16Support(False, f"this CPU has no native bf16: {capability}")
 
 

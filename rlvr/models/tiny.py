@@ -22,15 +22,18 @@ def tiny_tokenizer():
     vocab = {w: i for i, w in enumerate(TINY_WORDS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     tok.padding_side = "left"
     return tok
 
 
 def tiny_model(
-    vocab_size: int = len(TINY_WORDS), *, seed: int = 0, layers: int = 2, hidden: int = 32, attention_dropout: float = 0.0
+    vocab_size: int = len(TINY_WORDS),
+    *,
+    seed: int = 0,
+    layers: int = 2,
+    hidden: int = 32,
+    attention_dropout: float = 0.0,
 ):
     """A seeded Llama-architecture causal LM with ``layers`` layers and width ``hidden``."""
     from transformers import LlamaConfig, LlamaForCausalLM

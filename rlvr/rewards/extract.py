@@ -64,7 +64,11 @@ def last_number(text: str, *, standalone: bool = False) -> str | None:
     """
     found = list(_NUMBER.finditer(text))
     if standalone:
-        found = [m for m in found if not (_OPERATOR_BEFORE.search(text, 0, m.start()) or _OPERATOR_AFTER.match(text, m.end()))]
+        found = [
+            m
+            for m in found
+            if not (_OPERATOR_BEFORE.search(text, 0, m.start()) or _OPERATOR_AFTER.match(text, m.end()))
+        ]
     return found[-1].group().replace(",", "").replace(MINUS, "-") if found else None
 
 
@@ -129,7 +133,7 @@ def number_value(s: str) -> Number | None:
     s = re.sub(r"^[A-Za-z]=", "", s)
     s = s.replace("$", "") if s.count("$") == 2 and s[0] == s[-1] == "$" else s  # "$7$": inline math
     sign = "-" if s.startswith("-") and _CURRENCY.match(s[1:]) else ""  # "-$5"
-    s = sign + _CURRENCY.sub("", s[len(sign):])
+    s = sign + _CURRENCY.sub("", s[len(sign) :])
     s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s).rstrip(".")
     scale, decimal = Fraction(1), False
     sci = _SCI_TIMES.fullmatch(s) or _SCI_E.fullmatch(s)
@@ -155,6 +159,8 @@ def normalize_number(s: str) -> str | None:
 _RESULT = re.compile(r"(?<![<>!\\])=")
 _RELATION_BEFORE = re.compile(r"(?:[<>\u2264\u2265\u2260\u2248]=?|\\(?:geq?|leq?|neq?|ne|lt|gt|approx|sim))\s*$")
 _SENTENCE_PERCENT = re.compile(r"\s*(?:\\?%|percent\b)")
+
+
 def denoted_number(answer: str) -> Number | None:
     """The number an extracted answer denotes, or None: **the rule for numeric gold answers**.
 
@@ -175,9 +181,15 @@ def denoted_number(answer: str) -> Number | None:
         return n
     # an answer sentence: \frac{a}{b} read as a/b, braces dropped so "2^{3}" shows its operator
     text = _FRAC.sub(r"\1/\2", _DEGREE.sub("", tail)).replace("{,}", ",").replace("{", "").replace("}", "")
-    found = [m for m in _NUMBER.finditer(text)
-             if not (_OPERATOR_BEFORE.search(text, 0, m.start()) or _OPERATOR_AFTER.match(text, m.end())
-                     or _RELATION_BEFORE.search(text, 0, m.start()))]
+    found = [
+        m
+        for m in _NUMBER.finditer(text)
+        if not (
+            _OPERATOR_BEFORE.search(text, 0, m.start())
+            or _OPERATOR_AFTER.match(text, m.end())
+            or _RELATION_BEFORE.search(text, 0, m.start())
+        )
+    ]
     if not found:
         return None
     last = found[-1]

@@ -6,8 +6,8 @@ takes one call at a time over its own pipe; a call that overruns its limit gets 
 killed and replaced, and costs nothing but its own limit.
 
 Workers are forked from a ``forkserver`` that has already imported (and warmed up) the modules
-in ``preload``: the first start costs one interpreter start-up (~1 s with math-verify), a
-replacement after a kill a few milliseconds, and no worker ever inherits the trainer's threads
+in ``preload``: the first start costs one interpreter start-up (math-verify's imports), a
+replacement after a kill only a fork, and no worker ever inherits the trainer's threads
 or CUDA state. Workers are daemons and are stopped at interpreter exit.
 
 The time limit is the item's own: every worker, including a replacement, first runs the pool's
@@ -99,7 +99,9 @@ class WorkerPool:
             and the call is not run again.
     """
 
-    def __init__(self, workers: int, preload: tuple[str, ...] = (), setup: tuple[Call, ...] = (), setup_timeout_s: float = 120.0):
+    def __init__(
+        self, workers: int, preload: tuple[str, ...] = (), setup: tuple[Call, ...] = (), setup_timeout_s: float = 120.0
+    ):
         if workers < 1:
             raise ValueError(f"workers={workers}: need at least 1")
         self._ctx = mp.get_context("forkserver")
@@ -234,7 +236,9 @@ class WorkerPool:
                         self._restart(w)
                         continue
                     except Exception as e:  # noqa: BLE001 - unpicklable arguments fail this call only
-                        results[queue.popleft()] = Outcome(error=f"arguments could not be sent: {type(e).__name__}: {e}")
+                        results[queue.popleft()] = Outcome(
+                            error=f"arguments could not be sent: {type(e).__name__}: {e}"
+                        )
                         continue
                     busy[w] = (queue.popleft(), time.monotonic())
             if not busy:

@@ -62,7 +62,9 @@ def _load_file(path: Path, name: str):
     if key in sys.modules:
         return sys.modules[key]
     if not path.is_file():
-        raise UserError(f"reward plugin file {path} not found (from '{name}'); give an existing path/to/file.py:function")
+        raise UserError(
+            f"reward plugin file {path} not found (from '{name}'); give an existing path/to/file.py:function"
+        )
     spec = importlib.util.spec_from_file_location(key, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[key] = module
@@ -145,7 +147,9 @@ def call_one(name: str, completion: str, label, fields: dict, path: list[str]):
 def _check_length(name: str, out, n: int) -> None:
     if not isinstance(out, (list, tuple)) or len(out) != n:
         got = f"{len(out)} scores" if isinstance(out, (list, tuple)) else type(out).__name__
-        raise UserError(f"reward rule '{name}' returned {got} for {n} completions; a rule returns a list with one float per completion")
+        raise UserError(
+            f"reward rule '{name}' returned {got} for {n} completions; a rule returns a list with one float per completion"
+        )
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,11 @@ def _as_score(value) -> float | _Failed:
     if not isinstance(value, Real):
         return _Failed(f"returned {type(value).__name__} {value!r:.40}, not a number")
     value = float(value)
-    return value if math.isfinite(value) else _Failed(f"scored {value} (for built-in rules: the verifier timed out or crashed)")
+    return (
+        value
+        if math.isfinite(value)
+        else _Failed(f"scored {value} (for built-in rules: the verifier timed out or crashed)")
+    )
 
 
 class Scorer:
@@ -215,12 +223,18 @@ class Scorer:
         if not rules:
             raise UserError("no reward rules given; pass at least one, e.g. rules=[accuracy]")
         if len(weights) != len(rules):
-            raise UserError(f"{len(weights)} reward weights for {len(rules)} rules ({', '.join(rules)}); give one weight per rule")
+            raise UserError(
+                f"{len(weights)} reward weights for {len(rules)} rules ({', '.join(rules)}); give one weight per rule"
+            )
         dupes = sorted({r for r in rules if rules.count(r) > 1})
         if dupes:
             raise UserError(f"reward rule {', '.join(dupes)} listed twice; list each rule once and adjust its weight")
         self.rules, self.weights = rules, weights
-        self.on_error, self.on_error_score, self.truncated_score = OnError(str(on_error)), on_error_score, truncated_score
+        self.on_error, self.on_error_score, self.truncated_score = (
+            OnError(str(on_error)),
+            on_error_score,
+            truncated_score,
+        )
         self.verifier = verify.Verifier(timeout_s=timeout_s, workers=workers)
         self._fns = {name: get(name) for name in rules}
         self._warned: set[str] = set()
@@ -245,9 +259,13 @@ class Scorer:
             verify.answers_match("x+1", "1+x", timeout_s=self.verifier.timeout_s)  # imports math-verify (sympy)
             return
         path = list(sys.path)
-        self.verifier.pool().ensure([("rlvr.rewards.registry:load_rule", (canonical(n), path)) for n in names if is_plugin(n)])
+        self.verifier.pool().ensure(
+            [("rlvr.rewards.registry:load_rule", (canonical(n), path)) for n in names if is_plugin(n)]
+        )
 
-    def rule_scores(self, name: str, completions: list[str], labels: list, fields: dict | None = None) -> tuple[list[float], int]:
+    def rule_scores(
+        self, name: str, completions: list[str], labels: list, fields: dict | None = None
+    ) -> tuple[list[float], int]:
         """(scores, error count) of one rule, which need not be among ``self.rules``."""
         scores, failures = self.rule_items(name, completions, labels, fields)
         return scores, sum(f is not None for f in failures)
@@ -264,7 +282,10 @@ class Scorer:
             spec, path = canonical(name), list(sys.path)
             load = [("rlvr.rewards.registry:load_rule", (spec, path))]  # imported once per worker, untimed
             calls = [
-                ("rlvr.rewards.registry:call_one", (spec, completions[i], labels[i], {k: v[i] for k, v in fields.items()}, path))
+                (
+                    "rlvr.rewards.registry:call_one",
+                    (spec, completions[i], labels[i], {k: v[i] for k, v in fields.items()}, path),
+                )
                 for i in range(n)
             ]
             outcomes = self.verifier.pool().run(calls, self.verifier.timeout_s, setup=load)
@@ -305,7 +326,12 @@ class Scorer:
             raise RewardError(msg + " (reward.on_error=raise)")
         if name not in self._warned:
             self._warned.add(name)
-            log.warning("%s; scoring %g (reward.on_error_score); further failures are counted in reward/%s_errors", msg, self.on_error_score, name)
+            log.warning(
+                "%s; scoring %g (reward.on_error_score); further failures are counted in reward/%s_errors",
+                msg,
+                self.on_error_score,
+                name,
+            )
 
     def score(
         self, completions: list[str], labels: list, fields: dict | None = None, truncated: list[bool] | None = None
@@ -329,7 +355,9 @@ class Scorer:
         return RewardResult(total=total, per_rule=per_rule, errors=errors)
 
 
-def score(rules: list[str], weights: list[float] | None, completions: list[str], labels: list, **kwargs) -> RewardResult:
+def score(
+    rules: list[str], weights: list[float] | None, completions: list[str], labels: list, **kwargs
+) -> RewardResult:
     """One-shot :meth:`Scorer.score`; ``kwargs`` go to :class:`Scorer` (``fields``/``truncated`` to score)."""
     batch = {k: kwargs.pop(k) for k in ("fields", "truncated") if k in kwargs}
     return Scorer(rules, weights, **kwargs).score(completions, labels, **batch)

@@ -192,7 +192,9 @@ accuracy_lenient = graded(
     lambda c: extract_answer(c, fallback_last_number=True),
     doc="As accuracy, but falls back to the last number in the text when there is no box or answer tag.",
 )
-math_17k_acc = graded(last_boxed, doc="MindSpeed-RL math_17k_acc: 1 if the last \\boxed{} equals the gold, else 0; no format needed.")
+math_17k_acc = graded(
+    last_boxed, doc="MindSpeed-RL math_17k_acc: 1 if the last \\boxed{} equals the gold, else 0; no format needed."
+)
 base_acc = graded(
     _base_acc_extract,
     doc="MindSpeed-RL base_acc: 1 only if the text is <think>..</think>..<answer>..\\boxed{}..</answer> and the box is correct, else 0.",

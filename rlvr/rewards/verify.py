@@ -115,8 +115,11 @@ FLOAT_ROUNDING = 6
 def same_number(a: Number, b: Number) -> bool:
     """Whether two numbers are equal: exactly, or to :data:`FLOAT_ROUNDING` decimal places when either
     was written with a decimal point; a percentage also equals its value / 100 (as in math-verify)."""
-    for x, y in ((a.value, b.value), (a.value / 100 if a.percent else None, b.value),
-                 (a.value, b.value / 100 if b.percent else None)):
+    for x, y in (
+        (a.value, b.value),
+        (a.value / 100 if a.percent else None, b.value),
+        (a.value, b.value / 100 if b.percent else None),
+    ):
         if y is None or x is None:
             continue
         if x == y or ((a.decimal or b.decimal) and round(x, FLOAT_ROUNDING) == round(y, FLOAT_ROUNDING)):

@@ -115,7 +115,9 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
     def pad(b: RolloutBatch, t: Tensor, value, *, prompt: bool) -> Tensor:
         if prompt:  # [B, prompt_len + T_b] -> [B, Lp + T]
             p, r = t[:, : b.prompt_len], t[:, b.prompt_len :]
-            return torch.cat([F.pad(p, (Lp - b.prompt_len, 0), value=value), F.pad(r, (0, T - r.shape[1]), value=value)], 1)
+            return torch.cat(
+                [F.pad(p, (Lp - b.prompt_len, 0), value=value), F.pad(r, (0, T - r.shape[1]), value=value)], 1
+            )
         return F.pad(t, (0, T - t.shape[1]), value=value)  # [B, T_b] -> [B, T]
 
     logprobs = None

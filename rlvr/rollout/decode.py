@@ -66,7 +66,7 @@ class SeededPicker:
     (float64), the block holding u · CDF(V) is found on the block sums' cumsum, and the token on
     that block's own cumsum: the same token a full float64 cumsum over the vocabulary finds, up
     to the rounding of the partial sums, for about a tenth of the work (a float64 softmax and
-    cumsum over 49k tokens cost 7 ms per row batch, 8 % of a decode step).
+    cumsum over a 49k-token vocabulary was a visible share of a decode step: ``benchmarks/NOTES.md``).
 
     Why: with one generator per sequence, seeded from the sequence's key, sequence r's t-th token
     depends only on its own seed and logits, not on which rows share its batch, whether finished
@@ -76,8 +76,8 @@ class SeededPicker:
 
     With ``kernel`` (the compiled decode kernels, :mod:`rlvr.cpu.kernels`) and no top-k / top-p,
     the temperature, the weights, both levels of sums and the search run in one compiled call
-    (``lean_pick``) on float32 CPU logits: about 0.2 against 1 ms a step for 16 rows of SmolLM2's
-    49k tokens. Its exp is within 2 ulp of torch's, so a draw within rounding of a CDF step could pick
+    (``lean_pick``) on float32 CPU logits, several times faster than in torch operations
+    (``benchmarks/NOTES.md``). Its exp is within 2 ulp of torch's, so a draw within rounding of a CDF step could pick
     the neighbour (``tests/cpu/test_lean.py`` finds none in 30,000 draws).
 
     Args:
@@ -87,7 +87,9 @@ class SeededPicker:
 
     BLOCK = 256
 
-    def __init__(self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0, *, kernel=None) -> None:
+    def __init__(
+        self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0, *, kernel=None
+    ) -> None:
         self.gens = [torch.Generator().manual_seed(s) for s in seeds]
         self.warpers = warpers(temperature, top_k, top_p)
         self.temperature = temperature
@@ -252,7 +254,9 @@ def decode(
     P, G = input_ids.shape[0], repeats
     B, device = P * G, input_ids.device
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1
+    )
     cache = output_cache(out)
     if lean is not None:
         cache = lean.cache(cache, attention_mask, G, max_new_tokens)
@@ -274,7 +278,9 @@ def decode(
         response[live, t] = tokens
         T = t + 1
         if logprobs is not None:
-            logprobs[live, t] = torch.log_softmax(logits / logprob_temperature, dim=-1).gather(-1, tokens[:, None])[:, 0]
+            logprobs[live, t] = torch.log_softmax(logits / logprob_temperature, dim=-1).gather(-1, tokens[:, None])[
+                :, 0
+            ]
         done = torch.isin(tokens, eos)
         if stopped is not None:
             hit = stopped(response[live, : t + 1]) & ~done
@@ -293,8 +299,14 @@ def decode(
             continue
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         position_ids = mask.long().sum(-1, keepdim=True) - 1  # [b, 1]: the new token's position
-        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position_ids, **cache_kwargs(model, cache),
-                    use_cache=True, logits_to_keep=1)
+        out = model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=position_ids,
+            **cache_kwargs(model, cache),
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache = output_cache(out)
         logits = out.logits[:, -1].float()
     return Decoded(response[:, :T], stop_at, None if logprobs is None else logprobs[:, :T])

@@ -10,8 +10,8 @@ import hashlib
 import torch
 from transformers import GenerationConfig, StoppingCriteria
 
-from rlvr.models.loading import eval_mode
 from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackable
+from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
 
@@ -112,7 +112,7 @@ class HFRolloutEngine:
     ``packed_weights`` (None = wherever it applies: a float32 or bfloat16 model on a CPU where
     oneDNN packs that dtype, :func:`~rlvr.cpu.packed.why_unpackable`, else unpacked with the
     reason in :attr:`unpacked`; True = required, ValueError where it cannot) multiplies by oneDNN-prepacked copies of the linear weights while sampling
-    (:mod:`rlvr.cpu.packed`: about 2.5x faster decode products on a 2-core CPU, one more copy
+    (:mod:`rlvr.cpu`: faster decode products, ``benchmarks/NOTES.md``; one more copy
     of the linear weights in memory, repacked when the policy's weights change).
 
     ``lean_decode`` (None = wherever it applies: a float32 Llama or Qwen2 model with packed weights;
@@ -202,7 +202,8 @@ class HFRolloutEngine:
         """
         how = self.sampling
         how = dataclasses.replace(
-            how, temperature=how.temperature if temperature is None else temperature,
+            how,
+            temperature=how.temperature if temperature is None else temperature,
             max_new_tokens=how.max_new_tokens if max_new_tokens is None else max_new_tokens,
         )
         tok = self.tokenizer
@@ -222,28 +223,43 @@ class HFRolloutEngine:
             if greedy:
                 pick = GreedyPicker()
             elif seeded:
-                pick = SeededPicker(seeds[rows], temp, how.top_k, how.top_p,
-                                    kernel=self.lean.kernel if self.lean is not None else None)
+                pick = SeededPicker(
+                    seeds[rows], temp, how.top_k, how.top_p, kernel=self.lean.kernel if self.lean is not None else None
+                )
             else:
                 pick = GlobalRNGPicker(temp, how.top_k, how.top_p)
-            with eval_mode(self.model), (self.packed.active() if self.packed else contextlib.nullcontext()):
-                chunks.append(decode(
-                    self.model, enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk], G,
-                    max_new_tokens=how.max_new_tokens, pick=pick, eos_ids=self.eos_ids, pad_id=tok.pad_token_id,
-                    stopped=self._stopped if self.stop else None, logprob_temperature=temp if record else None,
-                    lean=self.lean,
-                ))
+            with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
+                chunks.append(
+                    decode(
+                        self.model,
+                        enc.input_ids[first : first + per_chunk],
+                        enc.attention_mask[first : first + per_chunk],
+                        G,
+                        max_new_tokens=how.max_new_tokens,
+                        pick=pick,
+                        eos_ids=self.eos_ids,
+                        pad_id=tok.pad_token_id,
+                        stopped=self._stopped if self.stop else None,
+                        logprob_temperature=temp if record else None,
+                        lean=self.lean,
+                    )
+                )
         T = max(c.response.shape[1] for c in chunks)
         pad = tok.pad_token_id
         F = torch.nn.functional
         response = torch.cat([F.pad(c.response, (0, T - c.response.shape[1]), value=pad) for c in chunks])
-        response_mask, truncated = response_mask_from_eos(response, self.eos_ids, stop_at=torch.cat([c.stop_at for c in chunks]))
+        response_mask, truncated = response_mask_from_eos(
+            response, self.eos_ids, stop_at=torch.cat([c.stop_at for c in chunks])
+        )
         response = torch.where(response_mask.bool(), response, torch.full_like(response, pad))
         logprobs = None
         if record:
             logprobs = torch.cat([F.pad(c.logprobs, (0, T - c.logprobs.shape[1])) for c in chunks])
             logprobs = torch.where(response_mask.bool(), logprobs, torch.zeros_like(logprobs))
-        prompt_ids, prompt_mask = enc.input_ids.repeat_interleave(G, dim=0), enc.attention_mask.repeat_interleave(G, dim=0)
+        prompt_ids, prompt_mask = (
+            enc.input_ids.repeat_interleave(G, dim=0),
+            enc.attention_mask.repeat_interleave(G, dim=0),
+        )
         return RolloutBatch(
             input_ids=torch.cat([prompt_ids, response], dim=1),
             attention_mask=torch.cat([prompt_mask, response_mask], dim=1),

@@ -72,7 +72,9 @@ def summary_lines(run_dir, final) -> list[str]:
     run = load_run(run_dir)
     _, step_s = run.series(M.TIME_STEP_S)
     total = sum(step_s)
-    lines = [f"done: {run.last_step} steps in {total / 60:.1f} min of training ({total / max(len(step_s), 1):.1f} s/step)"]
+    lines = [
+        f"done: {run.last_step} steps in {total / 60:.1f} min of training ({total / max(len(step_s), 1):.1f} s/step)"
+    ]
     for key, label in [(M.REWARD_MEAN, "reward"), (M.ACCURACY, "accuracy"), (M.FORMAT_RATE, "format rate")]:
         a, b, k = first_last(run, key)
         if a is not None:
@@ -81,8 +83,14 @@ def summary_lines(run_dir, final) -> list[str]:
         first, last = run.evals[0], run.evals[-1]
         shown = (M.EVAL_ACCURACY, M.EVAL_FORMAT_RATE, M.EVAL_PASS_AT, M.EVAL_MAJ_AT)
         for key in [k for k in first if k.startswith(shown) and k != M.EVAL_ACCURACY_LENIENT]:
-            if isinstance(first.get(key), (int, float)) and isinstance(last.get(key), (int, float)) and last is not first:
-                lines.append(f"{key + ':':17s} {first[key]:.3f} (step {first['step']}) -> {last[key]:.3f} (step {last['step']})")
+            if (
+                isinstance(first.get(key), (int, float))
+                and isinstance(last.get(key), (int, float))
+                and last is not first
+            ):
+                lines.append(
+                    f"{key + ':':17s} {first[key]:.3f} (step {first['step']}) -> {last[key]:.3f} (step {last['step']})"
+                )
             elif isinstance(first.get(key), (int, float)):
                 lines.append(f"{key + ':':17s} {first[key]:.3f} (step {first['step']})")
     _, rss = run.series(M.PEAK_RSS_MIB)

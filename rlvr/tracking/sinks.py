@@ -98,7 +98,12 @@ class WandbSink:
             run_id = wandb.util.generate_id()
             id_file.write_text(run_id + "\n")
         self.run = wandb.init(
-            project=project, name=run.path.name, id=run_id, resume="allow", dir=str(run.path), mode=mode,
+            project=project,
+            name=run.path.name,
+            id=run_id,
+            resume="allow",
+            dir=str(run.path),
+            mode=mode,
             config=run.read_config(),
         )
 
@@ -147,7 +152,9 @@ class MetricsLogger:
         from rlvr.errors import UserError
 
         if wandb and not wandb_available():
-            raise UserError("log.wandb=true but the wandb package is not installed; `pip install wandb` or set log.wandb=false")
+            raise UserError(
+                "log.wandb=true but the wandb package is not installed; `pip install wandb` or set log.wandb=false"
+            )
         self.warn = warn
         self.sinks: list = [JsonlSink(run_dir)]
         factories = []

@@ -29,8 +29,8 @@ def adamw(params: list, *, lr: float, betas: tuple[float, float], weight_decay: 
     """torch's AdamW, with its fused kernel where the parameters' device has one (CPU and CUDA).
 
     The fused kernel does the same math in one pass over each tensor; the default (``foreach``)
-    loop makes several: 0.08 s against 0.39 s per step for 135M float32 parameters on 2 cores
-    (TRL's default is the fused kernel too). The weights agree to float rounding
+    loop makes several, which measured several times slower (``benchmarks/NOTES.md``; TRL's default
+    is the fused kernel too). The weights agree to float rounding
     (tests/training/test_fused_adamw.py)."""
     device = params[0].device.type if params else "cpu"
     fused = device in ("cpu", "cuda") and all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
@@ -55,11 +55,14 @@ def lr_scheduler(optimizer, *, schedule: str, warmup_steps: int, total_steps: in
       its own schedule here (:func:`_warmup_then_cosine`).
     """
     if schedule == "constant":
-        return get_cosine_with_min_lr_schedule_with_warmup_lr_rate(optimizer, warmup_steps, total_steps, min_lr_rate=1.0)
+        return get_cosine_with_min_lr_schedule_with_warmup_lr_rate(
+            optimizer, warmup_steps, total_steps, min_lr_rate=1.0
+        )
     if warmup_steps == 0:
         return get_wsd_schedule(optimizer, 0, total_steps, num_stable_steps=0, min_lr_ratio=min_lr_ratio)
     return LambdaLR(
-        optimizer, partial(_warmup_then_cosine, warmup_steps=warmup_steps, total_steps=total_steps, min_lr_ratio=min_lr_ratio)
+        optimizer,
+        partial(_warmup_then_cosine, warmup_steps=warmup_steps, total_steps=total_steps, min_lr_ratio=min_lr_ratio),
     )
 
 
@@ -72,7 +75,13 @@ def _warmup_then_cosine(s: int, *, warmup_steps: int, total_steps: int, min_lr_r
 
 @torch.no_grad()
 def batch_logprobs(
-    model, batch: RolloutBatch, *, micro_batch_seqs: int, group_size: int, temperature: float, autocast,
+    model,
+    batch: RolloutBatch,
+    *,
+    micro_batch_seqs: int,
+    group_size: int,
+    temperature: float,
+    autocast,
     length_buckets: bool = True,
 ) -> torch.Tensor:
     """[B, T] log-probs of the sampled tokens under ``model``, micro-batched, no grad (0 on padding).
@@ -89,11 +98,14 @@ def batch_logprobs(
     return out * batch.response_mask
 
 
-def forward_passes(batch: RolloutBatch, micro_batch_seqs: int, group_size: int, *, bucket: bool) -> list[microbatch.Pass]:
+def forward_passes(
+    batch: RolloutBatch, micro_batch_seqs: int, group_size: int, *, bucket: bool
+) -> list[microbatch.Pass]:
     """The update's and log-prob passes' row sets (:func:`rlvr.training.microbatch.plan`)."""
     lengths = batch.response_lengths.tolist()
-    return microbatch.plan(lengths, micro_batch_seqs=micro_batch_seqs, group_size=group_size,
-                           prompt_len=batch.prompt_len, bucket=bucket)
+    return microbatch.plan(
+        lengths, micro_batch_seqs=micro_batch_seqs, group_size=group_size, prompt_len=batch.prompt_len, bucket=bucket
+    )
 
 
 class _UpdateStats:
@@ -133,7 +145,9 @@ class _UpdateStats:
         self.extreme(M.RATIO_MIN, M.RATIO_MAX, stats["ratio"], m)
 
 
-def _micro_batch_loss(logits, batch: RolloutBatch, rows: Tensor, m: Tensor, adv, old_logp, ref_logp, cfg: Config, stats: _UpdateStats):
+def _micro_batch_loss(
+    logits, batch: RolloutBatch, rows: Tensor, m: Tensor, adv, old_logp, ref_logp, cfg: Config, stats: _UpdateStats
+):
     """(per-token loss, its policy-gradient part, entropy, policy-loss stats) of one micro-batch
     from its [b, Tm, V] logits; records the TIS and KL statistics."""
     algo, temperature = cfg.algo, cfg.rollout.temperature
@@ -144,8 +158,14 @@ def _micro_batch_loss(logits, batch: RolloutBatch, rows: Tensor, m: Tensor, adv,
     )
     old = old_logp[rows, cols] if old_logp is not None else logp.detach()
     pg_tok, pg_stats = algos.policy_loss(
-        logp, old, adv[rows], m, clip_low=algo.clip_low, clip_high=algo.clip_high,
-        dual_clip=algo.dual_clip, level=algo.ratio_level,
+        logp,
+        old,
+        adv[rows],
+        m,
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
+        dual_clip=algo.dual_clip,
+        level=algo.ratio_level,
     )
     weight = kl_tok = None
     if algo.tis_cap is not None and batch.logprobs is not None:
@@ -159,15 +179,27 @@ def _micro_batch_loss(logits, batch: RolloutBatch, rows: Tensor, m: Tensor, adv,
     if algo.entropy_coef:
         entropy = algos.entropy_from_logits(logits, temperature=temperature)
     loss_tok, pg_tok = algos.token_loss(
-        pg_tok, tis_weight=weight, kl=kl_tok, kl_coef=algo.kl_coef,
-        entropy=entropy if algo.entropy_coef else None, entropy_coef=algo.entropy_coef,
+        pg_tok,
+        tis_weight=weight,
+        kl=kl_tok,
+        kl_coef=algo.kl_coef,
+        entropy=entropy if algo.entropy_coef else None,
+        entropy_coef=algo.entropy_coef,
     )
     return loss_tok, pg_tok, entropy, pg_stats
 
 
 def accumulate_gradients(
-    policy, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast, *,
-    num_tokens: Tensor | None = None, num_seqs: int | None = None,
+    policy,
+    batch: RolloutBatch,
+    adv,
+    old_logp,
+    ref_logp,
+    cfg: Config,
+    autocast,
+    *,
+    num_tokens: Tensor | None = None,
+    num_seqs: int | None = None,
 ) -> dict:
     """Backward the loss of the whole rollout batch, ``train.micro_batch_seqs`` rows at a time.
 
@@ -199,7 +231,9 @@ def accumulate_gradients(
         m = mask[rows, :Tm]
         with autocast():
             logits = response_logits(policy, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=p.group_size)
-        loss_tok, pg_tok, entropy, pg_stats = _micro_batch_loss(logits, batch, rows, m, adv, old_logp, ref_logp, cfg, stats)
+        loss_tok, pg_tok, entropy, pg_stats = _micro_batch_loss(
+            logits, batch, rows, m, adv, old_logp, ref_logp, cfg, stats
+        )
         loss = algos.aggregate(loss_tok, m, **agg)
         loss.backward()
         with torch.no_grad():
@@ -210,8 +244,19 @@ def accumulate_gradients(
 
 
 def update_policy(
-    policy, optimizer, scheduler, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, autocast, *,
-    num_tokens: Tensor | None = None, num_seqs: int | None = None, group=None,
+    policy,
+    optimizer,
+    scheduler,
+    batch: RolloutBatch,
+    adv,
+    old_logp,
+    ref_logp,
+    cfg: Config,
+    autocast,
+    *,
+    num_tokens: Tensor | None = None,
+    num_seqs: int | None = None,
+    group=None,
 ) -> dict:
     """``algo.num_iterations`` optimizer steps over the rollout batch; returns ``train/`` metrics
     over them (means, and the min/max of the ``*_min`` / ``*_max`` ones).

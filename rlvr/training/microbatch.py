@@ -32,7 +32,9 @@ class Pass:
     group_size: int
 
 
-def plan(lengths: list[int], *, micro_batch_seqs: int, group_size: int, prompt_len: int, bucket: bool = True) -> list[Pass]:
+def plan(
+    lengths: list[int], *, micro_batch_seqs: int, group_size: int, prompt_len: int, bucket: bool = True
+) -> list[Pass]:
     """The forward passes over a batch whose row ``i`` has a response of ``lengths[i]`` tokens.
 
     Args:

@@ -57,8 +57,16 @@ class Scored:
             per_rule={k: pick(v) for k, v in self.result.per_rule.items()},
             errors=self.result.errors,
         )
-        return Scored([self.rows[g] for g in groups], select_groups(self.batch, groups), pick(self.said),
-                      pick(self.answers), result, pick(self.acc), pick(self.fmt), self.rewards[seqs])
+        return Scored(
+            [self.rows[g] for g in groups],
+            select_groups(self.batch, groups),
+            pick(self.said),
+            pick(self.answers),
+            result,
+            pick(self.acc),
+            pick(self.fmt),
+            self.rewards[seqs],
+        )
 
     @staticmethod
     def concat(parts: list[Scored], pad_id: int) -> Scored:
@@ -74,8 +82,16 @@ class Scored:
             per_rule={k: [x for p in parts for x in p.result.per_rule[k]] for k in parts[0].result.per_rule},
             errors=errors,
         )
-        return Scored(cat("rows"), concat_batches([p.batch for p in parts], pad_id), cat("said"), cat("answers"),
-                      result, cat("acc"), cat("fmt"), torch.cat([p.rewards for p in parts]))
+        return Scored(
+            cat("rows"),
+            concat_batches([p.batch for p in parts], pad_id),
+            cat("said"),
+            cat("answers"),
+            result,
+            cat("acc"),
+            cat("fmt"),
+            torch.cat([p.rewards for p in parts]),
+        )
 
 
 def extra_prompt_indices(num_rows: int, n: int, *, seed: int, step: int, attempt: int) -> list[int]:
@@ -90,7 +106,9 @@ def sequence_seeds(seed: int, step: int, attempt: int, first_group: int, num_gro
     return [sample_seed(seed, step, attempt, first_group + p, j) for p in range(num_groups) for j in range(G)]
 
 
-def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str, timing: dict, seeds: list[int]) -> Scored:
+def _sample_and_score(
+    engine, scorer, rows: list[dict], cfg: Config, prefix: str, timing: dict, seeds: list[int]
+) -> Scored:
     G = cfg.rollout.samples_per_prompt
     t0 = time.perf_counter()
     batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds)
@@ -105,16 +123,28 @@ def _sample_and_score(engine, scorer, rows: list[dict], cfg: Config, prefix: str
     rewards = torch.tensor(result.total, dtype=torch.float32)
     if cfg.algo.overlong_buffer:
         rewards = rewards + algos.overlong_penalty(
-            batch.response_lengths, max_len=cfg.rollout.max_new_tokens,
-            buffer=cfg.algo.overlong_buffer, factor=cfg.algo.overlong_penalty,
+            batch.response_lengths,
+            max_len=cfg.rollout.max_new_tokens,
+            buffer=cfg.algo.overlong_buffer,
+            factor=cfg.algo.overlong_penalty,
         )
     timing["rollout"] += t1 - t0
     timing["reward"] += time.perf_counter() - t1
     return Scored(rows, batch, said, answers, result, acc, fmt, rewards)
 
 
-def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: int, cfg: Config, *, prefix: str,
-            first_group: int = 0, group=None):
+def collect(
+    engine,
+    scorer,
+    train_rows: list[dict],
+    prompts: list[int],
+    step: int,
+    cfg: Config,
+    *,
+    prefix: str,
+    first_group: int = 0,
+    group=None,
+):
     """Samples and scores the step's groups.
 
     Args:
@@ -144,6 +174,7 @@ def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: in
     parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in prompts], cfg, prefix, timing, seeds)]
     info: dict = {}
     if algo.dynamic_sampling:
+
         def informative() -> int:  # over all ranks: every rank takes the same decision
             local = sum(int(algos.informative_groups(p.rewards, G).sum()) for p in parts)
             return int(group.sum(torch.tensor(float(local))))

@@ -22,6 +22,7 @@ from rlvr import metric_names as M
 from rlvr.analysis.report import build_report
 from rlvr.choices import Backend
 from rlvr.config import Config, Switch, to_yaml
+from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.data.loading import load_split
 from rlvr.errors import UserError
@@ -31,9 +32,9 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, lora, resolve_device, resolve_model_path
 from rlvr.models.forward import shared_prompt_group
-from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable
 from rlvr.models.precision import needs_resolving, resolve_precision
-from rlvr.rewards import Scorer, get as get_reward
+from rlvr.rewards import Scorer
+from rlvr.rewards import get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory
@@ -51,8 +52,10 @@ def train(cfg: Config, *, console=None) -> Path:
     ``distributed.backend=ray`` runs on Ray workers instead: ``rlvr.distributed.train``, or
     ``rlvr.commands.train.run_training``, which picks between the two as ``rlvr train`` does."""
     if cfg.distributed.backend == Backend.RAY:
-        raise UserError("distributed.backend=ray trains on Ray workers: call rlvr.distributed.train(cfg) or "
-                        "rlvr.commands.train.run_training(cfg) (what `rlvr train` does), not rlvr.training.train")
+        raise UserError(
+            "distributed.backend=ray trains on Ray workers: call rlvr.distributed.train(cfg) or "
+            "rlvr.commands.train.run_training(cfg) (what `rlvr train` does), not rlvr.training.train"
+        )
     return run(Trainer(cfg, console=console))
 
 
@@ -106,7 +109,9 @@ def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
         raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
     if model_path is not None:
         adapter = cfg.model.lora  # a LoRA checkpoint holds the adapter alone
-        need = 2 * ckpt.checkpoint_bytes(model_path, cfg.model.dtype, lora_rank=adapter.rank, lora_targets=adapter.target_modules)
+        need = 2 * ckpt.checkpoint_bytes(
+            model_path, cfg.model.dtype, lora_rank=adapter.rank, lora_targets=adapter.target_modules
+        )
         free = shutil.disk_usage(run_dir).free
         if free < need:
             tmp.unlink(missing_ok=True)
@@ -159,12 +164,16 @@ class Trainer:
         self._build_optimizer(state)
         cfg = self.cfg
         if self.start_step >= cfg.train.steps:
-            self.printer.note(f"{self.run_dir} already finished {self.start_step} steps (train.steps={cfg.train.steps}); nothing to do")
+            self.printer.note(
+                f"{self.run_dir} already finished {self.start_step} steps (train.steps={cfg.train.steps}); nothing to do"
+            )
             return False
         self.stream = PromptStream(len(self.train_rows), cfg.train.prompts_per_step, cfg.seed)
         self.metrics_log = self.samples_log = None
         if self.logs:
-            self.metrics_log = MetricsLogger.from_config(self.run_dir, cfg.log)  # jsonl + TensorBoard/W&B, each failure-isolated
+            self.metrics_log = MetricsLogger.from_config(
+                self.run_dir, cfg.log
+            )  # jsonl + TensorBoard/W&B, each failure-isolated
             self.samples_log = JsonlWriter(self.run.samples_file)
         self.bad_in_row = 0  # steps in a row whose every update was skipped
         self.last_save = (self.start_step, time.monotonic())  # (step, monotonic time) of the last checkpoint
@@ -184,8 +193,13 @@ class Trainer:
         train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows  # file and row errors
         self.scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
         self.evaluator = TrainingEval(
-            cfg.eval, cfg.data, test_rows, Path(cfg.resume or cfg.run_dir),
-            rollout_max_new_tokens=cfg.rollout.max_new_tokens, total_steps=cfg.train.steps, scorer=self.scorer,
+            cfg.eval,
+            cfg.data,
+            test_rows,
+            Path(cfg.resume or cfg.run_dir),
+            rollout_max_new_tokens=cfg.rollout.max_new_tokens,
+            total_steps=cfg.train.steps,
+            scorer=self.scorer,
         )
         self.model_path = resolve_model_path(cfg.model.path)
         get_reward(cfg.reward.accuracy_rule)
@@ -235,20 +249,33 @@ class Trainer:
         self.policy, self.adapter = self._load_policy()
         if cfg.model.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
-            if self.adapter is not None:  # frozen embeddings: checkpointed layers still need an input that requires grad
+            if (
+                self.adapter is not None
+            ):  # frozen embeddings: checkpointed layers still need an input that requires grad
                 self.policy.enable_input_require_grads()
             if cfg.train.shared_prompt_forward:
-                note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); old/ref log-probs still share it")
+                note(
+                    "model.gradient_checkpointing: the update runs each prompt per sequence (exact); old/ref log-probs still share it"
+                )
         self.ref = None
         # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
         if cfg.algo.kl_coef > 0 and self.adapter is None:
-            self.ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
+            self.ref = (
+                load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
+            )
         try:
             self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
-                self.policy, self.tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, dtype=cfg.rollout.dtype, batch_seqs=cfg.rollout.batch_seqs,
+                self.policy,
+                self.tokenizer,
+                max_new_tokens=cfg.rollout.max_new_tokens,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+                top_k=cfg.rollout.top_k,
+                dtype=cfg.rollout.dtype,
+                batch_seqs=cfg.rollout.batch_seqs,
                 logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
-                stop=cfg.rollout.stop, packed_weights=cfg.model.packed_weights.as_bool(),
+                stop=cfg.rollout.stop,
+                packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=cfg.rollout.lean_decode.as_bool(),
             )
         except LeanUnavailable as e:
@@ -294,7 +321,9 @@ class Trainer:
             adapter = lora.add_adapter(base, **settings, base=lora.base_spec(cfg.model.path))
         trainable = sum(p.numel() for p in adapter.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in adapter.model.parameters())
-        self.printer.note(f"LoRA rank {spec.rank}: {trainable:,} of {total:,} parameters train ({trainable / total:.2%})")
+        self.printer.note(
+            f"LoRA rank {spec.rank}: {trainable:,} of {total:,} parameters train ({trainable / total:.2%})"
+        )
         return adapter.model, adapter
 
     def _build_optimizer(self, state: dict | None) -> None:
@@ -302,10 +331,15 @@ class Trainer:
         metrics/samples lines past the checkpoint removed."""
         cfg = self.cfg
         trainable = [p for p in self.policy.parameters() if p.requires_grad]  # with LoRA: the adapter alone
-        self.optimizer = adamw(trainable, lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay)
+        self.optimizer = adamw(
+            trainable, lr=cfg.train.lr, betas=tuple(cfg.train.adam_betas), weight_decay=cfg.train.weight_decay
+        )
         self.scheduler = lr_scheduler(
-            self.optimizer, schedule=cfg.train.lr_schedule, warmup_steps=cfg.train.warmup_steps,
-            total_steps=cfg.train.steps * cfg.algo.num_iterations, min_lr_ratio=cfg.train.min_lr_ratio,
+            self.optimizer,
+            schedule=cfg.train.lr_schedule,
+            warmup_steps=cfg.train.warmup_steps,
+            total_steps=cfg.train.steps * cfg.algo.num_iterations,
+            min_lr_ratio=cfg.train.min_lr_ratio,
         )
         self.skipped_steps = 0  # steps with a skipped update
         if self.packed is not None:
@@ -355,7 +389,14 @@ class Trainer:
         self.engine.sync_weights()
         prompts = self.stream.batch(step) if prompts is None else prompts
         got, sampled, info = collect(
-            self.engine, self.scorer, self.train_rows, prompts, step, cfg, prefix=self.prefix, first_group=first_group,
+            self.engine,
+            self.scorer,
+            self.train_rows,
+            prompts,
+            step,
+            cfg,
+            prefix=self.prefix,
+            first_group=first_group,
             group=self.group,
         )
         t_rollout, t_reward = info.pop("rollout_s"), info.pop("reward_s")
@@ -401,7 +442,9 @@ class Trainer:
         cfg, group = self.cfg, self.group
         B = rewards.shape[0]
         every = torch.cat(group.gather(rewards.cpu())) if group.world_size > 1 else rewards
-        adv = algos.group_advantages(every, cfg.rollout.samples_per_prompt, method=cfg.algo.adv_method, eps=cfg.algo.adv_eps)
+        adv = algos.group_advantages(
+            every, cfg.rollout.samples_per_prompt, method=cfg.algo.adv_method, eps=cfg.algo.adv_eps
+        )
         adv = adv.to(self.device)
         return adv, adv[group.rank * B : (group.rank + 1) * B]
 
@@ -418,8 +461,13 @@ class Trainer:
         the KL is subtracted from the rewards and the loss gets no reference."""
         cfg, mb = self.cfg, self.cfg.train.micro_batch_seqs
         share = shared_prompt_group(mb, cfg.rollout.samples_per_prompt) if cfg.train.shared_prompt_forward else 1
-        lp = dict(micro_batch_seqs=mb, group_size=share, temperature=cfg.rollout.temperature, autocast=self.autocast,
-                  length_buckets=cfg.train.length_buckets)
+        lp = dict(
+            micro_batch_seqs=mb,
+            group_size=share,
+            temperature=cfg.rollout.temperature,
+            autocast=self.autocast,
+            length_buckets=cfg.train.length_buckets,
+        )
         ref_logp = None
         if cfg.algo.kl_coef > 0:
             with self.reference() as ref:
@@ -431,7 +479,9 @@ class Trainer:
             return rewards, old_logp, ref_logp, {}
         mask, estimator = batch.response_mask, cfg.algo.kl_estimator
         kl_tok = algos.kl_divergence(old_logp, ref_logp, estimator=estimator)
-        kl = self.group.sum((kl_tok * mask).sum()) / self.group.sum(mask.sum()).clamp(min=1)  # algos.masked_mean, global
+        kl = self.group.sum((kl_tok * mask).sum()) / self.group.sum(mask.sum()).clamp(
+            min=1
+        )  # algos.masked_mean, global
         rewards = algos.kl_shaped_rewards(
             rewards.to(self.device), old_logp, ref_logp, mask, coef=cfg.algo.kl_coef, estimator=estimator
         )
@@ -452,7 +502,9 @@ class Trainer:
 
         One process: its own batch. A data-parallel worker returns the sums over all workers, so
         that N workers take the update of one process with the same global batch."""
-        counts = torch.stack([batch.response_mask.float().sum(), torch.tensor(float(batch.response_mask.shape[0]), device=self.device)])
+        counts = torch.stack(
+            [batch.response_mask.float().sum(), torch.tensor(float(batch.response_mask.shape[0]), device=self.device)]
+        )
         num_tokens, num_seqs = self.group.sum(counts)  # exact: float32 counts up to 2**24
         return num_tokens, int(num_seqs)
 
@@ -461,8 +513,18 @@ class Trainer:
         cfg = self.cfg
         num_tokens, num_seqs = self.loss_denominators(batch)
         update = update_policy(
-            self.policy, self.optimizer, self.scheduler, batch, adv, old_logp, ref_logp, cfg, self.autocast,
-            num_tokens=num_tokens, num_seqs=num_seqs, group=self.group,
+            self.policy,
+            self.optimizer,
+            self.scheduler,
+            batch,
+            adv,
+            old_logp,
+            ref_logp,
+            cfg,
+            self.autocast,
+            num_tokens=num_tokens,
+            num_seqs=num_seqs,
+            group=self.group,
         )
         skipped = update[M.SKIPPED_UPDATES]
         if skipped:
@@ -580,7 +642,9 @@ class Trainer:
         try:
             out = build_report(self.run_dir)
         except Exception as e:  # the run is saved; a failed report must not turn it into a failure
-            self.printer.note(f"warning: the report failed ({type(e).__name__}: {e}); retry with `rlvr report {self.run_dir}`")
+            self.printer.note(
+                f"warning: the report failed ({type(e).__name__}: {e}); retry with `rlvr report {self.run_dir}`"
+            )
         else:
             self.printer.note(f"report: {out / 'report.html'} (and report.md; plots in {out / 'plots'})")
         return final

@@ -200,8 +200,13 @@ def test_k1_k2_are_not_clamped():
 def _loss_at(ratio: float, adv: float, clip_low=0.2, clip_high=0.2, dual_clip=None):
     logp = torch.tensor([[math.log(ratio)]], requires_grad=True)
     loss, stats = policy_loss(
-        logp, torch.zeros(1, 1), torch.tensor([adv]), torch.ones(1, 1),
-        clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
+        logp,
+        torch.zeros(1, 1),
+        torch.tensor([adv]),
+        torch.ones(1, 1),
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip=dual_clip,
     )
     loss.sum().backward()
     return loss.item(), logp.grad.item(), stats
@@ -542,8 +547,16 @@ def test_local_token_mean_over_grad_accum_is_not_invariant():
     model, feats, tokens, mask, old_logp, adv = _policy_batch()
     full = _step_loss(model, feats, tokens, mask, old_logp, adv, LossAgg.TOKEN_MEAN)
     naive = sum(
-        _step_loss(model, feats[i : i + 1], tokens[i : i + 1], mask[i : i + 1],
-                   old_logp[i : i + 1], adv[i : i + 1], LossAgg.TOKEN_MEAN) / 8
+        _step_loss(
+            model,
+            feats[i : i + 1],
+            tokens[i : i + 1],
+            mask[i : i + 1],
+            old_logp[i : i + 1],
+            adv[i : i + 1],
+            LossAgg.TOKEN_MEAN,
+        )
+        / 8
         for i in range(8)
     )
     assert not torch.allclose(naive, full)
@@ -600,7 +613,9 @@ def test_entropy_from_logits_matches_naive(temperature):
     torch.testing.assert_close(g_out, g_naive)
 
 
-@pytest.mark.parametrize("dtype, temperature", [(torch.float32, 1.0), (torch.float32, 0.6), (torch.bfloat16, 1.0), (torch.bfloat16, 0.8)])
+@pytest.mark.parametrize(
+    "dtype, temperature", [(torch.float32, 1.0), (torch.float32, 0.6), (torch.bfloat16, 1.0), (torch.bfloat16, 0.8)]
+)
 def test_one_pass_logprobs_and_entropy_match_naive(dtype, temperature):
     """token_logprobs_entropy (one pass, hand-written backward) against log_softmax + gather, with a
     non-uniform upstream gradient, and its entropy against the naive -sum p log p."""
@@ -633,7 +648,12 @@ def test_token_loss_golden():
     # pg = [1, -2], w = [.5, 2], KL = [.1, .2], beta = .5, H = [1, 3], c_H = .1
     # weighted pg = [1*.5, -2*2] = [.5, -4]
     # loss = pg_w + .5*KL - .1*H = [.5 + .05 - .1, -4 + .1 - .3] = [.45, -4.2]
-    pg, w, kl, ent = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.5, 2.0]]), torch.tensor([[0.1, 0.2]]), torch.tensor([[1.0, 3.0]])
+    pg, w, kl, ent = (
+        torch.tensor([[1.0, -2.0]]),
+        torch.tensor([[0.5, 2.0]]),
+        torch.tensor([[0.1, 0.2]]),
+        torch.tensor([[1.0, 3.0]]),
+    )
     loss, pg_w = token_loss(pg, tis_weight=w, kl=kl, kl_coef=0.5, entropy=ent, entropy_coef=0.1)
     torch.testing.assert_close(pg_w, torch.tensor([[0.5, -4.0]]))
     torch.testing.assert_close(loss, torch.tensor([[0.45, -4.2]]))
@@ -669,8 +689,10 @@ def _token_loss_inline(pg_tok, weight, kl_tok, kl_coef, entropy, entropy_coef):
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("tis, kl, entropy_coef", [(False, False, 0.0), (True, False, 0.0), (False, True, 0.0),
-                                                   (False, False, 0.01), (True, True, 0.02)])
+@pytest.mark.parametrize(
+    "tis, kl, entropy_coef",
+    [(False, False, 0.0), (True, False, 0.0), (False, True, 0.0), (False, False, 0.01), (True, True, 0.02)],
+)
 def test_token_loss_equals_the_old_inline_loss(seed, tis, kl, entropy_coef):
     g = torch.Generator().manual_seed(seed)
     logp = -torch.rand(4, 6, generator=g) * 3
@@ -681,8 +703,9 @@ def test_token_loss_equals_the_old_inline_loss(seed, tis, kl, entropy_coef):
     kl_tok = kl_divergence(logp, ref, estimator=KLEstimator.K3) if kl else None
     ent = torch.rand(4, 6, generator=g) * 2
     want = _token_loss_inline(pg, weight, kl_tok, 0.05, ent, entropy_coef)
-    got = token_loss(pg, tis_weight=weight, kl=kl_tok, kl_coef=0.05, entropy=ent if entropy_coef else None,
-                     entropy_coef=entropy_coef)
+    got = token_loss(
+        pg, tis_weight=weight, kl=kl_tok, kl_coef=0.05, entropy=ent if entropy_coef else None, entropy_coef=entropy_coef
+    )
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # bit for bit: the same operations
 
 
@@ -691,9 +714,5 @@ def test_token_loss_equals_the_old_inline_loss(seed, tis, kl, entropy_coef):
 
 def test_algos_imports_without_heavy_packages():
     blocked = ["transformers", "vllm", "ray", "deepspeed", "wandb", "numpy"]
-    code = (
-        "import sys\n"
-        f"for name in {blocked!r}: sys.modules[name] = None\n"
-        "import rlvr.algos\n"
-    )
+    code = f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\nimport rlvr.algos\n"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

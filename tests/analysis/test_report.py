@@ -10,26 +10,32 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.cli import main
-from rlvr.config import load_config, to_yaml
-from rlvr.errors import UserError
 from rlvr.analysis import aha
-from rlvr.tracking import MetricsLogger
-from rlvr.tracking import sinks as sinks_mod
 from rlvr.analysis.compare import compare_runs, run_labels
 from rlvr.analysis.plots import smooth, smoothing_window
 from rlvr.analysis.report import build_report
 from rlvr.analysis.run import load_run
+from rlvr.cli import main
 from rlvr.commands.sweep import Sweep, load_spec, parse_grid, run_sweep, split_values
+from rlvr.config import load_config, to_yaml
+from rlvr.errors import UserError
+from rlvr.tracking import MetricsLogger
+from rlvr.tracking import sinks as sinks_mod
 
 PLANTED = "<think>3 + 5 = 9. Wait, let me check: 3 + 5 = 8.</think><answer>\\boxed{8}</answer>"
 
 
 def sample(step, completion, acc, reward, answer="8"):
     return {
-        "step": step, "question": "What is 3 + 5?", "answer": answer, "completion": completion,
-        "reward": reward, "rewards": {"accuracy": acc, "format": 1.0}, "advantage": 0.0,
-        "length": len(completion) // 4, "truncated": False,
+        "step": step,
+        "question": "What is 3 + 5?",
+        "answer": answer,
+        "completion": completion,
+        "reward": reward,
+        "rewards": {"accuracy": acc, "format": 1.0},
+        "advantage": 0.0,
+        "length": len(completion) // 4,
+        "truncated": False,
     }
 
 
@@ -43,11 +49,24 @@ def make_run(root: Path, name="run", *, steps=6, logged=None, overrides=(), comp
     with (run / "metrics.jsonl").open("w") as f:
         for s in range(1, logged + 1):
             row = {
-                "step": s, "rollout/reward_mean": 0.2 * s, "rollout/accuracy": min(1.0, 0.15 * s),
-                "rollout/format_rate": 0.1 * s, "rollout/response_len_mean": 30 - s, "rollout/response_len_max": 64,
-                "reward/accuracy_mean": 0.1 * s, "reward/format_mean": 0.05 * s, "train/loss": 0.1, "train/pg_loss": 0.1,
-                "train/entropy": 1.0 / s, "train/clip_frac": 0.0, "train/grad_norm": 2.0, "train/lr": 1e-5,
-                "time/rollout_s": 1.0, "time/update_s": 2.0, "time/step_s": 3.2, "perf/gen_tokens_per_s": 50.0,
+                "step": s,
+                "rollout/reward_mean": 0.2 * s,
+                "rollout/accuracy": min(1.0, 0.15 * s),
+                "rollout/format_rate": 0.1 * s,
+                "rollout/response_len_mean": 30 - s,
+                "rollout/response_len_max": 64,
+                "reward/accuracy_mean": 0.1 * s,
+                "reward/format_mean": 0.05 * s,
+                "train/loss": 0.1,
+                "train/pg_loss": 0.1,
+                "train/entropy": 1.0 / s,
+                "train/clip_frac": 0.0,
+                "train/grad_norm": 2.0,
+                "train/lr": 1e-5,
+                "time/rollout_s": 1.0,
+                "time/update_s": 2.0,
+                "time/step_s": 3.2,
+                "perf/gen_tokens_per_s": 50.0,
                 "perf/peak_rss_mib": 1000.0 + s,
             }
             f.write(json.dumps(row) + "\n")
@@ -59,7 +78,12 @@ def make_run(root: Path, name="run", *, steps=6, logged=None, overrides=(), comp
             # correct, reflected, but never changed its answer: ranks below the planted one
             sample(logged, "<think>3 + 5 = 8. Let me verify: 3 + 5 = 8.</think><answer>8</answer>", 1.0, 1.5),
             # many reflections, high reward, wrong: ranks below every correct one
-            sample(logged, "<think>wait, let me double-check, verify... I made a mistake</think><answer>7</answer>", 0.0, 1.9),
+            sample(
+                logged,
+                "<think>wait, let me double-check, verify... I made a mistake</think><answer>7</answer>",
+                0.0,
+                1.9,
+            ),
             # a reflection phrase after </think> is not a reflection
             sample(logged, "<think>3 + 5 = 8</think> wait <answer>8</answer>", 1.0, 1.5),
             sample(2, "<think>3 + 5 = 7，等等，重新算：8</think><answer>8</answer>", 1.0, 1.5),
@@ -86,7 +110,10 @@ def test_aha_ranks_the_planted_self_correction_first(tmp_path):
     hits = aha.find_aha(run.samples())
     assert hits[0].row["completion"] in (PLANTED, "<think>3 + 5 = 7，等等，重新算：8</think><answer>8</answer>")
     top = [h for h in hits if h.tier == 1]
-    assert {h.row["completion"] for h in top} == {PLANTED, "<think>3 + 5 = 7，等等，重新算：8</think><answer>8</answer>"}
+    assert {h.row["completion"] for h in top} == {
+        PLANTED,
+        "<think>3 + 5 = 7，等等，重新算：8</think><answer>8</answer>",
+    }
     planted = next(h for h in hits if h.row["completion"] == PLANTED)
     assert (planted.before, planted.final, planted.changed_course) == ("9", "8", True)
     assert planted.highlighted().count("**") == 4  # "Wait" and "let me check"
@@ -149,14 +176,29 @@ def test_report_writes_every_file(tmp_path):
     out = build_report(make_run(tmp_path))
     assert out == tmp_path / "run" / "report"
     names = {p.name for p in (out / "plots").iterdir()}
-    for name in ["overview", "reward", "reward_by_rule", "accuracy", "format_rate", "response_length", "policy_loss",
-                 "entropy", "clip_fraction", "grad_norm", "throughput", "step_time", "memory", "eval", "aha_curve"]:
+    for name in [
+        "overview",
+        "reward",
+        "reward_by_rule",
+        "accuracy",
+        "format_rate",
+        "response_length",
+        "policy_loss",
+        "entropy",
+        "clip_fraction",
+        "grad_norm",
+        "throughput",
+        "step_time",
+        "memory",
+        "eval",
+        "aha_curve",
+    ]:
         assert f"{name}.png" in names
     md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert "complete (6 steps)" in md and "before (step 0)" in md and "+0.700" in md
     assert "![Total reward per step](plots/reward.png)" in md
     assert "**Wait**" in md and "<mark>Wait</mark>" in html
-    assert html.count("data:image/png;base64,") == len(names) and "src=\"plots/" not in html
+    assert html.count("data:image/png;base64,") == len(names) and 'src="plots/' not in html
     assert "1006 MiB" in md  # peak RSS
 
 
@@ -224,11 +266,20 @@ def fake_trainer(calls):
 
 
 def test_sweep_runs_the_grid_then_skips_done_runs_and_resumes_stopped_ones(tmp_path):
-    sweep = Sweep(None, [("rollout.samples_per_prompt", [4, 8]), ("train.steps", [2])], repeat=2,
-                  sweep_dir=tmp_path / "sw", overrides=["train.lr=2e-5"])
+    sweep = Sweep(
+        None,
+        [("rollout.samples_per_prompt", [4, 8]), ("train.steps", [2])],
+        repeat=2,
+        sweep_dir=tmp_path / "sw",
+        overrides=["train.lr=2e-5"],
+    )
     names = [r.name for r in sweep.plan()]
-    assert names == ["samples_per_prompt=4,steps=2,seed=0", "samples_per_prompt=4,steps=2,seed=1",
-                     "samples_per_prompt=8,steps=2,seed=0", "samples_per_prompt=8,steps=2,seed=1"]
+    assert names == [
+        "samples_per_prompt=4,steps=2,seed=0",
+        "samples_per_prompt=4,steps=2,seed=1",
+        "samples_per_prompt=8,steps=2,seed=0",
+        "samples_per_prompt=8,steps=2,seed=1",
+    ]
     calls = []
     runs, failed = run_sweep(sweep, runner=fake_trainer(calls), note=lambda s: None)
     assert len(calls) == 4 and not failed
@@ -316,8 +367,12 @@ def test_wandb_sink_offline_with_a_stub_module(tmp_path, monkeypatch):
     fake = types.ModuleType("wandb")
     fake.__spec__ = ModuleSpec("wandb", None)
     fake.util = types.SimpleNamespace(generate_id=lambda: "abc123")
-    fake.init = lambda **kw: logged.append(("init", kw)) or types.SimpleNamespace(
-        log=lambda row, step: logged.append((step, row)), finish=lambda: logged.append("finish"))
+    fake.init = lambda **kw: (
+        logged.append(("init", kw))
+        or types.SimpleNamespace(
+            log=lambda row, step: logged.append((step, row)), finish=lambda: logged.append("finish")
+        )
+    )
     monkeypatch.setitem(sys.modules, "wandb", fake)
     (tmp_path / "config.yaml").write_text("train:\n  lr: 1.0e-5\n")
     logger = MetricsLogger(tmp_path, tensorboard=False, wandb=True)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from tiny_run import metrics, tiny_config
 
 from rlvr.tracking import sinks
 from rlvr.training import train
-
-from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -18,8 +17,16 @@ def test_broken_sink_does_not_stop_training_and_the_report_renders(tiny_dir, tmp
 
     monkeypatch.setattr(sinks.TensorBoardSink, "write", broken)
     run_dir = tmp_path / "run"
-    cfg = tiny_config(tiny_dir, run_dir, "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.steps=3",
-                      "eval.limit=4", "log.tensorboard=true", "log.report=true")
+    cfg = tiny_config(
+        tiny_dir,
+        run_dir,
+        "rollout.samples_per_prompt=4",
+        "train.prompts_per_step=2",
+        "train.steps=3",
+        "eval.limit=4",
+        "log.tensorboard=true",
+        "log.report=true",
+    )
     train(cfg)
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3]

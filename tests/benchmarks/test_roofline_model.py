@@ -61,7 +61,9 @@ def test_decode_by_hand():
     # weights stream per decode step: S - 1 = 2 steps * 90752 = 181504; KV read 22 * 256 = 5632 -> 187136 B
     assert decode_cost(TINY, sequences=2, prompt_tokens=4, response_tokens=3) == Cost(185856, 187136)
     # the longest response sets the lockstep steps: S = 5 -> 4 weight streams, the FLOPs follow the mean
-    assert decode_cost(TINY, sequences=2, prompt_tokens=4, response_tokens=3, decode_steps=5) == Cost(185856, 4 * 90752 + 5632)
+    assert decode_cost(TINY, sequences=2, prompt_tokens=4, response_tokens=3, decode_steps=5) == Cost(
+        185856, 4 * 90752 + 5632
+    )
     # a one-token response needs no decode pass
     assert decode_cost(TINY, sequences=2, prompt_tokens=4, response_tokens=1) == Cost(0, 0)
 

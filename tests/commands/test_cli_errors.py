@@ -84,7 +84,14 @@ def test_missing_data_file(cwd, capsys, tiny_model):
 
 def test_missing_test_data_file(cwd, capsys, tiny_model):
     (cwd / "train.jsonl").write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
-    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=train.jsonl", "data.test_path=t.jsonl"]
+    argv = [
+        "train",
+        "run_dir=r",
+        f"model.path={tiny_model}",
+        "data.task=files",
+        "data.path=train.jsonl",
+        "data.test_path=t.jsonl",
+    ]
     _error_line(capsys, argv, ["data file t.jsonl not found"])
     _no_run_written(cwd)
 
@@ -117,7 +124,13 @@ def test_unknown_accuracy_rule(cwd, capsys, tiny_model):
 
 
 def test_unimportable_reward_module(cwd, capsys, tiny_model):
-    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "reward.rules=[no_such_pkg_xyz.mod:fn]", "reward.weights=[1]"]
+    argv = [
+        "train",
+        "run_dir=r",
+        f"model.path={tiny_model}",
+        "reward.rules=[no_such_pkg_xyz.mod:fn]",
+        "reward.weights=[1]",
+    ]
     _error_line(capsys, argv, ["cannot import reward module 'no_such_pkg_xyz.mod'"])
     _no_run_written(cwd)
 
@@ -219,7 +232,9 @@ def test_unknown_subcommand_exits_2(capsys):
 
 
 def test_data_path_without_files_task(cwd, capsys):
-    _error_line(capsys, ["train", "run_dir=r", "data.path=d.jsonl"], ["data.path/data.test_path are set", "data.task=files"])
+    _error_line(
+        capsys, ["train", "run_dir=r", "data.path=d.jsonl"], ["data.path/data.test_path are set", "data.task=files"]
+    )
     _no_run_written(cwd)
 
 
@@ -227,7 +242,11 @@ def test_data_bad_label_type_names_row_and_keys(cwd, capsys, tiny_model):
     rows = [{"question": "q", "answer": "1"}, {"question": "q2", "answer": [1, 2], "id": 3}]
     (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.jsonl"]
-    _error_line(capsys, argv, ["d.jsonl:2:", "a list in 'answer' (not a string or number)", "keys present: answer, id, question"])
+    _error_line(
+        capsys,
+        argv,
+        ["d.jsonl:2:", "a list in 'answer' (not a string or number)", "keys present: answer, id, question"],
+    )
     _no_run_written(cwd)
 
 
@@ -243,6 +262,7 @@ def test_a_closed_pipe_is_no_traceback():
     import subprocess
     import sys
 
-    proc = subprocess.run(f"{sys.executable} -m rlvr.cli reward list | true", shell=True, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        f"{sys.executable} -m rlvr.cli reward list | true", shell=True, capture_output=True, text=True, timeout=120
+    )
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

@@ -16,7 +16,16 @@ def cwd(tmp_path, monkeypatch):
 def test_estimate_table(cwd, capsys, tiny_model):
     assert main(["estimate", f"model.path={tiny_model}", "model.device=cpu"]) == 0
     out = capsys.readouterr().out
-    for needle in ["parameters", "AdamW state", "gradients", "activations", "KV cache", "runtime", "peak", "fits a machine with"]:
+    for needle in [
+        "parameters",
+        "AdamW state",
+        "gradients",
+        "activations",
+        "KV cache",
+        "runtime",
+        "peak",
+        "fits a machine with",
+    ]:
         assert needle in out, out
     assert not (cwd / "runs").exists()  # nothing written
 

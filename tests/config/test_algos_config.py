@@ -15,7 +15,11 @@ def test_preset_layers_on_quickstart(name):
     cfg, quick = load_config(name), load_config("quickstart")
     # model, data and rewards come from the quickstart; only algo (and run_dir) differ
     assert (cfg.model, cfg.data, cfg.reward, cfg.rollout, cfg.train) == (
-        quick.model, quick.data, quick.reward, quick.rollout, quick.train
+        quick.model,
+        quick.data,
+        quick.reward,
+        quick.rollout,
+        quick.train,
     )
     assert cfg.run_dir == f"runs/{name}"
 
@@ -32,15 +36,32 @@ def test_presets_set_what_they_claim():
 
 def test_quickstart_algo_is_plain_grpo():
     a = load_config("quickstart").algo
-    assert (a.adv_method, a.adv_eps, a.loss_agg, a.clip_low, a.clip_high) == (AdvMethod.GRPO, 1e-6, LossAgg.TOKEN_MEAN, 0.2, 0.2)
-    assert (a.kl_coef, a.num_iterations, a.dynamic_sampling, a.overlong_buffer, a.tis_cap, a.dual_clip) == (0, 1, False, 0, None, None)
+    assert (a.adv_method, a.adv_eps, a.loss_agg, a.clip_low, a.clip_high) == (
+        AdvMethod.GRPO,
+        1e-6,
+        LossAgg.TOKEN_MEAN,
+        0.2,
+        0.2,
+    )
+    assert (a.kl_coef, a.num_iterations, a.dynamic_sampling, a.overlong_buffer, a.tis_cap, a.dual_clip) == (
+        0,
+        1,
+        False,
+        0,
+        None,
+        None,
+    )
 
 
 def test_defaults_key_merges_deeply_and_replaces_lists(tmp_path):
     base = tmp_path / "base.yaml"
-    base.write_text(yaml.safe_dump({"train": {"lr": 1e-3, "warmup_steps": 5}, "reward": {"rules": ["a", "b"], "weights": [1, 1]}}))
+    base.write_text(
+        yaml.safe_dump({"train": {"lr": 1e-3, "warmup_steps": 5}, "reward": {"rules": ["a", "b"], "weights": [1, 1]}})
+    )
     top = tmp_path / "top.yaml"
-    top.write_text(yaml.safe_dump({"defaults": ["base.yaml", "dapo"], "train": {"steps": 7}, "reward": {"rules": ["x"]}}))
+    top.write_text(
+        yaml.safe_dump({"defaults": ["base.yaml", "dapo"], "train": {"steps": 7}, "reward": {"rules": ["x"]}})
+    )
     tree = read_yaml(top)
     assert "defaults" not in tree
     assert tree["train"]["steps"] == 7 and tree["train"]["warmup_steps"] == 5  # mappings merged key by key
@@ -93,9 +114,15 @@ def test_bad_algo_values_fail_with_one_line(override, message):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["algo.ratio_level=sequence", "algo.loss_agg=token_mean"], "algo.ratio_level=sequence .* is not GSPO: set algo.loss_agg=seq_mean_token_mean"),
+        (
+            ["algo.ratio_level=sequence", "algo.loss_agg=token_mean"],
+            "algo.ratio_level=sequence .* is not GSPO: set algo.loss_agg=seq_mean_token_mean",
+        ),
         (["algo.ratio_level=sequence", "algo.loss_agg=seq_mean_token_sum_norm"], "is not GSPO"),
-        (["algo.kl_coef=0.1", "algo.kl_estimator=k1"], "algo.kl_estimator=k1 with algo.kl_placement=loss .* use algo.kl_estimator=k3"),
+        (
+            ["algo.kl_coef=0.1", "algo.kl_estimator=k1"],
+            "algo.kl_estimator=k1 with algo.kl_placement=loss .* use algo.kl_estimator=k3",
+        ),
     ],
 )
 def test_combinations_that_are_not_what_they_say_fail_with_one_line(overrides, message):
@@ -105,6 +132,8 @@ def test_combinations_that_are_not_what_they_say_fail_with_one_line(overrides, m
 
 
 def test_k1_is_fine_in_the_reward_or_without_kl():
-    assert load_config(None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", "algo.kl_placement=reward"]).algo.kl_coef == 0.1
+    assert (
+        load_config(None, ["algo.kl_coef=0.1", "algo.kl_estimator=k1", "algo.kl_placement=reward"]).algo.kl_coef == 0.1
+    )
     assert load_config(None, ["algo.kl_estimator=k1"]).algo.kl_coef == 0  # no KL term at all
     assert load_config("gspo").algo.ratio_level == RatioLevel.SEQUENCE

@@ -10,8 +10,30 @@ from rlvr.errors import UserError
 
 VALUES = st.one_of(
     st.text(max_size=30),
-    st.sampled_from(["-1", "0", "1e309", "nan", "inf", "-inf", "null", "[]", "{}", "[1, 2]", "{a: 1}", "true",
-                     "1.5", "99999999999999999999", "'x'", "[[[]]]", "{a: {b: c}}", "\x00", ": :", "- a"]),
+    st.sampled_from(
+        [
+            "-1",
+            "0",
+            "1e309",
+            "nan",
+            "inf",
+            "-inf",
+            "null",
+            "[]",
+            "{}",
+            "[1, 2]",
+            "{a: 1}",
+            "true",
+            "1.5",
+            "99999999999999999999",
+            "'x'",
+            "[[[]]]",
+            "{a: {b: c}}",
+            "\x00",
+            ": :",
+            "- a",
+        ]
+    ),
 )
 KEYS = st.one_of(st.sampled_from(all_keys()), st.text(max_size=20))
 

@@ -15,7 +15,13 @@ RAY = ("distributed.backend=ray",)
 
 def test_default_is_one_process():
     d = load_config(None, []).distributed
-    assert (d.backend, d.num_workers, d.address, d.cpus_per_worker, d.gpus_per_worker) == (Backend.NONE, 1, "local", 1.0, 0.0)
+    assert (d.backend, d.num_workers, d.address, d.cpus_per_worker, d.gpus_per_worker) == (
+        Backend.NONE,
+        1,
+        "local",
+        1.0,
+        0.0,
+    )
 
 
 @pytest.mark.parametrize(
@@ -25,9 +31,14 @@ def test_default_is_one_process():
         (("distributed.backend=spark",), "distributed.backend=spark: must be one of none, ray"),
         ((*RAY, "distributed.num_workers=0"), "distributed.num_workers must be >= 1"),
         ((*RAY, "distributed.num_workers=3"), "train.prompts_per_step=4 is not divisible by distributed.num_workers=3"),
-        ((*RAY, "distributed.num_workers=4", "train.micro_batch_seqs=16"),
-         "each of the 4 workers trains on 8 sequences per step, not divisible by train.micro_batch_seqs=16"),
-        ((*RAY, "distributed.gpus_per_worker=1", "model.device=cpu"), "model.device=cpu with distributed.gpus_per_worker=1.0"),
+        (
+            (*RAY, "distributed.num_workers=4", "train.micro_batch_seqs=16"),
+            "each of the 4 workers trains on 8 sequences per step, not divisible by train.micro_batch_seqs=16",
+        ),
+        (
+            (*RAY, "distributed.gpus_per_worker=1", "model.device=cpu"),
+            "model.device=cpu with distributed.gpus_per_worker=1.0",
+        ),
         ((*RAY, "distributed.cpus_per_worker=0"), "distributed.cpus_per_worker must be > 0"),
     ],
 )

@@ -12,12 +12,28 @@ from rlvr.errors import UserError
 
 NOT_BUILT = [
     ("rollout.engine=vllm", ["rollout.engine=vllm", "vLLM engine is not built", "NVIDIA GPU", "use rollout.engine=hf"]),
-    ("offload.reference=true", ["offload.reference=true", "reference model off a GPU", "not run on a GPU yet",
-                                "not built", "on CPU the reference model already lives in host memory",
-                                "set offload.reference=false"]),
-    ("offload.optimizer=true", ["offload.optimizer=true", "optimizer state off a GPU", "not run on a GPU yet",
-                                "not built", "on CPU the optimizer state already lives in host memory",
-                                "set offload.optimizer=false"]),
+    (
+        "offload.reference=true",
+        [
+            "offload.reference=true",
+            "reference model off a GPU",
+            "not run on a GPU yet",
+            "not built",
+            "on CPU the reference model already lives in host memory",
+            "set offload.reference=false",
+        ],
+    ),
+    (
+        "offload.optimizer=true",
+        [
+            "offload.optimizer=true",
+            "optimizer state off a GPU",
+            "not run on a GPU yet",
+            "not built",
+            "on CPU the optimizer state already lives in host memory",
+            "set offload.optimizer=false",
+        ],
+    ),
 ]
 
 

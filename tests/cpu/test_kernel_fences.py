@@ -12,13 +12,13 @@ import stat
 
 import pytest
 import torch
+from test_lean import _eos, _steps_match_a_full_forward
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rlvr.cpu import kernels, lean, packed
 from rlvr.cpu.lean import LeanDecoder, LeanUnavailable
 from rlvr.cpu.packed import PackedLinears
 from rlvr.models.tiny import TINY_WORDS
-from test_lean import _eos, _steps_match_a_full_forward
 
 HAVE_CC = bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the decode runs as torch operations")
@@ -36,8 +36,18 @@ def fresh(monkeypatch):
 
 def _d64():
     torch.manual_seed(8)
-    cfg = dict(vocab_size=len(TINY_WORDS), hidden_size=48, intermediate_size=64, num_hidden_layers=1,
-               num_attention_heads=6, num_key_value_heads=2, head_dim=64, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    cfg = dict(
+        vocab_size=len(TINY_WORDS),
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
     return _eos(LlamaForCausalLM(LlamaConfig(**cfg)))
 
 
@@ -74,9 +84,13 @@ def test_cc_with_a_wrapper_word_is_split_as_a_shell_would(fresh, tmp_path):
 
 def test_a_failed_build_gives_the_compilers_first_error_line(fresh, tmp_path):
     """GCC names the function first ('In function ...'), then the error: the reason is the error line."""
-    cc = _script(tmp_path, "oldgcc", "echo \"decode_kernels.c: In function 'lean_pick':\" >&2\n"
-                 "echo \"decode_kernels.c:448:24: error: implicit declaration of function '__builtin_shufflevector'\" >&2\n"
-                 "exit 1\n")
+    cc = _script(
+        tmp_path,
+        "oldgcc",
+        "echo \"decode_kernels.c: In function 'lean_pick':\" >&2\n"
+        "echo \"decode_kernels.c:448:24: error: implicit declaration of function '__builtin_shufflevector'\" >&2\n"
+        "exit 1\n",
+    )
     fresh.setenv("CC", cc)
     _falls_back("failed to build decode_kernels.c: decode_kernels.c:448:24: error: implicit declaration of function")
 
@@ -96,7 +110,9 @@ def test_a_second_openmp_runtime_turns_the_kernels_off(fresh):
 
 
 def test_the_openmp_runtimes_of_this_process_are_read():
-    assert kernels.openmp_runtimes() == [] or all(r.startswith(("libgomp", "libomp", "libiomp")) for r in kernels.openmp_runtimes())
+    assert kernels.openmp_runtimes() == [] or all(
+        r.startswith(("libgomp", "libomp", "libiomp")) for r in kernels.openmp_runtimes()
+    )
 
 
 @needs_cc
@@ -111,8 +127,8 @@ def test_off_by_default_where_not_measured_and_opt_in(fresh):
 def test_one_switch_turns_all_cpu_acceleration_off(fresh):
     """RLVR_CPU_ACCEL=0: no kernels, no packing (so no lean decode), no huge pages; each says why."""
     from rlvr import cpu
-    from rlvr.rollout import HFRolloutEngine
     from rlvr.models.tiny import tiny_model, tiny_tokenizer
+    from rlvr.rollout import HFRolloutEngine
 
     fresh.setenv("RLVR_CPU_ACCEL", "0")
     assert not cpu.enabled()
@@ -156,26 +172,45 @@ def k():
 
 
 def _step_args(k, b=2, **change):
-    shape = kernels.StepShape(layers=1, hidden=8, intermediate=8, vocab=8, heads=2, kv_heads=1, head_dim=64, eps=1e-6,
-                              scaling=0.125)
-    args = dict(shape=shape, table=torch.zeros(1, len(kernels.SLOTS), dtype=torch.int64), final_norm=torch.ones(8),
-                head=torch.zeros(-(-8 // k.width), 8, k.width), head_bias=None, bias=torch.zeros(1, k.width),
-                prompt=torch.zeros(b, dtype=torch.int64), cache_row=torch.arange(b), capacity=k.width, t=0,
-                cos=torch.ones(b, 64), sin=torch.zeros(b, 64), x=torch.zeros(b, 8))
+    shape = kernels.StepShape(
+        layers=1, hidden=8, intermediate=8, vocab=8, heads=2, kv_heads=1, head_dim=64, eps=1e-6, scaling=0.125
+    )
+    args = dict(
+        shape=shape,
+        table=torch.zeros(1, len(kernels.SLOTS), dtype=torch.int64),
+        final_norm=torch.ones(8),
+        head=torch.zeros(-(-8 // k.width), 8, k.width),
+        head_bias=None,
+        bias=torch.zeros(1, k.width),
+        prompt=torch.zeros(b, dtype=torch.int64),
+        cache_row=torch.arange(b),
+        capacity=k.width,
+        t=0,
+        cos=torch.ones(b, 64),
+        sin=torch.zeros(b, 64),
+        x=torch.zeros(b, 8),
+    )
     args.update(change)
     return args
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(x=torch.zeros(2, 8, dtype=torch.float64)), "x must be a contiguous float32 CPU tensor, got float64"),
-    (dict(x=torch.zeros(8, 2).t()), "x must be a contiguous float32 CPU tensor, got float32 on cpu, not contiguous"),
-    (dict(x=torch.zeros(2, 9)), r"x must have shape \(2, 8\), got \(2, 9\)"),
-    (dict(cos=torch.ones(2, 32)), r"cos must have shape \(2, 64\)"),
-    (dict(prompt=torch.zeros(2, dtype=torch.int32)), "prompt must be a contiguous int64"),
-    (dict(prompt=torch.tensor([0, 5])), "prompt indices must be in"),
-    (dict(table=torch.zeros(2, len(kernels.SLOTS), dtype=torch.int64)), "table must have shape"),
-    (dict(t=-1), "outside the capacity"),
-], ids=["dtype", "strided", "shape", "rotary", "index-dtype", "index-range", "layers", "position"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(x=torch.zeros(2, 8, dtype=torch.float64)), "x must be a contiguous float32 CPU tensor, got float64"),
+        (
+            dict(x=torch.zeros(8, 2).t()),
+            "x must be a contiguous float32 CPU tensor, got float32 on cpu, not contiguous",
+        ),
+        (dict(x=torch.zeros(2, 9)), r"x must have shape \(2, 8\), got \(2, 9\)"),
+        (dict(cos=torch.ones(2, 32)), r"cos must have shape \(2, 64\)"),
+        (dict(prompt=torch.zeros(2, dtype=torch.int32)), "prompt must be a contiguous int64"),
+        (dict(prompt=torch.tensor([0, 5])), "prompt indices must be in"),
+        (dict(table=torch.zeros(2, len(kernels.SLOTS), dtype=torch.int64)), "table must have shape"),
+        (dict(t=-1), "outside the capacity"),
+    ],
+    ids=["dtype", "strided", "shape", "rotary", "index-dtype", "index-range", "layers", "position"],
+)
 def test_the_step_refuses_bad_arguments_before_c_reads_them(k, change, message):
     with pytest.raises(ValueError, match=message):
         k.step(**_step_args(k, **change))
@@ -183,8 +218,9 @@ def test_the_step_refuses_bad_arguments_before_c_reads_them(k, change, message):
 
 def test_a_shape_without_a_kernel_is_an_error_code_not_a_crash(k):
     """9 query heads a key/value head: C returns -1 before reading anything (the table's addresses are 0)."""
-    shape = kernels.StepShape(layers=1, hidden=8, intermediate=8, vocab=8, heads=9, kv_heads=1, head_dim=64, eps=1e-6,
-                              scaling=0.125)
+    shape = kernels.StepShape(
+        layers=1, hidden=8, intermediate=8, vocab=8, heads=9, kv_heads=1, head_dim=64, eps=1e-6, scaling=0.125
+    )
     with pytest.raises(ValueError, match="no kernel for 9 query heads over 1 key/value heads of size 64"):
         k.step(**_step_args(k, shape=shape))
 
@@ -210,10 +246,21 @@ ROWS = {1: (1, 1), 16: (2, 8), 17: (1, 17), 33: (3, 11), 64: (4, 16)}  # rows: (
 def _grid_model(arch: str, rep: int, head_dim: int, tied: bool):
     """One layer, 2 key/value heads of ``head_dim``, ``rep`` query heads each; Qwen2 has its q/k/v biases."""
     torch.manual_seed(rep * 1000 + head_dim + tied)
-    cfg = dict(vocab_size=len(TINY_WORDS), hidden_size=32 * rep, intermediate_size=48, num_hidden_layers=1,
-               num_attention_heads=2 * rep, num_key_value_heads=2, head_dim=head_dim, tie_word_embeddings=tied,
-               max_position_embeddings=128, pad_token_id=0, eos_token_id=1, bos_token_id=None)
-    model = (Qwen2ForCausalLM(Qwen2Config(**cfg)) if arch == "qwen2" else LlamaForCausalLM(LlamaConfig(**cfg)))
+    cfg = dict(
+        vocab_size=len(TINY_WORDS),
+        hidden_size=32 * rep,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=2 * rep,
+        num_key_value_heads=2,
+        head_dim=head_dim,
+        tie_word_embeddings=tied,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(Qwen2Config(**cfg)) if arch == "qwen2" else LlamaForCausalLM(LlamaConfig(**cfg))
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.1)

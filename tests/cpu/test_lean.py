@@ -14,25 +14,36 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rlvr.config import load_config
+from rlvr.cpu.lean import LeanDecoder, LeanUnavailable, unsupported
+from rlvr.cpu.packed import PackedLinears, packing_available
 from rlvr.errors import UserError
 from rlvr.models.forward import output_cache
-from rlvr.cpu.packed import PackedLinears, packing_available
 from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.cpu.lean import LeanDecoder, LeanUnavailable, unsupported
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
 PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?"]  # unequal lengths: left padding
-SHAPE = dict(vocab_size=len(TINY_WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=256, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+SHAPE = dict(
+    vocab_size=len(TINY_WORDS),
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=256,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=None,
+)
 
 
 def llama_with_biases():
     """Multi-query attention, biases on every projection, a head_dim other than hidden / heads."""
     torch.manual_seed(5)
-    return LlamaForCausalLM(LlamaConfig(**SHAPE, num_key_value_heads=1, head_dim=16, attention_bias=True, mlp_bias=True))
+    return LlamaForCausalLM(
+        LlamaConfig(**SHAPE, num_key_value_heads=1, head_dim=16, attention_bias=True, mlp_bias=True)
+    )
 
 
 def qwen2():
@@ -44,17 +55,26 @@ def qwen2():
 def llama_gqa_d64():
     """Grouped-query attention with head_dim 64: a shape the compiled decode kernels have (3 query heads a KV head)."""
     torch.manual_seed(8)
-    return LlamaForCausalLM(LlamaConfig(**{**SHAPE, "hidden_size": 48, "num_attention_heads": 6}, num_key_value_heads=2, head_dim=64))
+    return LlamaForCausalLM(
+        LlamaConfig(**{**SHAPE, "hidden_size": 48, "num_attention_heads": 6}, num_key_value_heads=2, head_dim=64)
+    )
 
 
 def qwen2_mqa_d128():
     """Qwen2's biases with head_dim 128 and 4 query heads over one KV head: the kernel's other size."""
     torch.manual_seed(9)
-    return Qwen2ForCausalLM(Qwen2Config(**{**SHAPE, "hidden_size": 512}, num_key_value_heads=1, tie_word_embeddings=False))
+    return Qwen2ForCausalLM(
+        Qwen2Config(**{**SHAPE, "hidden_size": 512}, num_key_value_heads=1, tie_word_embeddings=False)
+    )
 
 
-MODELS = {"llama": lambda: tiny_model(seed=4), "llama-mqa-biases": llama_with_biases, "qwen2": qwen2,
-          "llama-gqa-d64": llama_gqa_d64, "qwen2-mqa-d128": qwen2_mqa_d128}
+MODELS = {
+    "llama": lambda: tiny_model(seed=4),
+    "llama-mqa-biases": llama_with_biases,
+    "qwen2": qwen2,
+    "llama-gqa-d64": llama_gqa_d64,
+    "qwen2-mqa-d128": qwen2_mqa_d128,
+}
 KERNEL_SHAPES = ["llama-gqa-d64", "qwen2-mqa-d128"]  # the others run the attention as torch operations
 HAVE_CC = bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
 LONG_PROMPTS = [" ".join(["what is 3 + 4 ?"] * 5), "the answer", " ".join(["2 + 2 = 7 and 9 + 1 = ?"] * 3)]
@@ -88,8 +108,9 @@ def _steps_match_a_full_forward(model, prompts, *, G, steps, drops, kernel, atol
             got = lean.step(response[live, t], prompt_len[live] + t, cache)
             full_ids = torch.cat([ids[live], response[live, : t + 1]], 1)
             full_mask = torch.cat([mask[live], torch.ones(len(live), t + 1, dtype=mask.dtype)], 1)
-            want = model(input_ids=full_ids, attention_mask=full_mask,
-                         position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, -1]
+            want = model(
+                input_ids=full_ids, attention_mask=full_mask, position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)
+            ).logits[:, -1]
             torch.testing.assert_close(got, want, atol=atol, rtol=atol)
     return lean
 
@@ -97,8 +118,9 @@ def _steps_match_a_full_forward(model, prompts, *, G, steps, drops, kernel, atol
 @pytest.mark.parametrize("kernel", [None, False], ids=["auto", "torch-ops"])
 @pytest.mark.parametrize("arch", list(MODELS))
 def test_lean_step_logits_equal_a_full_forward(arch, kernel):
-    lean = _steps_match_a_full_forward(_eos(MODELS[arch]()), PROMPTS, G=3, steps=6, drops={3: [0, 2, 3, 5, 7]},
-                                       kernel=kernel)
+    lean = _steps_match_a_full_forward(
+        _eos(MODELS[arch]()), PROMPTS, G=3, steps=6, drops={3: [0, 2, 3, 5, 7]}, kernel=kernel
+    )
     compiled = kernel is None and arch in KERNEL_SHAPES and HAVE_CC
     assert lean.attention == ("kernel" if compiled else "torch")
 
@@ -109,8 +131,15 @@ def test_compiled_attention_over_long_prompts_and_responses_equals_a_full_forwar
     """Prompts of 10-50 tokens (left padding of up to 40) and 40 response positions: the kernel's
     16-position vector blocks and their scalar tails, on both parts of the cache, before and after
     rows end (twice, in different groups)."""
-    lean = _steps_match_a_full_forward(_eos(MODELS[arch]()), LONG_PROMPTS, G=2, steps=40,
-                                       drops={5: [0, 1, 3, 4, 5], 21: [0, 2, 4]}, kernel=True, atol=5e-5)
+    lean = _steps_match_a_full_forward(
+        _eos(MODELS[arch]()),
+        LONG_PROMPTS,
+        G=2,
+        steps=40,
+        drops={5: [0, 1, 3, 4, 5], 21: [0, 2, 4]},
+        kernel=True,
+        atol=5e-5,
+    )
     assert lean.attention == "kernel" and "compiled kernel" in lean.describe()
 
 
@@ -128,9 +157,11 @@ def test_the_kernel_says_why_it_does_not_run(monkeypatch):
             LeanDecoder(model, PackedLinears(model), kernel=True)
     d64 = llama_gqa_d64()
     try:
-        for env, why in [({"RLVR_DECODE_KERNELS": "0"}, "RLVR_DECODE_KERNELS=0"),
-                         ({"CC": "/nonexistent/cc"}, "could not build decode_kernels.c with /nonexistent/cc"),
-                         ({"CC": "false"}, "false failed to build decode_kernels.c")]:
+        for env, why in [
+            ({"RLVR_DECODE_KERNELS": "0"}, "RLVR_DECODE_KERNELS=0"),
+            ({"CC": "/nonexistent/cc"}, "could not build decode_kernels.c with /nonexistent/cc"),
+            ({"CC": "false"}, "false failed to build decode_kernels.c"),
+        ]:
             with monkeypatch.context() as m:
                 for k, v in env.items():
                     m.setenv(k, v)
@@ -186,13 +217,15 @@ def test_where_lean_decode_cannot_run_it_says_why_and_the_engine_falls_back():
     torch.manual_seed(0)
     mistral = MistralForCausalLM(MistralConfig(**SHAPE, num_key_value_heads=2))
     assert "MistralForCausalLM is not one of" in unsupported(mistral, PackedLinears(mistral))
-    windowed = Qwen2ForCausalLM(Qwen2Config(**SHAPE, num_key_value_heads=2, use_sliding_window=True, sliding_window=8,
-                                            max_window_layers=0))
+    windowed = Qwen2ForCausalLM(
+        Qwen2Config(**SHAPE, num_key_value_heads=2, use_sliding_window=True, sliding_window=8, max_window_layers=0)
+    )
     assert "sliding-window" in unsupported(windowed, PackedLinears(windowed))
     from rlvr.models import lora
 
-    adapted = lora.add_adapter(tiny_model(seed=1), rank=2, alpha=4, dropout=0.0, target_modules=["q_proj", "v_proj"],
-                               base="tiny").model
+    adapted = lora.add_adapter(
+        tiny_model(seed=1), rank=2, alpha=4, dropout=0.0, target_modules=["q_proj", "v_proj"], base="tiny"
+    ).model
     assert "layers.0.q_proj is a Linear, not a plain linear layer" in unsupported(adapted, PackedLinears(adapted))
     tok = tiny_tokenizer()
     assert HFRolloutEngine(adapted, tok, max_new_tokens=4).lean is None
@@ -203,12 +236,15 @@ def test_where_lean_decode_cannot_run_it_says_why_and_the_engine_falls_back():
         HFRolloutEngine(model, tok, max_new_tokens=4, packed_weights=False, lean_decode=True)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["model.packed_weights=false"], "but model.packed_weights=false"),
-    (["model.device=cuda"], "model.device=cuda"),
-    (["rollout.dtype=bfloat16"], "but rollout.dtype=bfloat16"),
-    (["model.lora.rank=8"], "but model.lora.rank=8"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.packed_weights=false"], "but model.packed_weights=false"),
+        (["model.device=cuda"], "model.device=cuda"),
+        (["rollout.dtype=bfloat16"], "but rollout.dtype=bfloat16"),
+        (["model.lora.rank=8"], "but model.lora.rank=8"),
+    ],
+)
 def test_lean_decode_true_where_it_cannot_run_is_one_config_error(overrides, message):
     with pytest.raises(UserError, match=message):
         load_config(None, ["rollout.lean_decode=true", *overrides])
@@ -292,12 +328,26 @@ def test_compiled_step_requires_padded_lengths():
 
     k = kernels.load()
     assert k is not None, kernels.why_not
-    shape = kernels.StepShape(layers=1, hidden=8, intermediate=8, vocab=8, heads=1, kv_heads=1, head_dim=64, eps=1e-6,
-                              scaling=0.125)
+    shape = kernels.StepShape(
+        layers=1, hidden=8, intermediate=8, vocab=8, heads=1, kv_heads=1, head_dim=64, eps=1e-6, scaling=0.125
+    )
     x = torch.zeros(1, 8)
     with pytest.raises(ValueError, match="multiples of"):
-        k.step(shape, torch.zeros(1, len(kernels.SLOTS), dtype=torch.int64), x, x, None, torch.zeros(1, k.width + 1),
-               torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), k.width, 0, x, x, x)
+        k.step(
+            shape,
+            torch.zeros(1, len(kernels.SLOTS), dtype=torch.int64),
+            x,
+            x,
+            None,
+            torch.zeros(1, k.width + 1),
+            torch.zeros(1, dtype=torch.int64),
+            torch.zeros(1, dtype=torch.int64),
+            k.width,
+            0,
+            x,
+            x,
+            x,
+        )
 
 
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the torch sampler runs")
@@ -353,8 +403,9 @@ def test_the_kernels_assume_no_cpu_feature_beyond_their_build_target(march):
     g = torch.Generator().manual_seed(0)
     for rows, (n, d) in [(1, (100, 64)), (17, (576, 576)), (40, (33, 1536))]:
         w, x, bias = torch.randn(n, d, generator=g), torch.randn(rows, d, generator=g), torch.randn(n, generator=g)
-        torch.testing.assert_close(k.linear(x, k.panels(w), n, bias), torch.nn.functional.linear(x, w, bias),
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            k.linear(x, k.panels(w), n, bias), torch.nn.functional.linear(x, w, bias), atol=1e-4, rtol=1e-4
+        )
     x = torch.linspace(-87.0, 80.0, 10_001)
     torch.testing.assert_close(k.exp(x), torch.exp(x), rtol=3e-7, atol=0)
     logits, u = torch.randn(4, 1000, generator=g), torch.rand(4, generator=g, dtype=torch.float64)

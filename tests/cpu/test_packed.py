@@ -8,11 +8,11 @@ import contextlib
 import pytest
 import torch
 
+from rlvr.cpu import packed as packed_mod
+from rlvr.cpu.packed import PackedLinears, dtype_unpackable, pack_weight, packable, packing_available
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.cpu import packed as packed_mod
-from rlvr.cpu.packed import PackedLinears, dtype_unpackable, pack_weight, packable, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -81,7 +81,9 @@ def test_engine_samples_from_the_weights_after_a_training_step():
     opt.step()
     engine.sync_weights()
     got = engine.generate(PROMPTS, 4, seeds=seeds)
-    plain = HFRolloutEngine(model, tok, max_new_tokens=16, logprobs=True, packed_weights=False).generate(PROMPTS, 4, seeds=seeds)
+    plain = HFRolloutEngine(model, tok, max_new_tokens=16, logprobs=True, packed_weights=False).generate(
+        PROMPTS, 4, seeds=seeds
+    )
     assert torch.equal(got.input_ids, plain.input_ids)
     torch.testing.assert_close(got.logprobs, plain.logprobs, atol=1e-5, rtol=1e-5)
 
@@ -114,7 +116,7 @@ def test_a_linear_with_bias_and_a_frozen_weight(frozen):
     xr = x.detach().clone().requires_grad_()
     with PackedLinears(lin, train=True).active():
         y = lin(x)
-    (y ** 2).sum().backward()
+    (y**2).sum().backward()
     (ref(xr) ** 2).sum().backward()
     torch.testing.assert_close(y, ref(xr), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-5)
@@ -178,8 +180,16 @@ def test_engine_samples_the_same_with_and_without_packing(temperature, top_k, to
     tok = tiny_tokenizer()
     out = {}
     for packed in (True, False):
-        engine = HFRolloutEngine(tiny_model(seed=4), tok, max_new_tokens=24, temperature=temperature, top_k=top_k,
-                                 top_p=top_p, logprobs=True, packed_weights=packed)
+        engine = HFRolloutEngine(
+            tiny_model(seed=4),
+            tok,
+            max_new_tokens=24,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            logprobs=True,
+            packed_weights=packed,
+        )
         assert (engine.packed is not None) == packed
         seeds = [sample_seed(5, i) for i in range(len(PROMPTS) * 4)]
         out[packed] = engine.generate(PROMPTS, 4, seeds=seeds)

@@ -9,11 +9,11 @@ import pytest
 import torch
 from rich.console import Console
 from safetensors.torch import load_file
+from tiny_run import metrics, tiny_args, tiny_config
 
 from rlvr.cpu import packed as packed_module
 from rlvr.cpu.packed import packing_available
 from rlvr.training import train
-from tiny_run import metrics, tiny_args, tiny_config
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -27,8 +27,20 @@ def test_packed_training_equals_plain_training(tiny_dir, tmp_path, extra, train_
     runs = {}
     for packed in ("true", "false"):
         run_dir = tmp_path / packed
-        train(tiny_config(tiny_dir, run_dir, "train.steps=3", f"model.packed_weights={packed}", "model.autocast_bf16=false", *extra))
-        runs[packed] = metrics(run_dir, timings=False), load_file(run_dir / "checkpoints" / "last" / "model.safetensors")
+        train(
+            tiny_config(
+                tiny_dir,
+                run_dir,
+                "train.steps=3",
+                f"model.packed_weights={packed}",
+                "model.autocast_bf16=false",
+                *extra,
+            )
+        )
+        runs[packed] = (
+            metrics(run_dir, timings=False),
+            load_file(run_dir / "checkpoints" / "last" / "model.safetensors"),
+        )
     (a, wa), (b, wb) = runs["true"], runs["false"]
     assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]  # the same samples
     for row_a, row_b in zip(a, b):
@@ -57,19 +69,43 @@ def test_a_bf16_rollout_trains_unpacked_where_onednn_cannot_pack_bf16(tiny_dir, 
     why = _refuse_bf16(monkeypatch)
     run_dir = tmp_path / "run"
     buf = io.StringIO()
-    train(tiny_config(tiny_dir, run_dir, "train.steps=2", "rollout.dtype=bfloat16", "model.packed_weights=auto",
-                      "model.autocast_bf16=false", "log.progress=true"), console=Console(file=buf, width=400))
+    train(
+        tiny_config(
+            tiny_dir,
+            run_dir,
+            "train.steps=2",
+            "rollout.dtype=bfloat16",
+            "model.packed_weights=auto",
+            "model.autocast_bf16=false",
+            "log.progress=true",
+        ),
+        console=Console(file=buf, width=400),
+    )
     out = buf.getvalue()
     assert f"model.packed_weights=auto: the bfloat16 rollout runs unpacked ({why})" in out
     assert len(metrics(run_dir)) == 2
 
 
-def test_packed_weights_true_with_a_bf16_rollout_is_one_error_naming_the_cpu_feature(tiny_dir, tmp_path, monkeypatch, capsys):
+def test_packed_weights_true_with_a_bf16_rollout_is_one_error_naming_the_cpu_feature(
+    tiny_dir, tmp_path, monkeypatch, capsys
+):
     from rlvr.cli import main
 
     _refuse_bf16(monkeypatch)
-    rc = main(["train", *tiny_args(tiny_dir, tmp_path / "run", "rollout.dtype=bfloat16", "model.packed_weights=true",
-                                   "train.steps=1", "reward.rules=[format_partial]", "reward.accuracy_rule=format_partial")])
+    rc = main(
+        [
+            "train",
+            *tiny_args(
+                tiny_dir,
+                tmp_path / "run",
+                "rollout.dtype=bfloat16",
+                "model.packed_weights=true",
+                "train.steps=1",
+                "reward.rules=[format_partial]",
+                "reward.accuracy_rule=format_partial",
+            ),
+        ]
+    )
     err = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln.startswith("error")]
     assert rc == 2 and len(err) == 1, err
     assert err[0].startswith("error: model.packed_weights=true: oneDNN cannot pack bfloat16 weights on this CPU")

@@ -31,14 +31,17 @@ def test_no_reexec_where_it_does_not_apply():
 def test_a_process_reexecutes_itself_once_with_the_tunable_where_this_machine_allows():
     """The real thing on this machine: a child that calls reexec_with_huge_pages() prints its
     GLIBC_TUNABLES after it; it carries the tunable exactly where huge_pages_env says it applies."""
-    code = ("import os; from rlvr.cpu import runtime_env; runtime_env.reexec_with_huge_pages(); "
-            "print(os.environ.get('GLIBC_TUNABLES', ''), os.getpid())")
+    code = (
+        "import os; from rlvr.cpu import runtime_env; runtime_env.reexec_with_huge_pages(); "
+        "print(os.environ.get('GLIBC_TUNABLES', ''), os.getpid())"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("GLIBC_TUNABLES", "RLVR_HUGE_PAGES")}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     out = proc.communicate(timeout=60)[0].split()
     applies = runtime_env.huge_pages_env(env) is not None
     assert (out[:1] == [TUNABLE]) == applies and len(out) == (2 if applies else 1)
     assert int(out[-1]) == proc.pid  # exec keeps the PID (signals and os.wait4 still reach it)
-    off = subprocess.run([sys.executable, "-c", code], env={**env, "RLVR_HUGE_PAGES": "0"}, capture_output=True,
-                         text=True, timeout=60)
+    off = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "RLVR_HUGE_PAGES": "0"}, capture_output=True, text=True, timeout=60
+    )
     assert off.stdout.split()[:-1] == []

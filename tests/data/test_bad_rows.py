@@ -35,7 +35,11 @@ JSONL_ROWS = {
     "answer is a list": ('{"question": "x", "answer": [1]}', "a list in 'answer'", True),
     "answer is empty": ('{"question": "x", "answer": ""}', "empty 'answer'", True),
     "lone surrogate": ('{"question": "\\ud800", "answer": "2"}', "not valid Unicode", True),
-    "surrogate in the system prompt": ('{"question": "x", "answer": "2", "system": "\\udfff"}', "not valid Unicode", True),
+    "surrogate in the system prompt": (
+        '{"question": "x", "answer": "2", "system": "\\udfff"}',
+        "not valid Unicode",
+        True,
+    ),
 }
 
 
@@ -44,7 +48,9 @@ def preview(tmp_path, monkeypatch, capsys, chat_model):
     monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
 
     def run(path, *extra):
-        rc = main(["data", "preview", str(path), f"model.path={chat_model}", "data.system_key=system", *extra, "--n", "3"])
+        rc = main(
+            ["data", "preview", str(path), f"model.path={chat_model}", "data.system_key=system", *extra, "--n", "3"]
+        )
         out, err = capsys.readouterr()
         assert "Traceback" not in err
         return rc, out, err
@@ -108,7 +114,11 @@ def test_malformed_csv_json_parquet(suffix, text, needle, tmp_path, preview):
 def test_odd_but_valid_rows_preview(tmp_path, preview):
     """A numeric question, a NUL escaped in JSON, a 200 kB question, a BOM: readable, so shown."""
     path = tmp_path / "data.jsonl"
-    rows = [{"question": 5, "answer": 2}, {"question": "a\u0000b", "answer": "2"}, {"question": "9" * 200_000, "answer": "1"}]
+    rows = [
+        {"question": 5, "answer": 2},
+        {"question": "a\u0000b", "answer": "2"},
+        {"question": "9" * 200_000, "answer": "1"},
+    ]
     path.write_text("\ufeff" + "\n".join(json.dumps(r) for r in rows) + "\n")
     rc, out, err = preview(path)
     assert rc == 0, err

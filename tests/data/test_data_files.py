@@ -111,13 +111,28 @@ PRESET_CASES = [
     (GSM[:1], "gsm8k", GSM[0]["question"], "1234", {"solution": GSM[0]["answer"]}),
     ([MATH], "math", "Half of 1?", "\\frac{1}{2}", {"level": "Level 1", "type": "Algebra"}),
     (
-        [{"problem": "P", "solution": "x \\boxed{\\sqrt{2}} y \\boxed{3}", "answer": "3", "subject": "Algebra", "level": 1, "unique_id": "u"}],
+        [
+            {
+                "problem": "P",
+                "solution": "x \\boxed{\\sqrt{2}} y \\boxed{3}",
+                "answer": "3",
+                "subject": "Algebra",
+                "level": 1,
+                "unique_id": "u",
+            }
+        ],
         "math",
         "P",
         "3",
         {"subject": "Algebra", "unique_id": "u"},
     ),
-    ([{"problem": "P", "answer": "\\frac{3}{4}", "solution": "long"}], "deepscaler", "P", "\\frac{3}{4}", {"solution": "long"}),
+    (
+        [{"problem": "P", "answer": "\\frac{3}{4}", "solution": "long"}],
+        "deepscaler",
+        "P",
+        "\\frac{3}{4}",
+        {"solution": "long"},
+    ),
     (
         [[{"from": "human", "value": "ORZ Q"}, {"from": "assistant", "ground_truth": {"value": "17"}}]],
         "orz",
@@ -126,19 +141,34 @@ PRESET_CASES = [
         {},
     ),
     (
-        [{"data_source": "math_dapo", "prompt": [{"role": "user", "content": "Solve it."}], "ability": "MATH",
-          "reward_model": {"ground_truth": "34", "style": "rule-math"}, "extra_info": {"index": "a1"}}],
+        [
+            {
+                "data_source": "math_dapo",
+                "prompt": [{"role": "user", "content": "Solve it."}],
+                "ability": "MATH",
+                "reward_model": {"ground_truth": "34", "style": "rule-math"},
+                "extra_info": {"index": "a1"},
+            }
+        ],
         "dapo_math",
         "Solve it.",
         "34",
         {"data_source": "math_dapo", "extra_info": {"index": "a1"}},
     ),
-    ([{"instruction": "Add", "input": "2 and 3", "output": "5", "system": "Be exact."}], "alpaca", "Add\n2 and 3", "5", {}),
+    (
+        [{"instruction": "Add", "input": "2 and 3", "output": "5", "system": "Be exact."}],
+        "alpaca",
+        "Add\n2 and 3",
+        "5",
+        {},
+    ),
     ([{"question": "Q", "answer": 42}], "custom", "Q", "42", {}),
 ]
 
 
-@pytest.mark.parametrize("records, preset, question, answer, fields", PRESET_CASES, ids=[c[1] + str(i) for i, c in enumerate(PRESET_CASES)])
+@pytest.mark.parametrize(
+    "records, preset, question, answer, fields", PRESET_CASES, ids=[c[1] + str(i) for i, c in enumerate(PRESET_CASES)]
+)
 def test_presets_auto_and_by_name(tmp_path, records, preset, question, answer, fields):
     path = tmp_path / "d.json"
     path.write_text(json.dumps(records))
@@ -162,14 +192,24 @@ def test_alpaca_system_and_dapo_note(tmp_path):
 def test_custom_keys_dotted_paths_and_extra_keys(tmp_path):
     rows = [{"meta": {"q": "Q1", "gold": [7]}, "id": 3, "info": {"level": 2}}]
     path = str(jsonl(tmp_path / "d.jsonl", rows))
-    row = load_split(files(path=path, question_key="meta.q", answer_key="meta.gold.0", extra_keys=["id", "lvl=info.level", "info.level"])).rows[0]
+    row = load_split(
+        files(
+            path=path,
+            question_key="meta.q",
+            answer_key="meta.gold.0",
+            extra_keys=["id", "lvl=info.level", "info.level"],
+        )
+    ).rows[0]
     assert (row["question"], row["answer"]) == ("Q1", "7")
     assert row["fields"] == {"id": 3, "lvl": 2, "info_level": 2}
 
 
 def test_gold_extraction_edge_cases(tmp_path):
     rows = [{"question": "a", "answer": "x #### 1,234,567 "}, {"question": "b", "answer": "#### -3.5"}]
-    assert [r["answer"] for r in load_split(files(path=str(jsonl(tmp_path / "g.jsonl", rows)))).rows] == ["1234567", "-3.5"]
+    assert [r["answer"] for r in load_split(files(path=str(jsonl(tmp_path / "g.jsonl", rows)))).rows] == [
+        "1234567",
+        "-3.5",
+    ]
     nested = {"problem": "p", "solution": "\\boxed{\\frac{a}{\\sqrt{b}}} and \\boxed{x^{2}}", "level": "L"}
     path = tmp_path / "m.json"
     path.write_text(json.dumps([nested]))
@@ -224,16 +264,30 @@ def test_bad_values(tmp_path, bad, needle):
 def test_bad_row_in_parquet_names_row_number(tmp_path):
     import datasets
 
-    datasets.Dataset.from_list([{"problem": "p", "solution": "no box"}, {"problem": "p2", "solution": "\\boxed{1}"}]).to_parquet(str(tmp_path / "m.parquet"))
+    datasets.Dataset.from_list(
+        [{"problem": "p", "solution": "no box"}, {"problem": "p2", "solution": "\\boxed{1}"}]
+    ).to_parquet(str(tmp_path / "m.parquet"))
     msg = one_line_error(files(path=str(tmp_path / "m.parquet"), preset="math"))
-    assert msg.startswith(f"{tmp_path / 'm.parquet'} row 1: row has no \\boxed{{}} answer in 'solution' (math preset; keys present: problem, solution)")
+    assert msg.startswith(
+        f"{tmp_path / 'm.parquet'} row 1: row has no \\boxed{{}} answer in 'solution' (math preset; keys present: problem, solution)"
+    )
 
 
 def test_skip_counts_bad_rows_and_duplicates(tmp_path):
-    rows = [{"question": "a", "answer": "1"}, {"question": "b"}, {"question": "a", "answer": "1"}, {"question": "c", "answer": [1]}, {"question": "d", "answer": 4}]
+    rows = [
+        {"question": "a", "answer": "1"},
+        {"question": "b"},
+        {"question": "a", "answer": "1"},
+        {"question": "c", "answer": [1]},
+        {"question": "d", "answer": 4},
+    ]
     split = load_split(files(path=str(jsonl(tmp_path / "d.jsonl", rows)), preset="custom", on_bad_row="skip"))
     assert qa(split.rows) == [("a", "1"), ("d", "4")]
-    assert dict(split.dropped) == {"no 'answer'": 1, "duplicate question": 1, "a list in 'answer' (not a string or number)": 1}
+    assert dict(split.dropped) == {
+        "no 'answer'": 1,
+        "duplicate question": 1,
+        "a list in 'answer' (not a string or number)": 1,
+    }
     assert any("2 rows, left out" in n for n in split.notes)
     all_bad = jsonl(tmp_path / "bad.jsonl", [{"question": "b"}])
     assert "no usable rows" in one_line_error(files(path=str(all_bad), preset="custom", on_bad_row="skip"))
@@ -251,7 +305,9 @@ def test_file_level_errors(tmp_path):
     (tmp_path / "e.jsonl").write_text("\n \n")
     assert "holds no rows" in one_line_error(files(path=str(tmp_path / "e.jsonl")))
     (tmp_path / "x.jsonl").write_text(json.dumps({"foo": 1, "bar": 2}) + "\n")
-    assert "cannot tell the dataset schema from its keys (bar, foo)" in one_line_error(files(path=str(tmp_path / "x.jsonl")))
+    assert "cannot tell the dataset schema from its keys (bar, foo)" in one_line_error(
+        files(path=str(tmp_path / "x.jsonl"))
+    )
     assert "row has no 'lvl'" in one_line_error(files(path=str(jsonl(tmp_path / "q.jsonl", GSM)), extra_keys=["lvl"]))
 
 
@@ -298,7 +354,9 @@ def test_prepare_counts_tokens_drops_long_prompts_and_caches(tmp_path):
 
 def test_parallel_preparation_equals_serial():
     tok = tiny_tokenizer()
-    rows = [{"question": f"what is {i % 97} + {i % 13}", "answer": "x", "system": None, "fields": {}} for i in range(2500)]
+    rows = [
+        {"question": f"what is {i % 97} + {i % 13}", "answer": "x", "system": None, "fields": {}} for i in range(2500)
+    ]
     t = get_template("r1_base")
     assert render_all(rows, tok, t, num_workers=2) == render_all(rows, tok, t, num_workers=1)
 
@@ -319,7 +377,7 @@ def test_cli_preview_stats_prepare(tmp_path, capsys, chat_model):
     assert main(["data", "preview", str(path), f"model.path={chat_model}", "data.system_prompt=", "--n", "1"]) == 0
     out = capsys.readouterr().out
     assert "preset auto -> gsm8k" in out
-    assert f"<|user|>A conversation between User and Assistant." in out
+    assert "<|user|>A conversation between User and Assistant." in out
     assert "Natalia sold 48 clips. How many?\n<|assistant|><think>⟪END⟫" in out
     assert "gold answer: '1234'" in out
     assert main(["data", "stats", str(path), f"model.path={chat_model}", "--json"]) == 0

@@ -6,7 +6,15 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import DataConfig, load_config
-from rlvr.data import TEMPLATES, build_messages, countdown, countdown_score, get_template, render_prompt, safe_arithmetic
+from rlvr.data import (
+    TEMPLATES,
+    build_messages,
+    countdown,
+    countdown_score,
+    get_template,
+    render_prompt,
+    safe_arithmetic,
+)
 from rlvr.data.tasks import countdown_reward
 from rlvr.data.templates import template_for
 from rlvr.errors import UserError
@@ -49,7 +57,10 @@ def test_quickstart_prompt_is_unchanged(chat_tok):
     cfg = load_config("quickstart")
     t = template_for(cfg.data)
     assert (t.name, t.system, t.assistant_prefix) == ("r1", "You are a helpful assistant.", "<think>")
-    messages = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": R1_TEXT + "What is 5 + 2?"}]
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": R1_TEXT + "What is 5 + 2?"},
+    ]
     expected = chat_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "<think>"
     assert render_prompt(chat_tok, "What is 5 + 2?", template=t) == expected
 
@@ -76,10 +87,16 @@ def test_r1_base_is_plain_text_ending_in_think():
 
 def test_cot_and_plain(chat_tok):
     cot = "Please reason step by step, and put your final answer within \\boxed{}."
-    assert render_prompt(chat_tok, "Q?", template="cot") == f"<|im_start|>user\nQ?\n{cot}<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        render_prompt(chat_tok, "Q?", template="cot")
+        == f"<|im_start|>user\nQ?\n{cot}<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert render_prompt(chat_tok, "Q?", template="plain") == "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n"
     assert render_prompt(tiny_tokenizer(), "Q?", template="plain") == "Q?"  # no chat template: the problem alone
-    assert render_prompt(tiny_tokenizer(), "Q?", template="plain", system_prompt="Sys", assistant_prefix="<think>") == "Sys\nQ?<think>"
+    assert (
+        render_prompt(tiny_tokenizer(), "Q?", template="plain", system_prompt="Sys", assistant_prefix="<think>")
+        == "Sys\nQ?<think>"
+    )
 
 
 def test_overrides_system_and_prefix(chat_tok):
@@ -136,7 +153,9 @@ def test_template_file_errors(tmp_path, content, spec_suffix, needle):
 
 
 def test_unknown_template_name_is_a_config_error():
-    with pytest.raises(UserError, match="data.template=chatml: use r1, qwen_r1, r1_base, cot, plain or a template file"):
+    with pytest.raises(
+        UserError, match="data.template=chatml: use r1, qwen_r1, r1_base, cot, plain or a template file"
+    ):
         DataConfig(template="chatml")
 
 
@@ -179,4 +198,7 @@ def test_safe_arithmetic_never_evaluates_code():
     assert safe_arithmetic("(3 + 4) / 7") == (1, [3, 4, 7])
     for bad in ["os.system('ls')", "[1][0]", "(lambda: 1)()", "1 if 1 else 2", "x + 1", "'a' * 3", "9" * 300, ""]:
         assert safe_arithmetic(bad) is None
-    assert countdown_reward(["<answer>3+4</answer>", "<answer>3*4</answer>"], ["7", "7"], numbers=[[3, 4], [3, 4]]) == [1.0, 0.0]
+    assert countdown_reward(["<answer>3+4</answer>", "<answer>3*4</answer>"], ["7", "7"], numbers=[[3, 4], [3, 4]]) == [
+        1.0,
+        0.0,
+    ]

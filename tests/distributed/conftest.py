@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import pytest
-
 from tiny_run import tiny_args
 
-SEVENS = '''
+SEVENS = """
 def sevens(completions, labels, **fields):
     return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
-'''
+"""
 
 
 @pytest.fixture
@@ -28,9 +27,19 @@ def dp_args(tiny_model, sevens_file):
 
     def args(run_dir, *extra: str) -> list[str]:
         return tiny_args(
-            tiny_model, run_dir, f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}", "reward.workers=0",
-            "eval.at_start=false", "eval.at_end=false", "train.steps=3", "train.micro_batch_seqs=4",
-            "algo.kl_coef=0.01", "algo.num_iterations=2", "model.autocast_bf16=false", *extra,
+            tiny_model,
+            run_dir,
+            f"reward.rules=[{rule}]",
+            f"reward.accuracy_rule={rule}",
+            "reward.workers=0",
+            "eval.at_start=false",
+            "eval.at_end=false",
+            "train.steps=3",
+            "train.micro_batch_seqs=4",
+            "algo.kl_coef=0.01",
+            "algo.num_iterations=2",
+            "model.autocast_bf16=false",
+            *extra,
         )
 
     return args

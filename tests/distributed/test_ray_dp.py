@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_run import metrics
 
+from rlvr.commands.train import run_training as train
 from rlvr.config import load_config
 from rlvr.errors import UserError
-from rlvr.commands.train import run_training as train
-
-from tiny_run import metrics
 
 pytestmark = pytest.mark.slow
 

@@ -19,11 +19,10 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-
-from rlvr.config import load_config
-from rlvr.commands.train import run_training as train
-
 from tiny_run import metrics
+
+from rlvr.commands.train import run_training as train
+from rlvr.config import load_config
 
 pytestmark = pytest.mark.slow
 
@@ -71,9 +70,13 @@ def _alive(procs) -> list:
 
 
 @pytest.mark.parametrize(
-    "sig, to_group", [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["SIGTERM-to-driver", "Ctrl-C-to-group"],
+    "sig, to_group",
+    [(signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["SIGTERM-to-driver", "Ctrl-C-to-group"],
 )
-def test_a_signal_saves_the_step_exits_0_leaves_no_ray_process_and_resumes(sig, to_group, dp_args, tmp_path, monkeypatch):
+def test_a_signal_saves_the_step_exits_0_leaves_no_ray_process_and_resumes(
+    sig, to_group, dp_args, tmp_path, monkeypatch
+):
     pytest.importorskip("ray")
     pytest.importorskip("psutil")  # a dependency of Ray
     monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
@@ -96,7 +99,9 @@ def test_a_signal_saves_the_step_exits_0_leaves_no_ray_process_and_resumes(sig, 
         code = proc.wait(timeout=300)
     err = log_file.read_text(encoding="utf-8", errors="replace")
     assert code == 0, err[-3000:]
-    assert f"stopped by {sig.name} after step" in err and f"continue with: rlvr train resume={run}" in " ".join(err.split())
+    assert f"stopped by {sig.name} after step" in err and f"continue with: rlvr train resume={run}" in " ".join(
+        err.split()
+    )
 
     done = len(metrics(run))
     assert 1 <= done < STEPS, f"{done} steps: the signal should have stopped the run early"
@@ -113,8 +118,8 @@ def test_a_signal_saves_the_step_exits_0_leaves_no_ray_process_and_resumes(sig, 
 
     with open(tmp_path / "resumed.log", "wb") as log:
         assert _rlvr_train(dp_args(run, *RAY, f"resume={run}"), log).wait(timeout=300) == 0, (
-            (tmp_path / "resumed.log").read_text()[-3000:]
-        )
+            tmp_path / "resumed.log"
+        ).read_text()[-3000:]
     a, b = metrics(one, timings=False), metrics(run, timings=False)
     assert [r["step"] for r in b] == list(range(1, STEPS + 1))
     assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]  # the same completions

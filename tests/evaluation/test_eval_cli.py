@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import tiny_run
 import torch
 
 from rlvr.cli import main
 from rlvr.models.tiny import save_tiny_model
 from rlvr.run_dir import RunDir
-
-import tiny_run
 
 pytestmark = pytest.mark.slow
 
@@ -48,11 +47,36 @@ def _one_error(capsys, argv, *needles):
 def test_eval_two_models_side_by_side(cwd, tiny_model, capsys):
     other = save_tiny_model(cwd / "other", seed=1)
     data = gsm8k_file(cwd / "gsm8k.jsonl")
-    rc = main(["eval", "--model", str(tiny_model), "--model", str(other), "--data", str(data), "--preset", "gsm8k",
-               "--samples", "4", "--output", "out", *PLAIN])
+    rc = main(
+        [
+            "eval",
+            "--model",
+            str(tiny_model),
+            "--model",
+            str(other),
+            "--data",
+            str(data),
+            "--preset",
+            "gsm8k",
+            "--samples",
+            "4",
+            "--output",
+            "out",
+            *PLAIN,
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
-    for metric in ("accuracy", "format_rate", "response_len_mean", "truncated_frac", "pass@1", "pass@2", "pass@4", "maj@4"):
+    for metric in (
+        "accuracy",
+        "format_rate",
+        "response_len_mean",
+        "truncated_frac",
+        "pass@1",
+        "pass@2",
+        "pass@4",
+        "maj@4",
+    ):
         assert metric in out
     assert "m" in out and "other" in out  # one column per model
     for sub in ("m", "other"):
@@ -72,19 +96,45 @@ def test_bad_inputs_are_one_line_errors(cwd, tiny_model, capsys):
     (cwd / "alien" / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     _one_error(capsys, ["eval", "--model", "nope/missing", "--data", str(data)], "--model nope/missing", "not found")
     _one_error(capsys, ["eval", "--model", str(cwd / "alien"), "--data", str(data), *PLAIN], "could not load model")
-    _one_error(capsys, ["eval", "--model", str(tiny_model), "--data", str(unlabeled), *PLAIN], "gold answers", "rlvr generate")
+    _one_error(
+        capsys, ["eval", "--model", str(tiny_model), "--data", str(unlabeled), *PLAIN], "gold answers", "rlvr generate"
+    )
     _one_error(capsys, ["eval", "--model", str(tiny_model), "--data", str(data), "--samples", "0"], "--samples 0")
     _one_error(capsys, ["eval", "--model", str(tiny_model), "--data", "nonexistent.jsonl"], "nonexistent.jsonl")
-    _one_error(capsys, ["generate", "--model", str(tiny_model), "--input", str(data), "--output", "o.jsonl", "--samples", "0"], "--samples 0")
+    _one_error(
+        capsys,
+        ["generate", "--model", str(tiny_model), "--input", str(data), "--output", "o.jsonl", "--samples", "0"],
+        "--samples 0",
+    )
     _one_error(capsys, ["export", "nope/missing", "--output", "x"], "not found")
     _one_error(capsys, ["chat", "--model", str(tiny_model), "--once", " "], "--once")
-    _one_error(capsys, ["chat", "--model", str(tiny_model), "--template", "r1", "--once", "hi", "--device", "cpu"], "chat template")
+    _one_error(
+        capsys,
+        ["chat", "--model", str(tiny_model), "--template", "r1", "--once", "hi", "--device", "cpu"],
+        "chat template",
+    )
 
 
 def test_generate_k_samples_without_answers(cwd, tiny_model, capsys):
     prompts = gsm8k_file(cwd / "prompts.jsonl", n=3, answers=False)
-    rc = main(["generate", "--model", str(tiny_model), "--input", str(prompts), "--output", "gen/out.jsonl",
-               "--samples", "3", "--temperature", "0.9", "--batch", "2", *PLAIN])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            str(tiny_model),
+            "--input",
+            str(prompts),
+            "--output",
+            "gen/out.jsonl",
+            "--samples",
+            "3",
+            "--temperature",
+            "0.9",
+            "--batch",
+            "2",
+            *PLAIN,
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     rows = [json.loads(line) for line in (cwd / "gen" / "out.jsonl").read_text().splitlines()]
     assert [r["question"] for r in rows] == [f"what is {i} + {i} ?" for i in range(3)]
@@ -141,9 +191,18 @@ def test_training_evaluates_and_export_reloads_with_identical_logits(cwd, tiny_m
     from rlvr.training import train
 
     run = cwd / "run"
-    cfg = tiny_run.tiny_config(tiny_model, run, *tiny_run.FORMAT_REWARD, "reward.workers=0", "rollout.max_new_tokens=6",
-                               "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.steps=3",
-                               "eval.every_steps=2", "eval.limit=4")
+    cfg = tiny_run.tiny_config(
+        tiny_model,
+        run,
+        *tiny_run.FORMAT_REWARD,
+        "reward.workers=0",
+        "rollout.max_new_tokens=6",
+        "rollout.samples_per_prompt=4",
+        "train.prompts_per_step=2",
+        "train.steps=3",
+        "eval.every_steps=2",
+        "eval.limit=4",
+    )
     train(cfg)
     metrics = tiny_run.metrics(run)
     assert [m["step"] for m in metrics] == [1, 2, 3]
@@ -155,8 +214,26 @@ def test_training_evaluates_and_export_reloads_with_identical_logits(cwd, tiny_m
 
     # eval of a run directory uses its last checkpoint and its prompt settings
     capsys.readouterr()
-    assert main(["eval", "--model", str(run), "--data", "arithmetic", "--limit", "3", "-o", "ev", "--device", "cpu",
-                 "--dtype", "float32"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(run),
+                "--data",
+                "arithmetic",
+                "--limit",
+                "3",
+                "-o",
+                "ev",
+                "--device",
+                "cpu",
+                "--dtype",
+                "float32",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((cwd / "ev" / "summary.json").read_text())
     assert summary["checkpoint"].endswith("step_000003") and summary["template"] == "plain" and summary["n"] == 3
 

@@ -110,8 +110,14 @@ SAMPLED = {  # 4 samples each; correct counts 2, 4, 0
 def test_evaluate_greedy_accuracy_pass_at_k_and_majority():
     engine = ScriptedEngine(GREEDY, SAMPLED)
     result = evaluate(
-        engine, NoChatTokenizer(), ROWS, style=PromptStyle(template="plain", system_prompt=""),
-        samples=4, temperature=0.6, max_new_tokens=16, batch_prompts=2,
+        engine,
+        NoChatTokenizer(),
+        ROWS,
+        style=PromptStyle(template="plain", system_prompt=""),
+        samples=4,
+        temperature=0.6,
+        max_new_tokens=16,
+        batch_prompts=2,
     )
     s = result.summary
     assert s["n"] == 3
@@ -132,7 +138,12 @@ def test_evaluate_greedy_accuracy_pass_at_k_and_majority():
     assert result.predictions[2]["majority"] == "8"
     assert result.predictions[1]["extracted"] == "0.5" and result.predictions[1]["correct"]
     # batching: 2 + 1 problems, a greedy call and a sampled call per batch, settings passed through
-    assert engine.calls == [(2, 1, True, None, 16), (2, 4, False, 0.6, 16), (1, 1, True, None, 16), (1, 4, False, 0.6, 16)]
+    assert engine.calls == [
+        (2, 1, True, None, 16),
+        (2, 4, False, 0.6, 16),
+        (1, 1, True, None, 16),
+        (1, 4, False, 0.6, 16),
+    ]
 
 
 def test_evaluate_greedy_only_has_no_pass_at_k():

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -147,7 +146,9 @@ def test_evaluation_of_a_hanging_answer_returns_within_the_limit(tmp_path):
     (tmp_path / "math_verify" / "__init__.py").write_text(FAKE_MATH_VERIFY)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO), os.environ.get("PYTHONPATH", "")])}
     try:
-        out = subprocess.run([sys.executable, "-c", HANG_EVAL], timeout=60, cwd=REPO, env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", HANG_EVAL], timeout=60, cwd=REPO, env=env, capture_output=True, text=True
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("evaluation hung on an answer whose verification never returns")
     assert out.returncode == 0, out.stderr[-2000:]

@@ -8,11 +8,10 @@ import json
 import shutil
 
 import pytest
+import tiny_run
 import torch
 
 from rlvr.cli import main
-
-import tiny_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]  # peft on transformers 5
 
@@ -32,8 +31,18 @@ def test_a_lora_run_evaluates_chats_and_exports_merged(tmp_path, tiny_dir, monke
     run = work / "run"
     # model.path relative to where training ran; eval/export below run from another directory. The
     # `sevens` reward (tiny_dir) gives the tiny model a signal, so the adapter moves off B = 0
-    train(tiny_run.tiny_config("base", run, "reward.workers=0", "train.steps=3", "model.lora.rank=4",
-                               "model.lora.alpha=64", "algo.kl_coef=0.05", "eval.limit=3"))
+    train(
+        tiny_run.tiny_config(
+            "base",
+            run,
+            "reward.workers=0",
+            "train.steps=3",
+            "model.lora.rank=4",
+            "model.lora.alpha=64",
+            "algo.kl_coef=0.05",
+            "eval.limit=3",
+        )
+    )
     assert tiny_run.metrics(run)[-1]["train/kl"] > 0  # the adapter moved the policy off the base
     ckpt = (run / "checkpoints" / "last").resolve()
     assert (ckpt / "adapter_model.safetensors").is_file() and not (ckpt / "model.safetensors").exists()
@@ -61,7 +70,9 @@ def test_a_lora_run_evaluates_chats_and_exports_merged(tmp_path, tiny_dir, monke
     ids = torch.tensor([[20, 21, 22, 3, 4, 5, 6], [9, 10, 11, 12, 13, 14, 15]])
     with torch.no_grad():
         base_logits = base(ids).logits
-        with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(work / "base"), ckpt).eval()(ids).logits
+        with_adapter = (
+            PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(work / "base"), ckpt).eval()(ids).logits
+        )
         merged = exported(ids).logits
     assert torch.allclose(merged, with_adapter, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(base_logits, with_adapter, atol=1e-4)  # the adapter changed the model
@@ -79,8 +90,9 @@ def test_a_lora_checkpoint_whose_base_is_gone_is_one_line_error(tmp_path, tiny_m
     from rlvr.models import load_model, lora
 
     ckpt = tmp_path / "adapter"
-    lora.add_adapter(load_model(tiny_model), rank=2, alpha=4.0, dropout=0.0, target_modules=["q_proj"],
-                     base=str(tmp_path / "gone")).save_pretrained(ckpt)
+    lora.add_adapter(
+        load_model(tiny_model), rank=2, alpha=4.0, dropout=0.0, target_modules=["q_proj"], base=str(tmp_path / "gone")
+    ).save_pretrained(ckpt)
     shutil.copy(tiny_model / "tokenizer.json", ckpt)
     monkeypatch.chdir(tmp_path)
     assert main(["export", str(ckpt), "--output", "out"]) == 2

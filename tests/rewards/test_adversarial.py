@@ -37,8 +37,14 @@ ADVERSARIAL = [
 ]
 LABELS = ["7", "-5", "1/2", "\\frac{1}{2}", "#### 1,234", 7, 3.5, None, ["7"], {"a": 1}, "", "9" * 1000]
 EXTRACTORS = [
-    extract.last_boxed, extract.answer_tag, extract.last_number, extract.extract_answer,
-    extract.normalize_number, extract.gsm8k_answer, extract.answer_is, extract.minerva_answer,
+    extract.last_boxed,
+    extract.answer_tag,
+    extract.last_number,
+    extract.extract_answer,
+    extract.normalize_number,
+    extract.gsm8k_answer,
+    extract.answer_is,
+    extract.minerva_answer,
 ]
 
 
@@ -91,7 +97,15 @@ def test_every_rule_survives_adversarial_text_and_labels(scorer):
     assert elapsed < 2.0 * len(completions) / 2 + 30
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.text(max_size=200), st.one_of(st.text(max_size=20), st.integers(), st.none())), min_size=1, max_size=6))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(st.text(max_size=200), st.one_of(st.text(max_size=20), st.integers(), st.none())),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_every_rule_survives_random_batches(scorer, batch):
     _check(scorer, [c for c, _ in batch], [label for _, label in batch])

@@ -33,14 +33,35 @@ def _expected(row: dict, rule: str) -> float:
 def test_the_table_covers_every_notation_and_hack():
     classes = {r["class"] for r in ROWS}
     assert len(ROWS) >= 40
-    assert {"thousands separator", "decimal", "fraction", "scientific notation", "currency", "unit text",
-            "degree sign", "x = N", "percentage", "answer sentence", "work shown before", "arithmetic (hack)",
-            "too coarse", "different number"} <= classes
+    assert {
+        "thousands separator",
+        "decimal",
+        "fraction",
+        "scientific notation",
+        "currency",
+        "unit text",
+        "degree sign",
+        "x = N",
+        "percentage",
+        "answer sentence",
+        "work shown before",
+        "arithmetic (hack)",
+        "too coarse",
+        "different number",
+    } <= classes
+
     def bare(text: str, decimals: bool = True) -> bool:
         return re.fullmatch(r"-?\d+(\.\d+)?" if decimals else r"-?\d+", text) is not None
 
-    for cls in ("thousands separator", "decimal", "fraction", "scientific notation", "currency", "unit text",
-                "degree sign"):  # both directions: the notation in the prediction, and in the gold
+    for cls in (
+        "thousands separator",
+        "decimal",
+        "fraction",
+        "scientific notation",
+        "currency",
+        "unit text",
+        "degree sign",
+    ):  # both directions: the notation in the prediction, and in the gold
         rows = [r for r in ROWS if r["class"] == cls]
         assert any(bare(r["label"]) and extract_answer(r["completion"]) != r["label"] for r in rows), cls
         assert any(not bare(r["label"], decimals=False) and r["expected"] == 1 for r in rows), cls
@@ -63,8 +84,13 @@ def test_the_scorer_training_and_eval_use_agrees_with_the_table():
 @pytest.mark.parametrize("rule", ["math_17k_acc", "base_acc"])
 def test_the_mindspeed_accuracy_rules_share_the_rule(rule):
     """The boxed-answer rules of the Ascend stacks grade the boxed rows as accuracy does (the same match)."""
-    rows = [r for r in ROWS if r["completion"].startswith("<think>") and "\\boxed{" in r["completion"]
-            and r["completion"].endswith("}</answer>")]
+    rows = [
+        r
+        for r in ROWS
+        if r["completion"].startswith("<think>")
+        and "\\boxed{" in r["completion"]
+        and r["completion"].endswith("}</answer>")
+    ]
     assert len(rows) > 30
     got = get(rule)([r["completion"] for r in rows], [r["label"] for r in rows])
     assert got == [_expected(r, "accuracy") for r in rows]
@@ -88,8 +114,17 @@ def test_a_row_scored_otherwise_is_a_bad_verdict_and_exit_1(tmp_path, capsys):
     assert "BAD  accuracy=0 (expected 1)" in out and "0 of 1 rows as expected" in out
 
 
-@pytest.mark.parametrize("a, b", [("90^\\circ", "90"), ("1,234", "1234"), ("\\frac{1}{2}", "0.5"), ("x = 7", "7"),
-                                  ("The answer is 18.", "18 dollars"), ("3 + 4 = 7", "\\$7")])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("90^\\circ", "90"),
+        ("1,234", "1234"),
+        ("\\frac{1}{2}", "0.5"),
+        ("x = 7", "7"),
+        ("The answer is 18.", "18 dollars"),
+        ("3 + 4 = 7", "\\$7"),
+    ],
+)
 def test_answers_that_denote_one_number_vote_together(a, b):
     """maj@k in rlvr eval counts answers by the number they denote (the same rule), not by their text."""
     assert number_key(a) == number_key(b) is not None
@@ -100,8 +135,17 @@ def test_an_expression_is_no_vote_for_its_value():
     assert _vote_key("3 + 4") != _vote_key("7")
 
 
-@pytest.mark.parametrize("pred", ["1" * 1_000_000, "9" * 4000, "1" * 5000 + ".5", "\\frac{" * 5000 + "1" + "}{2}" * 5000,
-                                  "The answer is " + "1" * 1_000_000 + ".", "<answer>" * 10_000])
+@pytest.mark.parametrize(
+    "pred",
+    [
+        "1" * 1_000_000,
+        "9" * 4000,
+        "1" * 5000 + ".5",
+        "\\frac{" * 5000 + "1" + "}{2}" * 5000,
+        "The answer is " + "1" * 1_000_000 + ".",
+        "<answer>" * 10_000,
+    ],
+)
 @pytest.mark.parametrize("gold", ["7", "\\frac{\\sqrt{2}}{2}"])
 def test_huge_or_deeply_nested_predictions_end_within_the_time_limit_with_a_score(pred, gold):
     """A number of 10^6 digits or 5,000 nested \\frac: a score (0, or the error score after math-verify's

@@ -74,7 +74,13 @@ def test_copying_the_question_earns_no_quickstart_accuracy(task, difficulty):
 
 @pytest.mark.parametrize(
     "completion",
-    ["<answer>\\boxed{3 + 4}</answer>", "<answer>3+4</answer>", "<answer>3 + 4</answer>", "\\boxed{3 \\times 1 + 4}", "What is 3 + 4?"],
+    [
+        "<answer>\\boxed{3 + 4}</answer>",
+        "<answer>3+4</answer>",
+        "<answer>3 + 4</answer>",
+        "\\boxed{3 \\times 1 + 4}",
+        "What is 3 + 4?",
+    ],
 )
 def test_issue_examples(completion):
     for rule in ("accuracy", "accuracy_lenient"):

@@ -193,7 +193,15 @@ def test_answers_match_in_process(pred, gold, expected):
 
 
 # (completion, gold, accuracy, accuracy_lenient, math_17k_acc, base_acc, acc, acc_for_dapo, qwen_accuracy_reward)
-ACCURACY_RULES = ["accuracy", "accuracy_lenient", "math_17k_acc", "base_acc", "acc", "acc_for_dapo", "qwen_accuracy_reward"]
+ACCURACY_RULES = [
+    "accuracy",
+    "accuracy_lenient",
+    "math_17k_acc",
+    "base_acc",
+    "acc",
+    "acc_for_dapo",
+    "qwen_accuracy_reward",
+]
 ACCURACY_TABLE = [
     # R1 format, clean answers
     (TH + "<answer>\\boxed{18}</answer>", "18", 1, 1, 1, 1, 1, -1, 1),
@@ -207,8 +215,28 @@ ACCURACY_TABLE = [
     (TH + "<answer>\\boxed{18}</answer>\n", "18", 1, 1, 1, 0, 1, -1, 1),  # base_acc: must end at </answer>
     (" " + TH + "<answer>\\boxed{18}</answer>", "18", 1, 1, 1, 0, 1, -1, 1),  # base_acc: must start with <think>
     (TH + " <answer> \\boxed{18} </answer> extra", "18", 1, 1, 1, 0, 1, -1, 1),
-    ("<think>a</think>\n<answer>\nThe final answer is \\boxed{\\frac{3}{4}}.\n</answer>", "\\frac{3}{4}", 1, 1, 1, 1, 1, -1, 0),
-    ("<think>\nStep 1: 16 - 3 - 4 = 9.\nStep 2: 9 * 2 = 18.\n</think>\n<answer>\n\\boxed{18}\n</answer>", "18", 1, 1, 1, 1, 1, -1, 1),
+    (
+        "<think>a</think>\n<answer>\nThe final answer is \\boxed{\\frac{3}{4}}.\n</answer>",
+        "\\frac{3}{4}",
+        1,
+        1,
+        1,
+        1,
+        1,
+        -1,
+        0,
+    ),
+    (
+        "<think>\nStep 1: 16 - 3 - 4 = 9.\nStep 2: 9 * 2 = 18.\n</think>\n<answer>\n\\boxed{18}\n</answer>",
+        "18",
+        1,
+        1,
+        1,
+        1,
+        1,
+        -1,
+        1,
+    ),
     ("<answer>\\boxed{18}</answer>", "18", 1, 1, 1, 0, 1, -1, 1),  # no <think>
     # boxes inside <think>, several boxes, last one wins
     ("<think>\\boxed{18}</think> <answer>18</answer>", "18", 1, 1, 1, 0, 1, -1, 1),
@@ -366,7 +394,9 @@ def test_reasoning_steps(completion, steps, ms_step):
     assert get("step")([completion], [""]) == [pytest.approx(ms_step)]
 
 
-@pytest.mark.parametrize("completion, expected", [("\\boxed{5}", 1.0), ("\\boxed{}", 0.0), ("\\boxed{5", 0.0), ("5", 0.0)])
+@pytest.mark.parametrize(
+    "completion, expected", [("\\boxed{5}", 1.0), ("\\boxed{}", 0.0), ("\\boxed{5", 0.0), ("5", 0.0)]
+)
 def test_boxed(completion, expected):
     assert get("boxed")([completion], [""]) == [expected]
 

@@ -14,15 +14,14 @@ import pytest
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.errors import UserError
-from rlvr.rewards import REWARDS, RewardError, Scorer, get, match_many, score
-from rlvr.rewards import verify
+from rlvr.rewards import REWARDS, RewardError, Scorer, get, match_many, score, verify
 from rlvr.rewards.pool import WorkerPool
 
 REPO = Path(__file__).resolve().parents[2]
 R1 = "<think>2+3 is 5</think> <answer>\\boxed{5}</answer>"
 HANG = "\\boxed{9^{9^{9^{9}}}}"  # sympy tries to evaluate the tower: minutes, not milliseconds
 
-PLUGIN = '''
+PLUGIN = """
 import math, time
 
 def length(completions, labels, **fields):
@@ -49,7 +48,7 @@ def wrong_length(completions, labels, **fields):
 
 def uses_fields(completions, labels, question, **fields):
     return [float(q in c) for q, c in zip(question, completions)]
-'''
+"""
 
 
 @pytest.fixture
@@ -139,7 +138,12 @@ def test_pathological_sympy_input_costs_only_its_time_limit():
 
 
 def test_in_process_matches_pool():
-    pairs = [("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"), ("\\sqrt{3}", "\\sqrt{2}"), ("18 dollars", "18"), ("", "1")]
+    pairs = [
+        ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"),
+        ("\\sqrt{3}", "\\sqrt{2}"),
+        ("18 dollars", "18"),
+        ("", "1"),
+    ]
     pooled = match_many(pairs)
     verify.configure(workers=0)
     assert match_many(pairs) == pooled == [1.0, 0.0, 1.0, 0.0]
@@ -244,7 +248,10 @@ def test_quickstart_reward_block_is_unchanged():
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (["reward.rules=[accuracy]"], "reward.weights has 3 entries but reward.rules has 1 (accuracy); give one weight per rule, e.g. reward.weights=[1.0]"),
+        (
+            ["reward.rules=[accuracy]"],
+            "reward.weights has 3 entries but reward.rules has 1 (accuracy); give one weight per rule, e.g. reward.weights=[1.0]",
+        ),
         (["reward.rules=[]", "reward.weights=[]"], "reward.rules is empty"),
         (["reward.rules=[format, format]", "reward.weights=[1, 1]"], "reward.rules lists format twice"),
         (["reward.on_error=ignore"], "reward.on_error=ignore: must be one of score, raise"),
@@ -276,10 +283,25 @@ def test_cli_reward_score(tmp_path, capsys):
         ],
     )
     out = tmp_path / "out.jsonl"
-    argv = ["reward", "score", "--rules", "accuracy,format", "--weights", "1,0.5", "--input", str(src), "--output", str(out)]
+    argv = [
+        "reward",
+        "score",
+        "--rules",
+        "accuracy,format",
+        "--weights",
+        "1,0.5",
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["rewards"] for r in rows] == [{"accuracy": 1.0, "format": 1.0}, {"accuracy": 0.0, "format": 0.0}, {"accuracy": 1.0, "format": 1.0}]
+    assert [r["rewards"] for r in rows] == [
+        {"accuracy": 1.0, "format": 1.0},
+        {"accuracy": 0.0, "format": 0.0},
+        {"accuracy": 1.0, "format": 1.0},
+    ]
     assert [r["reward"] for r in rows] == [1.5, 0.0, 1.5] and rows[0]["id"] == 1
     printed = capsys.readouterr().out
     assert "3 completions" in printed and "accuracy" in printed and "0.6667" in printed and "slowest:" in printed
@@ -290,7 +312,10 @@ def test_cli_reward_score(tmp_path, capsys):
     [
         (None, "in.jsonl not found"),
         ('{"completion": "a", "label": "1"}\n{"completion": \n', "in.jsonl:2: not valid JSON"),
-        ('{"completion": "a", "label": "1"}\n\n{"completion": "b"}\n', "in.jsonl:3: row has no 'label' (keys present: completion)"),
+        (
+            '{"completion": "a", "label": "1"}\n\n{"completion": "b"}\n',
+            "in.jsonl:3: row has no 'label' (keys present: completion)",
+        ),
         ('{"text": "b", "label": 1}\n', "in.jsonl:1: row has no 'completion'"),
         ("[1, 2]\n", "in.jsonl:1: expected a JSON object"),
         ("\n", "has no rows"),
@@ -321,7 +346,13 @@ def test_cli_reward_check(tmp_path, capsys):
         run / "samples.jsonl",
         [
             {"step": 1, "answer": "5", "completion": R1, "reward": 1.5, "rewards": {"accuracy": 1.0, "format": 1.0}},
-            {"step": 1, "answer": "18", "completion": "\\boxed{18 dollars}", "reward": 0.0, "rewards": {"accuracy": 0.0, "format": 0.0}},
+            {
+                "step": 1,
+                "answer": "18",
+                "completion": "\\boxed{18 dollars}",
+                "reward": 0.0,
+                "rewards": {"accuracy": 0.0, "format": 0.0},
+            },
         ],
     )
     assert main(["reward", "check", str(run)]) == 0

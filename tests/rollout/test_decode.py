@@ -34,12 +34,17 @@ def plain_generate(engine: HFRolloutEngine, prompts, G, pick, max_new_tokens):
     enc = tok([p for p in prompts for _ in range(G)], return_tensors="pt", padding=True, add_special_tokens=False)
     L = enc.input_ids.shape[1]
     stopper = StopStrings(tok, engine.stop, L, enc.input_ids.shape[0], "cpu") if engine.stop else None
-    config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=engine.eos_ids,
-                              pad_token_id=tok.pad_token_id)
+    config = GenerationConfig(
+        do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=engine.eos_ids, pad_token_id=tok.pad_token_id
+    )
     with torch.no_grad(), own_generation_settings(model):
-        out = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config,
-                             logits_processor=[AsProcessor(pick)],
-                             stopping_criteria=StoppingCriteriaList([stopper]) if stopper else None)
+        out = model.generate(
+            input_ids=enc.input_ids,
+            attention_mask=enc.attention_mask,
+            generation_config=config,
+            logits_processor=[AsProcessor(pick)],
+            stopping_criteria=StoppingCriteriaList([stopper]) if stopper else None,
+        )
     response = out[:, L:]
     mask, truncated = response_mask_from_eos(response, engine.eos_ids, stop_at=stopper.at if stopper else None)
     return [r[m.bool()].tolist() for r, m in zip(response, mask)], truncated.tolist()
@@ -55,9 +60,17 @@ def responses(batch):
 @pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (20, 0.9)])
 def test_decode_samples_what_generate_samples(stop, top_k, top_p, lean_decode):
     G, n = 4, 16
-    engine = HFRolloutEngine(tiny_model(seed=3), tiny_tokenizer(), max_new_tokens=n, temperature=0.9, top_k=top_k,
-                             top_p=top_p, stop=stop, batch_seqs=8,  # 2 prompts per chunk: chunks of whole groups
-                             lean_decode=lean_decode)
+    engine = HFRolloutEngine(
+        tiny_model(seed=3),
+        tiny_tokenizer(),
+        max_new_tokens=n,
+        temperature=0.9,
+        top_k=top_k,
+        top_p=top_p,
+        stop=stop,
+        batch_seqs=8,  # 2 prompts per chunk: chunks of whole groups
+        lean_decode=lean_decode,
+    )
     seeds = [sample_seed(7, i) for i in range(len(PROMPTS) * G)]
     got = responses(engine.generate(PROMPTS, G, seeds=seeds))
     want = plain_generate(engine, PROMPTS, G, SeededPicker(seeds, 0.9, top_k, top_p), n)
@@ -73,8 +86,9 @@ def test_greedy_decode_equals_generate():
 
 def test_sampled_logprobs_are_the_full_softmax_at_the_temperature():
     """The engine's log-probs (TIS) equal log-softmax(z / T) of the model's own forward on the sampled rows."""
-    engine = HFRolloutEngine(tiny_model(seed=3), tiny_tokenizer(), max_new_tokens=10, temperature=0.7, top_k=5,
-                             logprobs=True, stop=["7"])
+    engine = HFRolloutEngine(
+        tiny_model(seed=3), tiny_tokenizer(), max_new_tokens=10, temperature=0.7, top_k=5, logprobs=True, stop=["7"]
+    )
     batch = engine.generate(PROMPTS, 3, seeds=[sample_seed(1, i) for i in range(9)])
     with torch.no_grad():
         pos = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -137,5 +151,7 @@ def test_decode_and_the_shared_prompt_pass_use_the_installed_transformers_cache_
         warnings.simplefilter("always")
         batch = engine.generate(PROMPTS[:2], 2, seeds=list(range(4)))
         response_logits(engine.model, batch.input_ids, batch.attention_mask, batch.response_mask.shape[1], group_size=2)
-    old = [str(w.message) for w in caught if "past_key_values" in str(w.message)] + [m for m in logged if "past_key_values" in m]
+    old = [str(w.message) for w in caught if "past_key_values" in str(w.message)] + [
+        m for m in logged if "past_key_values" in m
+    ]
     assert old == []

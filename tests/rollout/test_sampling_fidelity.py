@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from tiny_run import tiny_args
 
 from rlvr.cli import main
 from rlvr.config import Switch, load_config
@@ -18,8 +19,6 @@ from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.base import cut_at_stop, response_mask_from_eos
 from rlvr.training.loop import batch_logprobs, update_policy
-
-from tiny_run import tiny_args
 
 PROMPTS = ["what is 3 + 4 ?", "what is 2 + 2 ?"]
 
@@ -99,11 +98,23 @@ def test_aten_avx2_dispatch_reads_as_no_native_bf16():
 
 def test_train_prints_the_choice_first_and_saves_it(tiny_dir, tmp_path, capsys, cpu_without_bf16):
     run = tmp_path / "run"
-    rc = main([
-        "train", *tiny_args(tiny_dir, run, "rollout.dtype=auto", "rollout.max_new_tokens=4",
-                            "rollout.samples_per_prompt=2", "train.steps=1", "train.prompts_per_step=2",
-                            "train.micro_batch_seqs=4", "eval.at_start=false", "eval.at_end=false"),
-    ])
+    rc = main(
+        [
+            "train",
+            *tiny_args(
+                tiny_dir,
+                run,
+                "rollout.dtype=auto",
+                "rollout.max_new_tokens=4",
+                "rollout.samples_per_prompt=2",
+                "train.steps=1",
+                "train.prompts_per_step=2",
+                "train.micro_batch_seqs=4",
+                "eval.at_start=false",
+                "eval.at_end=false",
+            ),
+        ]
+    )
     assert rc == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("rollout dtype: float32, training autocast bf16: off")
     saved = load_config(run / "config.yaml", [])
@@ -174,7 +185,9 @@ def test_stop_string_ends_the_response_and_its_mask():
     batch = _engine(tiny_model(seed=1), stop=["8"], temperature=1.0).generate(PROMPTS, 16)
     stopped = 0
     for ids, mask, text, cut in zip(batch.response_ids, batch.response_mask, batch.texts, batch.truncated):
-        words = [w for w in tok.convert_ids_to_tokens(ids[mask.bool()].tolist()) if w not in ("<eos>", "<pad>", "<unk>")]
+        words = [
+            w for w in tok.convert_ids_to_tokens(ids[mask.bool()].tolist()) if w not in ("<eos>", "<pad>", "<unk>")
+        ]
         full = " ".join(words)
         if "8" in full:
             stopped += 1

@@ -31,8 +31,11 @@ def test_a_sequence_samples_the_same_in_any_batch():
     seeds = sequence_seeds(0, 5, 0, 0, len(PROMPTS), G)
     together = _responses(_engine(batch_seqs=64).generate(PROMPTS, G, seeds=seeds))
     # one prompt at a time (other padding, other batch), in chunks of 3 rows (groups split across chunks)
-    alone = [r for p, prompt in enumerate(PROMPTS)
-             for r in _responses(_engine(batch_seqs=3).generate([prompt], G, seeds=seeds[p * G : (p + 1) * G]))]
+    alone = [
+        r
+        for p, prompt in enumerate(PROMPTS)
+        for r in _responses(_engine(batch_seqs=3).generate([prompt], G, seeds=seeds[p * G : (p + 1) * G]))
+    ]
     assert together == alone
     other = _responses(_engine().generate(PROMPTS, G, seeds=sequence_seeds(1, 5, 0, 0, len(PROMPTS), G)))
     assert other != together  # another seed, other samples
@@ -47,9 +50,7 @@ def test_seeds_differ_by_every_part_of_the_key():
 def test_seeded_sampler_draws_softmax_at_the_temperature():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0]])
     n, T = 4000, 0.7
-    picks = torch.tensor([
-        int(SeededPicker([sample_seed(i)], T, 0, 1.0)(logits.clone(), ROW0)) for i in range(n)
-    ])
+    picks = torch.tensor([int(SeededPicker([sample_seed(i)], T, 0, 1.0)(logits.clone(), ROW0)) for i in range(n)])
     freq = torch.bincount(picks, minlength=5).float() / n
     expected = torch.softmax(logits[0] / T, -1)
     # binomial std at p = 0.75, n = 4000 is 0.007: 0.03 is > 4 sigma
@@ -63,8 +64,14 @@ def test_seeded_engine_logprobs_match_the_trainer():
     engine = _engine(logprobs=True)
     G = 2
     batch = engine.generate(PROMPTS, G, seeds=sequence_seeds(0, 0, 0, 0, len(PROMPTS), G))
-    lp = batch_logprobs(engine.policy, batch, micro_batch_seqs=8, group_size=1, temperature=0.9,
-                        autocast=lambda: torch.autocast("cpu", enabled=False))
+    lp = batch_logprobs(
+        engine.policy,
+        batch,
+        micro_batch_seqs=8,
+        group_size=1,
+        temperature=0.9,
+        autocast=lambda: torch.autocast("cpu", enabled=False),
+    )
     torch.testing.assert_close(batch.logprobs, lp, rtol=1e-4, atol=1e-5)
 
 

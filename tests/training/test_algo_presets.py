@@ -8,14 +8,13 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_run import metrics, tiny_config
 
 from rlvr.config import load_config
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.training import train
 from rlvr.training.loop import accumulate_gradients
-
-from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +67,13 @@ def test_dynamic_sampling_drops_flat_groups_and_resumes_bit_exact(tiny_dir, tmp_
 
 def test_tis_with_bf16_rollout_and_reference_refresh(tiny_dir, tmp_path):
     # the entropy bonus moves the policy even when every reward is 0
-    common = ["train.steps=2", "algo.kl_coef=0.1", "algo.entropy_coef=0.1", "rollout.dtype=bfloat16", "algo.tis_cap=2.0"]
+    common = [
+        "train.steps=2",
+        "algo.kl_coef=0.1",
+        "algo.entropy_coef=0.1",
+        "rollout.dtype=bfloat16",
+        "algo.tis_cap=2.0",
+    ]
     synced = run("quickstart", tiny_dir, tmp_path / "synced", *common, "algo.ref_sync_every=1")
     for m in synced:
         assert 0 < m["train/tis_weight_min"] <= m["train/tis_weight_mean"] <= m["train/tis_weight_max"] <= 2.0
@@ -105,12 +110,22 @@ def test_every_feature_is_micro_batch_invariant(loss_agg):
     levels = ["token", "sequence"] if loss_agg == "seq_mean_token_mean" else ["token"]  # GSPO needs seq_mean_token_mean
     for level in levels:
         for mb in (8, 4, 2, 1):
-            cfg = load_config(None, [
-                "rollout.samples_per_prompt=4", "train.prompts_per_step=2", f"train.micro_batch_seqs={mb}",
-                f"algo.loss_agg={loss_agg}", f"algo.ratio_level={level}", "algo.dual_clip=1.5",
-                "algo.tis_cap=1.5", "algo.kl_coef=0.1", "algo.entropy_coef=0.01",
-                "algo.clip_low=0.1", "algo.clip_high=0.1",
-            ])
+            cfg = load_config(
+                None,
+                [
+                    "rollout.samples_per_prompt=4",
+                    "train.prompts_per_step=2",
+                    f"train.micro_batch_seqs={mb}",
+                    f"algo.loss_agg={loss_agg}",
+                    f"algo.ratio_level={level}",
+                    "algo.dual_clip=1.5",
+                    "algo.tis_cap=1.5",
+                    "algo.kl_coef=0.1",
+                    "algo.entropy_coef=0.01",
+                    "algo.clip_low=0.1",
+                    "algo.clip_high=0.1",
+                ],
+            )
             model.zero_grad(set_to_none=True)
             out = accumulate_gradients(model, batch, adv, old_logp, ref_logp, cfg, contextlib.nullcontext)
             grads[level, mb] = torch.cat([p.grad.flatten() for p in model.parameters()])

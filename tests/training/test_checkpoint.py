@@ -201,7 +201,9 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_previous_checkpoint
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ckpt.torch, "save", full)
-    with pytest.raises(UserError, match=r"no space left .* writing step_000002 \(last complete checkpoint: step_000001\)"):
+    with pytest.raises(
+        UserError, match=r"no space left .* writing step_000002 \(last complete checkpoint: step_000001\)"
+    ):
         save_checkpoint(tmp_path, 2, model, tok, {"step": 2})
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last", "step_000001"]  # no .tmp left
     assert last_checkpoint(tmp_path).name == "step_000001"

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from tiny_run import FORMAT_REWARD, metrics, tiny_args
 
 pytestmark = pytest.mark.slow
@@ -23,8 +22,14 @@ pytestmark = pytest.mark.slow
 STEPS = 80
 # the tiny run, in a subprocess (no in-process `sevens` reward), smaller, checkpointing every step
 FAULT_RUN = (
-    *FORMAT_REWARD, "model.autocast_bf16=false", "rollout.samples_per_prompt=4", "train.prompts_per_step=2",
-    "train.micro_batch_seqs=4", "train.save_every=1", "train.keep_checkpoints=2", "eval.limit=4",
+    *FORMAT_REWARD,
+    "model.autocast_bf16=false",
+    "rollout.samples_per_prompt=4",
+    "train.prompts_per_step=2",
+    "train.micro_batch_seqs=4",
+    "train.save_every=1",
+    "train.keep_checkpoints=2",
+    "eval.limit=4",
     f"train.steps={STEPS}",
 )
 
@@ -35,7 +40,9 @@ DRIVER = Path(__file__).with_name("fault_driver.py")
 def _start(model, run, extra, fault=()):
     head = [str(DRIVER), *fault, "--"] if fault else ["-m", "rlvr.cli", "train"]
     cmd = [sys.executable, *head, *tiny_args(model, run, *FAULT_RUN, *extra)]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"})
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"}
+    )
 
 
 def _continue(run):

@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_run import metrics, tiny_config
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
@@ -21,9 +22,12 @@ from rlvr.training import train
 from rlvr.training.loop import batch_logprobs
 from rlvr.training.trainer import Trainer
 
-from tiny_run import metrics, tiny_config
-
-LORA = dict(rank=4, alpha=8.0, dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+LORA = dict(
+    rank=4,
+    alpha=8.0,
+    dropout=0.0,
+    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+)
 LORA_RUN = ("model.lora.rank=4", "model.lora.alpha=8", "algo.kl_coef=0.05", "eval.at_start=false", "eval.at_end=false")
 
 
@@ -34,7 +38,9 @@ def _batch(model, P=2, G=4, seed=0):
 
 
 def _logprobs(model, batch, group_size=4):
-    return batch_logprobs(model, batch, micro_batch_seqs=8, group_size=group_size, temperature=1.0, autocast=contextlib.nullcontext)
+    return batch_logprobs(
+        model, batch, micro_batch_seqs=8, group_size=group_size, temperature=1.0, autocast=contextlib.nullcontext
+    )
 
 
 def _perturb(adapted: lora.Adapted, seed=1) -> None:
@@ -48,9 +54,7 @@ def _perturb(adapted: lora.Adapted, seed=1) -> None:
 
 def _base_params(model) -> dict[str, torch.Tensor]:
     """The base weights under their plain names (peft renames a wrapped Linear's weight to base_layer.weight)."""
-    return {
-        n.replace(".base_layer", ""): p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n
-    }
+    return {n.replace(".base_layer", ""): p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
 
 
 # -- the adapter, the reference and merging, without the trainer -----------------------------
@@ -193,7 +197,11 @@ def test_a_lora_checkpoint_holds_the_adapter_and_resume_is_bit_exact(tiny_dir, t
     train(tiny_config(tiny_dir, split, *LORA_RUN, "train.steps=2"))
     ckpt = split / "checkpoints" / "step_000002"
     assert sorted(p.name for p in ckpt.iterdir()) == [
-        "adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json", "trainer_state.pt"
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "trainer_state.pt",
     ]
     train(tiny_config(tiny_dir, split, *LORA_RUN, "train.steps=4", f"resume={split}"))
     a = load_file(straight / "checkpoints" / "step_000004" / "adapter_model.safetensors")
@@ -225,8 +233,14 @@ def test_lora_with_gradient_checkpointing_bf16_autocast_and_a_bf16_rollout_copy(
     carries the adapter work with it."""
     adapters = {}
     for ckpt in ("false", "true"):
-        trainer = _trainer(tiny_dir, tmp_path / ckpt, "train.steps=1", f"model.gradient_checkpointing={ckpt}",
-                           "train.shared_prompt_forward=false", "model.autocast_bf16=false")
+        trainer = _trainer(
+            tiny_dir,
+            tmp_path / ckpt,
+            "train.steps=1",
+            f"model.gradient_checkpointing={ckpt}",
+            "train.shared_prompt_forward=false",
+            "model.autocast_bf16=false",
+        )
         _perturb(trainer.adapter)  # policy != reference: the KL term alone gives A and B a gradient
         start = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}
         try:
@@ -238,8 +252,14 @@ def test_lora_with_gradient_checkpointing_bf16_autocast_and_a_bf16_rollout_copy(
     for n in adapters["false"]:
         assert torch.allclose(adapters["true"][n], adapters["false"][n], atol=1e-6), n
 
-    trainer = _trainer(tiny_dir, tmp_path / "bf16", "train.steps=2", "rollout.dtype=bfloat16", "model.autocast_bf16=true",
-                       "model.gradient_checkpointing=true")
+    trainer = _trainer(
+        tiny_dir,
+        tmp_path / "bf16",
+        "train.steps=2",
+        "rollout.dtype=bfloat16",
+        "model.autocast_bf16=true",
+        "model.gradient_checkpointing=true",
+    )
     _perturb(trainer.adapter)
     try:
         trainer.step(0)

@@ -28,7 +28,9 @@ def _lrs(sched, n: int) -> list[float]:
 
 
 def _schedule(schedule, warmup, total, min_lr_ratio=0.1, lr=1.0):
-    return lr_scheduler(_optimizer(lr), schedule=schedule, warmup_steps=warmup, total_steps=total, min_lr_ratio=min_lr_ratio)
+    return lr_scheduler(
+        _optimizer(lr), schedule=schedule, warmup_steps=warmup, total_steps=total, min_lr_ratio=min_lr_ratio
+    )
 
 
 # cos(pi/4) = 0.70710678; cosine to 0.1 at progress p: 0.1 + 0.9 * 0.5 * (1 + cos(pi p))

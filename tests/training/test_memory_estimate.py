@@ -4,9 +4,9 @@ import io
 
 import pytest
 from rich.console import Console
+from tiny_run import tiny_config
 
 from rlvr.training import train
-from tiny_run import tiny_config
 
 pytestmark = pytest.mark.slow
 

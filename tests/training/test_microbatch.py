@@ -53,15 +53,28 @@ def test_bucketed_passes_give_one_pass_gradient_and_logprobs(shared):
     adv = torch.randn(8, generator=torch.Generator().manual_seed(0))
     grads, logps = {}, {}
     for bucket in (True, False):
-        cfg = load_config(None, [
-            "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.micro_batch_seqs=8",
-            f"train.shared_prompt_forward={str(shared).lower()}", f"train.length_buckets={str(bucket).lower()}",
-        ])
+        cfg = load_config(
+            None,
+            [
+                "rollout.samples_per_prompt=4",
+                "train.prompts_per_step=2",
+                "train.micro_batch_seqs=8",
+                f"train.shared_prompt_forward={str(shared).lower()}",
+                f"train.length_buckets={str(bucket).lower()}",
+            ],
+        )
         model.zero_grad(set_to_none=True)
         accumulate_gradients(model, batch, adv, None, None, cfg, contextlib.nullcontext)
         grads[bucket] = torch.cat([p.grad.flatten() for p in model.parameters()])
-        logps[bucket] = batch_logprobs(model, batch, micro_batch_seqs=8, group_size=4 if shared else 1, temperature=1.0,
-                                       autocast=contextlib.nullcontext, length_buckets=bucket)
+        logps[bucket] = batch_logprobs(
+            model,
+            batch,
+            micro_batch_seqs=8,
+            group_size=4 if shared else 1,
+            temperature=1.0,
+            autocast=contextlib.nullcontext,
+            length_buckets=bucket,
+        )
     torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(logps[True], logps[False], rtol=1e-5, atol=1e-6)
     assert grads[True].abs().sum() > 0

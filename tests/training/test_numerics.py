@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_run import metrics, tiny_config
 
 from rlvr.errors import UserError
 from rlvr.training import loop, train
-
-from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -51,8 +50,9 @@ def test_a_nan_gradient_skips_that_update_and_training_goes_on(tiny_dir, tmp_pat
 def test_too_many_bad_steps_in_a_row_stop_with_the_last_good_weights(tiny_dir, tmp_path, monkeypatch):
     run = tmp_path / "run"
     inject_nan_gradients(monkeypatch, None)
-    cfg = tiny_config(tiny_dir, run, "train.steps=6", "train.save_every=1", "train.keep_checkpoints=0",
-                      "train.max_bad_steps=2")
+    cfg = tiny_config(
+        tiny_dir, run, "train.steps=6", "train.save_every=1", "train.keep_checkpoints=0", "train.max_bad_steps=2"
+    )
     with pytest.raises(UserError, match="stopped at step 3: 2 steps in a row had a non-finite loss or gradient"):
         train(cfg)
     assert [r["train/skipped_steps"] for r in metrics(run)] == [0, 1, 2]
@@ -73,8 +73,16 @@ def test_a_reward_plugin_returning_inf_costs_only_those_items(tiny_dir, tmp_path
     )
     run = tmp_path / "run"
     rule = f"{plugin}:score"
-    train(tiny_config(tiny_dir, run, "train.steps=3", "train.save_every=1", f"reward.rules=[{rule}]",
-                      f"reward.accuracy_rule={rule}"))
+    train(
+        tiny_config(
+            tiny_dir,
+            run,
+            "train.steps=3",
+            "train.save_every=1",
+            f"reward.rules=[{rule}]",
+            f"reward.accuracy_rule={rule}",
+        )
+    )
     rows = metrics(run)
     assert len(rows) == 3
     assert sum(r[f"reward/{rule}_errors"] for r in rows) > 0  # odd-length completions (items are scored one by one)

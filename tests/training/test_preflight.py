@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import namedtuple
 
 import pytest
+from tiny_run import metrics, tiny_config
 
 from rlvr.errors import UserError
 from rlvr.training import checkpoint, train, trainer
-
-from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 

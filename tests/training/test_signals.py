@@ -9,10 +9,9 @@ import signal
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_run import metrics, tiny_config
 
 from rlvr.training import loop, train
-
-from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 

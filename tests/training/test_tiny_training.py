@@ -7,16 +7,15 @@ import contextlib
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny_run import metrics, tiny_config
 
+from rlvr import algos
 from rlvr.config import load_config
 from rlvr.models.forward import response_logits
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.training import train
 from rlvr.training.loop import accumulate_gradients, batch_logprobs
-from rlvr import algos
-
-from tiny_run import metrics, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -137,10 +136,16 @@ def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
     model.train()
     expected = {}
     for shared in (False, True):
-        cfg = load_config(None, [
-            "rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.micro_batch_seqs=8",
-            "algo.kl_coef=0.1", f"train.shared_prompt_forward={str(shared).lower()}",
-        ])
+        cfg = load_config(
+            None,
+            [
+                "rollout.samples_per_prompt=4",
+                "train.prompts_per_step=2",
+                "train.micro_batch_seqs=8",
+                "algo.kl_coef=0.1",
+                f"train.shared_prompt_forward={str(shared).lower()}",
+            ],
+        )
         for checkpointing in (False, True):
             if checkpointing:
                 model.gradient_checkpointing_enable()
@@ -150,8 +155,14 @@ def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
             accumulate_gradients(model, batch, adv, None, ref_logp, cfg, contextlib.nullcontext)
             grad = torch.cat([p.grad.flatten() for p in model.parameters()])
             # old/ref log-probs: no_grad, on a policy left in training mode
-            logp = batch_logprobs(model, batch, micro_batch_seqs=8, group_size=4 if shared else 1,
-                                  temperature=1.0, autocast=contextlib.nullcontext)
+            logp = batch_logprobs(
+                model,
+                batch,
+                micro_batch_seqs=8,
+                group_size=4 if shared else 1,
+                temperature=1.0,
+                autocast=contextlib.nullcontext,
+            )
             torch.testing.assert_close(grad, expected.setdefault("grad", grad), rtol=1e-4, atol=1e-7)
             torch.testing.assert_close(logp, expected.setdefault("logp", logp), rtol=1e-5, atol=1e-5)
     assert any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())  # flags put back
