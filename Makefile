@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup quickstart test clean
+.PHONY: setup quickstart test lint docs clean
 
 setup: $(VENV)/.installed
 
@@ -20,6 +20,15 @@ quickstart: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# ruff lint and format check (configured in pyproject.toml)
+lint: setup
+	$(VENV)/bin/ruff check rlvr tests benchmarks
+	$(VENV)/bin/ruff format --check rlvr tests benchmarks
+
+# the manual (docs/, mkdocs.yml); --strict: a broken link or a page missing from the nav fails
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d build/site
 
 clean:
 	rm -rf $(VENV) build *.egg-info
