@@ -1,7 +1,8 @@
 """The linear products of one decode step: PyTorch's ``F.linear`` against oneDNN-prepacked weights.
 
     .venv/bin/python benchmarks/packed_products.py                 # the built-in model's shapes
-    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python benchmarks/packed_products.py
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \\
+        .venv/bin/python benchmarks/packed_products.py
 
 What ``rlvr.cpu.packed`` rests on. For SmolLM2-135M's shapes (30 layers x q, k, v, o, gate,
 up, down, and the 49,152 x 576 LM head; random float32 weights, 538 MB in all, far larger than
@@ -62,7 +63,8 @@ def main() -> None:
     lines = ["| rows | F.linear (ms) | oneDNN packed (ms) | speed-up |", "| --- | --- | --- | --- |"]
     for rows, t in decode.items():
         lines.append(
-            f"| {rows} | {t['linear'] * 1e3:.1f} | {t['onednn_packed'] * 1e3:.1f} | {t['linear'] / t['onednn_packed']:.2f}x |"
+            f"| {rows} | {t['linear'] * 1e3:.1f} | {t['onednn_packed'] * 1e3:.1f} | "
+            f"{t['linear'] / t['onednn_packed']:.2f}x |"
         )
     table = "\n".join(lines)
     mb = sum(w.numel() * 4 for w in weights) / 1e6
@@ -79,7 +81,8 @@ def main() -> None:
     print(
         f"{report['machine']['cpu_capability']}, {report['machine']['threads']} threads; the 211 products of one "
         f"decode step ({mb:.0f} MB of float32 weights):\n\n{table}\n\n1,024 rows x 576 -> 1536: "
-        f"F.linear {big['linear'] / 1e9:.0f} GFLOP/s, oneDNN packed {big['onednn_packed'] / 1e9:.0f} GFLOP/s\nwrote {out}"
+        f"F.linear {big['linear'] / 1e9:.0f} GFLOP/s, oneDNN packed {big['onednn_packed'] / 1e9:.0f} GFLOP/s\n"
+        f"wrote {out}"
     )
 
 

@@ -1,10 +1,12 @@
 """How close each phase of a GRPO step comes to this CPU's roofline.
 
-    .venv/bin/python benchmarks/roofline.py                               # rates + the floor of vs_trl.py's default step
+    .venv/bin/python benchmarks/roofline.py                               # rates + the floor of vs_trl.py's
+                                                                          # default step
     .venv/bin/python benchmarks/roofline.py --run /tmp/rlvr-vs-trl/rlvr   # ... and a run's measured phases against it
     .venv/bin/python benchmarks/roofline.py --run runs/quickstart         # any rlvr run directory
     .venv/bin/python benchmarks/roofline.py --precision bf16 --response-tokens 48
-    .venv/bin/python benchmarks/roofline.py --run RUN --rates results/roofline-AVX2-2026-11-25.json   # rates measured earlier
+    .venv/bin/python benchmarks/roofline.py --run RUN \\
+        --rates results/roofline-AVX2-2026-11-25.json   # rates measured earlier
 
 1. Measures this machine with torch's thread count: the matmul rate in float32 and bfloat16 on the
    model's own GEMM shapes (tokens x hidden -> intermediate, intermediate -> hidden, hidden ->
@@ -344,7 +346,8 @@ def main() -> None:
         measured, frac = p.get("measured_s"), p.get("fraction_of_floor")
         label = f"  {name} (part of rollout)" if name in ("prefill", "decode") else name
         lines.append(
-            f"| {label} | {p['flops'] / 1e9:.1f} | {p['bytes'] / 1e9:.2f} | {p['compute_s']:.3f} | {p['memory_s']:.3f} | "
+            f"| {label} | {p['flops'] / 1e9:.1f} | {p['bytes'] / 1e9:.2f} | {p['compute_s']:.3f} | "
+            f"{p['memory_s']:.3f} | "
             f"{p['seconds']:.3f} | {p['bound']} | "
             + ("" if measured is None else f"{measured:.2f}")
             + " | "
@@ -368,7 +371,8 @@ def main() -> None:
     print(
         f"\n{model}: P={batch['prompts']} x G={batch['G']}, prompt {batch['prompt_tokens']:.0f} tokens, "
         f"response mean {lens['response_len_mean']:.1f} / max {lens['response_len_max']:.0f}, "
-        f"rollout {batch['rollout_dtype']}, update {'bf16 autocast' if batch['autocast'] else 'fp32'}\n\n{md}\n\nwrote {out}"
+        f"rollout {batch['rollout_dtype']}, update {'bf16 autocast' if batch['autocast'] else 'fp32'}\n\n"
+        f"{md}\n\nwrote {out}"
     )
 
 

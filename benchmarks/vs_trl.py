@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/vs_trl.py                       # 4 steps, 2 prompts x G=8, 128 new tokens, fp32
     .venv/bin/python benchmarks/vs_trl.py --precision bf16      # both in bf16 mixed precision
-    .venv/bin/python benchmarks/vs_trl.py --steps 2 --prompts-per-step 1 --group-size 2 --max-new-tokens 8   # smoke test
+    .venv/bin/python benchmarks/vs_trl.py --steps 2 --prompts-per-step 1 --group-size 2 \\
+        --max-new-tokens 8   # smoke test
     .venv/bin/python benchmarks/vs_trl.py --only trl            # one side only (no ratio)
 
 Run it with the project's interpreter (torch, transformers and rlvr importable). The first run
@@ -46,7 +47,8 @@ once per sequence; both optimizers are torch's fused AdamW kernel; rlvr multipli
 oneDNN-prepacked copies of the linear weights (``model.packed_weights``: sampling, and the update
 where torch dispatches AVX-512), TRL by PyTorch's own ``F.linear`` (same products, summed in
 another order); rlvr's rollout decodes with its lean forward (``rollout.lean_decode``: each group's
-prompt attended once), TRL with the model's own; rlvr samples each sequence from its own seeded generator; in bf16 rlvr samples
+prompt attended once), TRL with the model's own; rlvr samples each sequence from its own seeded
+generator; in bf16 rlvr samples
 from a bf16 copy of the weights while TRL generates under accelerate's bf16 autocast.
 
 **Reported for each**: seconds per step (median over the steps after the first, a warm-up), the
@@ -535,12 +537,14 @@ DIFFERENCES = [
     "decoding: rlvr's rollout decodes with its lean forward on a CPU in fp32 (rollout.lean_decode: fused q/k/v and "
     "post-ops, each group's prompt keys/values kept and attended once); TRL with the model's own forward; the "
     "same logits up to float rounding",
-    "sampling: rlvr draws each sequence from its own seeded generator (two-level inverse CDF over softmax(z/T), sums in float64); "
+    "sampling: rlvr draws each sequence from its own seeded generator (two-level inverse CDF over softmax(z/T), "
+    "sums in float64); "
     "TRL uses generate's torch.multinomial; same distribution, other draws",
     "TRL's loss pass also computes per-token entropy via transformers' fused LM-head log-probs; rlvr logs entropy too",
     "bf16 (--precision bf16): rlvr samples from a bf16 copy of the weights and trains under bf16 autocast; TRL "
     "(bf16=True) generates and trains under accelerate's bf16 autocast over the fp32 weights",
-    "rewards: rlvr scores in its Scorer (reward.workers=0, in process); TRL calls the same Scorer per rule, once per rule",
+    "rewards: rlvr scores in its Scorer (reward.workers=0, in process); "
+    "TRL calls the same Scorer per rule, once per rule",
 ]
 
 

@@ -120,7 +120,8 @@ class ModelShape:
         }
 
     def num_params(self) -> int:
-        """Every parameter: embeddings (+ untied LM head), per layer projections, biases and two norms, the final norm."""
+        """Every parameter: embeddings (+ untied LM head), per layer projections, biases and two norms,
+        the final norm."""
         H, shapes = self.hidden_size, self.linear_shapes()
         layer = sum(i * o for i, o in shapes.values()) + 2 * H
         if self.qkv_bias:
@@ -260,7 +261,8 @@ class MemoryEstimate:
     def lines(self) -> list[str]:
         """The itemised table, the total and the hardware line."""
         out = [
-            f"memory estimate ({self.device}; {self.params / 1e6:,.0f}M parameters, {self.trainable / 1e6:,.1f}M trained)"
+            f"memory estimate ({self.device}; {self.params / 1e6:,.0f}M parameters, "
+            f"{self.trainable / 1e6:,.1f}M trained)"
         ]
         for item in self.items:
             out.append(f"  {item.name:17s} {item.bytes / GiB:8.2f} GiB  {item.phase:8s} {item.how}")
@@ -496,7 +498,8 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
 
 
 def estimate_config(cfg: Config, *, device: str | None = None) -> tuple[MemoryEstimate, str]:
-    """:func:`estimate` for ``cfg.model.path`` (read as :func:`model_shape` reads it); also returns where the shape came from."""
+    """:func:`estimate` for ``cfg.model.path`` (read as :func:`model_shape` reads it); also returns where the
+    shape came from."""
     shape, source = model_shape(cfg.model.path)
     return estimate(cfg, shape, device=device), source
 

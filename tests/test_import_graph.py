@@ -116,7 +116,8 @@ def test_the_checker_sees_function_local_and_relative_imports(tmp_path):
     source = tmp_path / "rlvr" / "algos" / "x.py"
     source.parent.mkdir(parents=True)
     source.write_text(
-        "from . import losses\nfrom .. import training\n\ndef f():\n    from rlvr.data import files\n    import transformers\n"
+        "from . import losses\nfrom .. import training\n\n"
+        "def f():\n    from rlvr.data import files\n    import transformers\n"
     )
     assert _imports(source, tmp_path) == [
         (1, "rlvr.algos"),

@@ -125,7 +125,8 @@ def _norm(ans: str | None) -> str | None:
 
 
 def _final_number(text: str) -> str | None:
-    """The final answer as the number it denotes (``20 + 20 = 40``: 40; :func:`~rlvr.rewards.extract.denoted_number`), else its text."""
+    """The final answer as the number it denotes (``20 + 20 = 40``: 40;
+    :func:`~rlvr.rewards.extract.denoted_number`), else its text."""
     answer = extract_answer(text, fallback_last_number=True)
     if answer is None:
         return None

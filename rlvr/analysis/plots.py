@@ -1,6 +1,7 @@
 """Training-curve PNGs with matplotlib (headless: a bare ``Figure`` + Agg canvas, no pyplot state).
 
-Every panel draws the raw per-step values faintly and a centred moving average over them. The same panels serve one run (``rlvr report``) and
+Every panel draws the raw per-step values faintly and a centred moving average over them. The same
+panels serve one run (``rlvr report``) and
 several overlaid runs (``rlvr compare``): one run colours by series; several runs colour by run
 and tell series apart by line style.
 """

@@ -173,7 +173,8 @@ def load_run(path: str | Path) -> Run:
         raise UserError(f"{run_dir.path}: no such run directory")
     if not run_dir.is_run():
         raise UserError(
-            f"{run_dir.path} is not a run directory (no metrics.jsonl or config.yaml); give the directory `rlvr train` wrote"
+            f"{run_dir.path} is not a run directory (no metrics.jsonl or config.yaml); "
+            "give the directory `rlvr train` wrote"
         )
     config = run_dir.read_config() or {}  # a broken config.yaml still leaves the curves worth plotting
     try:

@@ -73,7 +73,10 @@ def add_model_args(p, *, many: bool = False) -> None:
     p.add_argument(
         "--template",
         default=None,
-        help="prompt template: r1, r1_base, cot, plain or a template file (default: the run's, else r1; plain for generate)",
+        help=(
+            "prompt template: r1, r1_base, cot, plain or a template file "
+            "(default: the run's, else r1; plain for generate)"
+        ),
     )
     p.add_argument(
         "--system", default=None, help="system prompt ('' for none; default: the run's, else the template's)"

@@ -71,7 +71,8 @@ def cmd_preview(args) -> int:
     )
     for i, row in enumerate(prepared.rows[: args.n]):
         print(
-            f"\n===== {args.split} row {i + 1}: prompt ({row['prompt_tokens']} tokens), exactly as the model sees it ====="
+            f"\n===== {args.split} row {i + 1}: prompt ({row['prompt_tokens']} tokens), "
+            "exactly as the model sees it ====="
         )
         print(row["prompt"] + "⟪END⟫")
         print(f"----- gold answer: {row['answer']!r}")
@@ -98,7 +99,8 @@ def cmd_stats(args) -> int:
     for split, s in out.items():
         p = s["prompt_tokens"]
         print(
-            f"{split}: {s['rows']} rows; prompt tokens min {p['min']} p50 {p['p50']} p90 {p['p90']} p99 {p['p99']} max {p['max']}"
+            f"{split}: {s['rows']} rows; prompt tokens min {p['min']} p50 {p['p50']} p90 {p['p90']} "
+            f"p99 {p['p99']} max {p['max']}"
         )
         print(f"{split}: left out: {s['dropped_summary']}")
     return 0

@@ -65,7 +65,8 @@ def read_rows(path: Path, label_keys: tuple[str, ...] = ("label", "answer")) -> 
         if "completion" not in row or label_key is None:
             missing = "completion" if "completion" not in row else "label"
             raise UserError(
-                f"{path}:{n}: row has no '{missing}' (keys present: {', '.join(row) or 'none'}); each line needs 'completion' and 'label'"
+                f"{path}:{n}: row has no '{missing}' (keys present: {', '.join(row) or 'none'}); "
+                "each line needs 'completion' and 'label'"
             )
         if not isinstance(row["completion"], str):
             raise UserError(f"{path}:{n}: 'completion' must be a string, got {type(row['completion']).__name__}")
@@ -161,7 +162,8 @@ def _verdicts(scorer, results, rows: list[dict]) -> int:
         what = f"[{row['class']}] " if "class" in row else ""
         answer = extract_answer(row["completion"], fallback_last_number=True)
         print(
-            f"  line {row['_line']:>3}  {'ok ' if ok else 'BAD'}  {scores}  {what}answer {answer!r} gold {str(row['label'])[-40:]!r}"
+            f"  line {row['_line']:>3}  {'ok ' if ok else 'BAD'}  {scores}  "
+            f"{what}answer {answer!r} gold {str(row['label'])[-40:]!r}"
         )
     print(f"{checked - bad} of {checked} rows as expected")
     return 1 if bad else 0
@@ -204,7 +206,8 @@ def cmd_check(args) -> int:
         print(f"{name:24s} {logged} {sum(new) / len(new):8.4f} {len(changed):8d}")
         for i in changed[: args.show]:
             print(
-                f"    line {rows[i]['_line']}: logged {old[i]:g} now {new[i]:g}  label={rows[i]['label']!r}  {rows[i]['completion'][-80:]!r}"
+                f"    line {rows[i]['_line']}: logged {old[i]:g} now {new[i]:g}  "
+                f"label={rows[i]['label']!r}  {rows[i]['completion'][-80:]!r}"
             )
     errs = {name: sum(r.errors[name] for r in results) for name in rules}
     if any(errs.values()):

@@ -401,7 +401,10 @@ def load() -> DecodeKernels | None:
         except (OSError, subprocess.TimeoutExpired) as e:
             why_not = f"could not build {SOURCE.name} with {name}: {e}"
         except Exception as e:  # noqa: BLE001 - a library that loads but is not ours (a missing symbol): fall back
-            why_not = f"could not load {SOURCE.name} built by {name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            why_not = (
+                f"could not load {SOURCE.name} built by {name}: "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            )
         else:
             runtimes = openmp_runtimes()
             if len(runtimes) > 1:

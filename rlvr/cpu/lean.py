@@ -399,7 +399,8 @@ class LeanDecoder:
 
     @staticmethod
     def _attention(q: Tensor, i: int, c: CascadeCache, b: int, t: int) -> Tensor:
-        """[b, H·D] attention of the live rows' (scaled) queries [b, H, D] over their prompt's and their own ``t`` response positions."""
+        """[b, H·D] attention of the live rows' (scaled) queries [b, H, D] over their prompt's and their own
+        ``t`` response positions."""
         P, G, KV, rep, L, D = c.P, c.G, c.kv, c.rep, c.L, c.d
         qr = q.reshape(b, KV, rep, D)
         c.q_groups[c.live_p, :, c.live_g] = qr
@@ -466,7 +467,10 @@ def kernel_self_check(
     try:
         return _self_check(k, arch, heads, kv_heads, head_dim, shape)
     except Exception as e:  # noqa: BLE001 - whatever fails here, the torch step still runs
-        return f"the compiled step's self-check could not run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        return (
+            "the compiled step's self-check could not run "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        )
 
 
 def _self_check(k, arch: str, heads: int, kv_heads: int, head_dim: int, shape: dict) -> str | None:

@@ -7,11 +7,13 @@ kept for reward functions (the preset's own plus ``data.extra_keys``).
 | preset | question | answer (gold) | fields kept |
 | --- | --- | --- | --- |
 | ``gsm8k`` | ``question`` | ``answer`` after the last ``####``, commas removed | ``solution`` (the full answer text) |
-| ``math`` / ``math500`` | ``problem`` | ``answer``, else the last ``\\boxed{}`` of ``solution`` | solution, level, type, subject, unique_id |
+| ``math`` / ``math500`` | ``problem`` | ``answer``, else the last ``\\boxed{}`` of ``solution`` | solution, level, |
+| | | | type, subject, unique_id |
 | ``deepscaler`` | ``problem`` | ``answer`` | solution |
 | ``orz`` | ``problem`` / turn list ``[0].value`` | ``answer`` / ``[1].ground_truth.value`` | |
 | ``dapo_math`` | ``prompt.0.content`` | ``reward_model.ground_truth`` | data_source, ability, extra_info |
-| ``alpaca`` | ``instruction`` + "\\n" + ``input`` (when non-empty) | ``output`` | (``system`` column is the row's system prompt) |
+| ``alpaca`` | ``instruction`` + "\\n" + ``input`` (when non-empty) | ``output`` | (``system`` column is the row's |
+| | | | system prompt) |
 | ``custom`` | ``data.question_key`` (question) | ``data.answer_key`` (answer) | |
 
 Dotted paths reach into nested records: ``reward_model.ground_truth``, ``prompt.0.content``.

@@ -116,7 +116,8 @@ class RayTrainer:
                     ray.init(address=d.address, log_to_driver=True)
                 except ConnectionError as e:
                     raise UserError(
-                        f"distributed.address={d.address}: no Ray cluster there ({e}); start one with `ray start --head`, "
+                        f"distributed.address={d.address}: no Ray cluster there ({e}); "
+                        "start one with `ray start --head`, "
                         "or use distributed.address=local"
                     ) from None
             self.started_ray = True

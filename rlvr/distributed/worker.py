@@ -76,7 +76,8 @@ class Worker:
         return value, text
 
     def setup(self):
-        """``Trainer.setup`` (rank 0 first: it prepares the run directory); returns (not finished yet, (run_dir, start_step))."""
+        """``Trainer.setup`` (rank 0 first: it prepares the run directory); returns
+        (not finished yet, (run_dir, start_step))."""
         ok = self.trainer.setup()
         return self._printed((ok, str(self.trainer.run_dir), self.trainer.start_step))
 

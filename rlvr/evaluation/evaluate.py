@@ -71,7 +71,8 @@ def _judge(scorer, completions: list[str], golds: list[str], fields: dict) -> li
 
 
 def _fields(rows: list[dict], repeat: int = 1) -> dict:
-    """The rows' other values (question, fields, ...) as rule keywords, each row ``repeat`` times (as training passes them)."""
+    """The rows' other values (question, fields, ...) as rule keywords, each row ``repeat`` times
+    (as training passes them)."""
     keys = dict.fromkeys(k for r in rows for k in r if k != "answer")
     return {k: [r.get(k) for r in rows for _ in range(repeat)] for k in keys}
 

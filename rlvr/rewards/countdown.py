@@ -97,7 +97,8 @@ def countdown_numbers(n: int, fields: dict) -> list[list[int] | None]:
 
 
 def countdown_reward(completions: list[str], labels: list, **fields) -> list[float]:
-    """Countdown: 1 if the <answer> (else last \\boxed{}) expression uses each of the row's numbers once and equals the target, else 0.
+    """Countdown: 1 if the <answer> (else last \\boxed{}) expression uses each of the row's numbers once and \
+equals the target, else 0.
 
     Batch form of :func:`countdown_score` (the ``countdown`` rule): ``labels[i]`` is the target,
     the numbers come from ``numbers=[...]`` or the rows' ``fields`` (see :func:`countdown_numbers`).

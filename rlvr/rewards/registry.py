@@ -148,7 +148,8 @@ def _check_length(name: str, out, n: int) -> None:
     if not isinstance(out, (list, tuple)) or len(out) != n:
         got = f"{len(out)} scores" if isinstance(out, (list, tuple)) else type(out).__name__
         raise UserError(
-            f"reward rule '{name}' returned {got} for {n} completions; a rule returns a list with one float per completion"
+            f"reward rule '{name}' returned {got} for {n} completions; "
+            "a rule returns a list with one float per completion"
         )
 
 

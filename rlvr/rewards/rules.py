@@ -107,7 +107,8 @@ def ms_format(completion: str, answer: str = "") -> float:
 
 
 def ms_strict_format(completion: str, answer: str = "") -> float:
-    """MindSpeed-RL strict_format: 1 if each tag and one \\boxed{} occur once, in order, <think> first, </answer> last; else -0.5.
+    """MindSpeed-RL strict_format: 1 if each tag and one \\boxed{} occur once, in order, <think> first, \
+</answer> last; else -0.5.
 
     Its ``_validate_response_structure``; whitespace around the whole text is ignored."""
     text = completion.strip()
@@ -186,7 +187,8 @@ def _base_acc_extract(completion: str) -> str | None:
 accuracy = graded(
     extract_answer,
     doc="1 if the last \\boxed{} (else the <answer> content) equals the gold answer, else 0. A number gold is "
-    "matched by the number the answer denotes (rlvr.rewards.extract.denoted_number: any notation, never an expression).",
+    "matched by the number the answer denotes (rlvr.rewards.extract.denoted_number: "
+    "any notation, never an expression).",
 )
 accuracy_lenient = graded(
     lambda c: extract_answer(c, fallback_last_number=True),
@@ -197,7 +199,8 @@ math_17k_acc = graded(
 )
 base_acc = graded(
     _base_acc_extract,
-    doc="MindSpeed-RL base_acc: 1 only if the text is <think>..</think>..<answer>..\\boxed{}..</answer> and the box is correct, else 0.",
+    doc="MindSpeed-RL base_acc: 1 only if the text is <think>..</think>..<answer>..\\boxed{}..</answer> "
+    "and the box is correct, else 0.",
 )
 acc = graded(
     _ms_extract,
@@ -246,7 +249,8 @@ def minerva_normalize(answer: str) -> str:
 
 
 def acc_for_dapo(completions: list[str], labels: list, **fields) -> list[float]:
-    """MindSpeed-RL acc_for_dapo: +1 if the last "Answer: X" (final 300 chars) equals the gold after Minerva normalisation, else -1.
+    """MindSpeed-RL acc_for_dapo: +1 if the last "Answer: X" (final 300 chars) equals the gold after Minerva \
+normalisation, else -1.
 
     verl's ``math_dapo.compute_score``: exact string comparison after :func:`minerva_normalize`."""
     out = []

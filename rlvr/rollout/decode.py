@@ -39,7 +39,8 @@ from rlvr.models.forward import cache_kwargs, output_cache
 
 
 def warpers(temperature: float, top_k: int, top_p: float) -> list:
-    """``generate``'s own warper classes in its order: temperature (1 = off: z / 1 is z), top-k (0 = off), top-p (1 = off)."""
+    """``generate``'s own warper classes in its order: temperature (1 = off: z / 1 is z), top-k (0 = off),
+    top-p (1 = off)."""
     out = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
     if top_k:
         out.append(TopKLogitsWarper(top_k=top_k))
@@ -217,7 +218,8 @@ class Decoded:
     stop_at: Tensor
     """[B] response index of the token that completed a stop string, -1 where none did."""
     logprobs: Tensor | None
-    """[B, T] log-softmax(z / T) of the sampled tokens (full vocabulary, before top-k/top-p), 0 after the end; None unless asked."""
+    """[B, T] log-softmax(z / T) of the sampled tokens (full vocabulary, before top-k/top-p), 0 after the end;
+    None unless asked."""
 
 
 @torch.no_grad()

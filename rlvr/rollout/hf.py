@@ -1,4 +1,5 @@
-"""The Hugging Face rollout engine: batched sampling on a ``transformers`` model with a KV cache (:mod:`rlvr.rollout.decode`)."""
+"""The Hugging Face rollout engine: batched sampling on a ``transformers`` model with a KV cache
+(:mod:`rlvr.rollout.decode`)."""
 
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ class HFRolloutEngine:
 
     ``packed_weights`` (None = wherever it applies: a float32 or bfloat16 model on a CPU where
     oneDNN packs that dtype, :func:`~rlvr.cpu.packed.why_unpackable`, else unpacked with the
-    reason in :attr:`unpacked`; True = required, ValueError where it cannot) multiplies by oneDNN-prepacked copies of the linear weights while sampling
+    reason in :attr:`unpacked`; True = required, ValueError where it cannot) multiplies by oneDNN-prepacked
+    copies of the linear weights while sampling
     (:mod:`rlvr.cpu`: faster decode products, ``benchmarks/NOTES.md``; one more copy
     of the linear weights in memory, repacked when the policy's weights change).
 
@@ -153,7 +155,8 @@ class HFRolloutEngine:
             raise ValueError(f"packed weights: {why_not}")
         use = why_not is None if packed_weights is None else packed_weights
         self.unpacked = why_not if packed_weights is None and self.model.device.type == "cpu" else None
-        """Why packed weights were wanted (auto) but not used on the CPU (one line, for the caller to print); else None."""
+        """Why packed weights were wanted (auto) but not used on the CPU (one line, for the caller to print);
+        else None."""
         self.packed = PackedLinears(self.model, rows_hint=min(batch_seqs, 16)) if use else None
         want_lean = lean_decode is True or (lean_decode is None and not lean_unsupported(self.model, self.packed))
         self.lean = LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot

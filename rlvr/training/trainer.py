@@ -165,7 +165,8 @@ class Trainer:
         cfg = self.cfg
         if self.start_step >= cfg.train.steps:
             self.printer.note(
-                f"{self.run_dir} already finished {self.start_step} steps (train.steps={cfg.train.steps}); nothing to do"
+                f"{self.run_dir} already finished {self.start_step} steps (train.steps={cfg.train.steps}); "
+                "nothing to do"
             )
             return False
         self.stream = PromptStream(len(self.train_rows), cfg.train.prompts_per_step, cfg.seed)
@@ -255,7 +256,8 @@ class Trainer:
                 self.policy.enable_input_require_grads()
             if cfg.train.shared_prompt_forward:
                 note(
-                    "model.gradient_checkpointing: the update runs each prompt per sequence (exact); old/ref log-probs still share it"
+                    "model.gradient_checkpointing: the update runs each prompt per sequence (exact); "
+                    "old/ref log-probs still share it"
                 )
         self.ref = None
         # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
@@ -620,7 +622,8 @@ class Trainer:
         """Stopped by a signal after ``step`` steps: saves them (unless just saved) and says how to continue."""
         saved = self.save(step) if self.last_save[0] != step or step == 0 else self.run.resume_checkpoint()
         self.printer.note(
-            f"stopped by {signal_name} after step {step}; checkpoint {saved}; continue with: rlvr train resume={self.run_dir}"
+            f"stopped by {signal_name} after step {step}; checkpoint {saved}; "
+            f"continue with: rlvr train resume={self.run_dir}"
         )
         return self.run_dir
 

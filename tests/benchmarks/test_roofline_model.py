@@ -75,7 +75,8 @@ def test_forward_and_update_by_hand():
     # one micro-batch streams the weights once: 90752 B
     shared = dict(sequences=2, prompt_tokens=4, response_tokens=3, prompt_share=2)
     assert forward_cost(TINY, **shared) == Cost(429568, 90752)
-    # every sequence its own prompt, 2 micro-batches: 8 + 6 = 14 tokens -> 516096; head 49152; pairs 20 + 36 = 56 -> 14336
+    # every sequence its own prompt, 2 micro-batches: 8 + 6 = 14 tokens -> 516096; head 49152;
+    # pairs 20 + 36 = 56 -> 14336
     plain = forward_cost(TINY, sequences=2, prompt_tokens=4, response_tokens=3, micro_batches=2)
     assert plain == Cost(516096 + 49152 + 14336, 2 * 90752)
     # update: 3 x the forward's FLOPs = 1288704

@@ -261,7 +261,8 @@ def test_the_block_multiplies_by_the_packed_copies():
 
 
 def test_an_optimizer_step_repacks_only_the_weights_it_trains():
-    """LoRA's case: the frozen base stays packed; the trained weights are repacked after a step and after sync_weights."""
+    """LoRA's case: the frozen base stays packed; the trained weights are repacked after a step and
+    after sync_weights."""
     model = tiny_model(seed=12)
     for name, p in model.named_parameters():
         p.requires_grad_("mlp.down_proj" in name)  # the trained part: one linear per layer

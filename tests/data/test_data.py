@@ -1,4 +1,5 @@
-"""Prompt data: the arithmetic generator and the prompt stream (files, presets, templates, preparation and\ncountdown are in test_data_files.py and test_data_templates.py)."""
+"""Prompt data: the arithmetic generator and the prompt stream (files, presets, templates, preparation and
+countdown are in test_data_files.py and test_data_templates.py)."""
 
 import re
 from collections import Counter

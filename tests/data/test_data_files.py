@@ -269,7 +269,8 @@ def test_bad_row_in_parquet_names_row_number(tmp_path):
     ).to_parquet(str(tmp_path / "m.parquet"))
     msg = one_line_error(files(path=str(tmp_path / "m.parquet"), preset="math"))
     assert msg.startswith(
-        f"{tmp_path / 'm.parquet'} row 1: row has no \\boxed{{}} answer in 'solution' (math preset; keys present: problem, solution)"
+        f"{tmp_path / 'm.parquet'} row 1: row has no \\boxed{{}} answer in 'solution' "
+        "(math preset; keys present: problem, solution)"
     )
 
 

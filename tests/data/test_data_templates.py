@@ -125,7 +125,8 @@ def test_template_files(tmp_path, chat_tok):
     one = tmp_path / "t.yaml"
     one.write_text('system: "Sys."\nuser: "Solve: {problem}\\nBox it."\nassistant_prefix: "<think>"\n')
     assert render_prompt(chat_tok, "1+1", template=str(one)) == (
-        "<|im_start|>system\nSys.<|im_end|>\n<|im_start|>user\nSolve: 1+1\nBox it.<|im_end|>\n<|im_start|>assistant\n<think>"
+        "<|im_start|>system\nSys.<|im_end|>\n<|im_start|>user\nSolve: 1+1\nBox it.<|im_end|>\n"
+        "<|im_start|>assistant\n<think>"
     )
     many = tmp_path / "t.json"
     many.write_text(json.dumps({"base": {"user": "Q: {problem}\nA:", "chat": False}, "x": {"user": "{problem}"}}))

@@ -22,7 +22,8 @@ def sevens_file(tmp_path):
 
 @pytest.fixture
 def dp_args(tiny_model, sevens_file):
-    """``dp_args(run_dir, *extra)``: the overrides of the tiny model's 3-step run writing to ``run_dir``, then ``extra``."""
+    """``dp_args(run_dir, *extra)``: the overrides of the tiny model's 3-step run writing to ``run_dir``,
+    then ``extra``."""
     rule = f"{sevens_file}:sevens"
 
     def args(run_dir, *extra: str) -> list[str]:

@@ -128,7 +128,9 @@ HANG_EVAL = textwrap.dedent(
 
     class EchoEngine:
         def generate(self, prompts, samples, **kwargs):
-            return Generated(["<answer>\\\\boxed{HANG}</answer>" if "q1" in p else "<answer>x</answer>" for p in prompts])
+            return Generated(
+                ["<answer>\\\\boxed{HANG}</answer>" if "q1" in p else "<answer>x</answer>" for p in prompts]
+            )
 
     rows = [{"question": "q1", "answer": "x"}, {"question": "q2", "answer": "x"}]
     t0 = time.monotonic()

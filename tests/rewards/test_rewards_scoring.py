@@ -250,7 +250,8 @@ def test_quickstart_reward_block_is_unchanged():
     [
         (
             ["reward.rules=[accuracy]"],
-            "reward.weights has 3 entries but reward.rules has 1 (accuracy); give one weight per rule, e.g. reward.weights=[1.0]",
+            "reward.weights has 3 entries but reward.rules has 1 (accuracy); "
+            "give one weight per rule, e.g. reward.weights=[1.0]",
         ),
         (["reward.rules=[]", "reward.weights=[]"], "reward.rules is empty"),
         (["reward.rules=[format, format]", "reward.weights=[1, 1]"], "reward.rules lists format twice"),

@@ -64,7 +64,8 @@ def test_auto_is_float32_where_bf16_is_emulated(cpu_without_bf16):
     resolved, lines = precision.resolve_precision(cfg, torch.device("cpu"))
     assert resolved.rollout.dtype == "float32" and resolved.model.autocast_bf16 is Switch.OFF
     assert lines == [
-        "rollout dtype: float32, training autocast bf16: off (auto: this CPU has no native bf16 as PyTorch dispatches: AVX2)"
+        "rollout dtype: float32, training autocast bf16: off "
+        "(auto: this CPU has no native bf16 as PyTorch dispatches: AVX2)"
     ]
 
 

@@ -96,7 +96,8 @@ def test_kl_in_reward_keeps_kl_out_of_the_loss(tiny_dir, tmp_path):
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
 def test_every_feature_is_micro_batch_invariant(loss_agg):
-    """1x8, 2x4, 4x2 and 8x1 give the same gradient with dual-clip, GSPO ratio (seq_mean_token_mean), TIS, KL and entropy on."""
+    """1x8, 2x4, 4x2 and 8x1 give the same gradient with dual-clip, GSPO ratio (seq_mean_token_mean), TIS, KL
+    and entropy on."""
     model = tiny_model(seed=1)
     torch.manual_seed(0)
     engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=6, dtype="float32", logprobs=True)

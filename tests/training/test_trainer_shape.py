@@ -50,7 +50,8 @@ def test_metric_names_import_only_the_standard_library():
         "import rlvr.metric_names as M\n"
         "assert M.reward_mean('format') == 'reward/format_mean' and M.rule_of_mean(M.reward_mean('a_b')) == 'a_b'\n"
         "assert M.train(M.stat(M.KL)) == M.KL\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'transformers', 'yaml', 'rich')))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'numpy', 'transformers', 'yaml', 'rich')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]"
