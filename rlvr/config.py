@@ -393,6 +393,8 @@ class TrainConfig:
     """How many step checkpoints to keep (the newest; 0 = keep all)."""
     max_bad_steps: int = 5
     """An update whose loss or gradient is NaN/inf is skipped (counted in train/skipped_steps); after this many steps in a row with every update skipped, the run saves a checkpoint and stops."""
+    skip_memory_check: bool = False
+    """On a GPU, training refuses to start when the memory estimate (rlvr estimate, with the data's longest prompt) exceeds the device's free memory; true starts anyway."""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 1, "train.steps must be >= 1")

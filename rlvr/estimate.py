@@ -369,13 +369,17 @@ def autocast_weight_copies(shape: ModelShape, *, lora_params: int, passes: int, 
     return (frozen + lora_params) * 2
 
 
-def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> MemoryEstimate:
+def estimate(
+    cfg: Config, shape: ModelShape, *, device: str | None = None, prompt: tuple[int, str] | None = None
+) -> MemoryEstimate:
     """The itemised peak memory of training ``cfg`` on a model of ``shape``.
 
     Args:
         cfg: the run config (``auto`` precision is resolved as training would, for ``device``).
         shape: the model's shape (:func:`model_shape`).
         device: cpu or cuda; default from ``model.device``.
+        prompt: (prompt length in tokens, where it comes from), e.g. the longest prompt of the data
+            as the tokenizer renders it (:func:`data_prompt_tokens`); default :func:`prompt_tokens`.
     """
     device = device or _device_kind(cfg.model.device)
     rollout_dtype, autocast = _precision(cfg, device)
@@ -384,7 +388,7 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     N = shape.num_params()
     rank, targets = lora_settings(cfg)
     trainable = shape.lora_params(rank, targets) if rank else N
-    Lp, why_prompt = prompt_tokens(cfg)
+    Lp, why_prompt = prompt if prompt is not None else prompt_tokens(cfg)
     T, b, G = cfg.rollout.max_new_tokens, cfg.train.micro_batch_seqs, cfg.rollout.samples_per_prompt
     ckpt = cfg.model.gradient_checkpointing
 
@@ -495,6 +499,39 @@ def estimate(cfg: Config, shape: ModelShape, *, device: str | None = None) -> Me
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
     return MemoryEstimate(items, device, N, trainable, notes)
+
+
+def data_prompt_tokens(rows: list[dict]) -> tuple[int, str]:
+    """(the longest rendered prompt of prepared rows, why): what the estimate should assume once the
+    data has been read (the activations and KV cache peak at the longest prompt)."""
+    longest = max((int(r["prompt_tokens"]) for r in rows), default=0)
+    return longest, f"the longest of the {len(rows):,} training prompts, as the tokenizer renders them"
+
+
+REDUCE = {
+    "activations": "train.micro_batch_seqs (smaller) or model.gradient_checkpointing=true",
+    "KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller)",
+    "AdamW state": "model.lora.rank (LoRA) or offload.optimizer=true",
+    "gradients": "model.lora.rank (LoRA)",
+    "parameters": "model.lora.rank (LoRA) with a bfloat16 model.dtype",
+    "reference": "offload.reference=true or algo.kl_coef=0",
+    "rollout copy": "rollout.dtype=model.dtype (no copy)",
+    "packed weights": "model.packed_weights=false",
+}
+"""For each estimate item, the config keys that make it smaller."""
+
+
+def memory_check(est: MemoryEstimate, free_bytes: int, where: str) -> None:
+    """UserError when the estimate exceeds the free memory of the device (``where`` names it), with the
+    keys that reduce the two largest items; ``train.skip_memory_check=true`` is the way past it."""
+    if est.total <= free_bytes:
+        return
+    largest = sorted((i for i in est.items if i.name in REDUCE and i.bytes), key=lambda i: -i.bytes)[:2]
+    keys = "; ".join(f"{i.name} {i.bytes / GiB:.1f} GiB: {REDUCE[i.name]}" for i in largest)
+    raise UserError(
+        f"this run needs about {est.total / GiB:.1f} GiB but {where} has {free_bytes / GiB:.1f} GiB free; reduce it "
+        f"({keys}), or set train.skip_memory_check=true to start anyway"
+    )
 
 
 def estimate_config(cfg: Config, *, device: str | None = None) -> tuple[MemoryEstimate, str]:

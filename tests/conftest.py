@@ -16,6 +16,50 @@ from rlvr.rewards import registry  # noqa: E402
 torch.set_num_threads(1)
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device",
+        default="cpu",
+        help="device for the tests that build a tiny model and train, sample, score or evaluate on it: "
+        "cpu (default) or cuda / cuda:N",
+    )
+
+
+def pytest_configure(config):
+    """``--device`` checked at once (one line, no collection), and handed to the tiny runs (tiny_run.DEVICE)."""
+    device = config.getoption("--device")
+    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise pytest.UsageError(f"--device {device}: expected cpu, cuda or cuda:N")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(
+                f"--device {device}: no CUDA device is visible (torch.cuda.is_available() is False); "
+                "run on a GPU machine, or use --device cpu"
+            )
+        index = int(device[5:] or 0)
+        if index >= torch.cuda.device_count():
+            raise pytest.UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    import tiny_run
+
+    tiny_run.DEVICE = device
+
+
+def pytest_collection_modifyitems(config, items):
+    """On a GPU, the tests of what exists only on a CPU (tests/cpu: packed weights, compiled kernels) skip."""
+    if config.getoption("--device") == "cpu":
+        return
+    skip = pytest.mark.skip(reason="CPU-only by nature (rlvr.cpu: oneDNN packing, compiled CPU kernels)")
+    for item in items:
+        if "cpu_only" in item.keywords or "/tests/cpu/" in str(item.path):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device(request) -> torch.device:
+    """The device of ``pytest --device`` (default cpu), for tests that put a tiny model on it."""
+    return torch.device(request.config.getoption("--device"))
+
+
 def sevens(completions: list[str], labels: list[str], **fields) -> list[float]:
     """Fraction of each completion's words that are '7': trivially learnable by a tiny model."""
     return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]

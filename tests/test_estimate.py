@@ -199,3 +199,47 @@ def test_model_shape_sources(tmp_path, tiny_model):
     (bad / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
     with pytest.raises(UserError, match="num_hidden_layers"):
         model_shape(str(bad))
+
+
+def test_the_prompt_length_read_from_the_data_replaces_the_assumed_one():
+    """A files task assumed 512-token prompts (+74 % on a GPU run); the trainer and `rlvr estimate` pass the
+    data's longest rendered prompt instead, and the activations and KV cache follow it."""
+    from rlvr.estimate import data_prompt_tokens
+
+    cfg = load_config(None, [o for o in TINY_RUN if not o.startswith("data.max_prompt_tokens")])  # assumes 128
+    rows = [{"prompt_tokens": n} for n in (40, 90, 61)]
+    prompt = data_prompt_tokens(rows)
+    assert prompt == (90, "the longest of the 3 training prompts, as the tokenizer renders them")
+    assumed, read = estimate(cfg, TINY, device="cpu"), estimate(cfg, TINY, device="cpu", prompt=prompt)
+    a, r = ({i.name: i for i in e.items} for e in (assumed, read))
+    assert "(90 prompt +" in r["activations"].how and r["activations"].bytes < a["activations"].bytes
+    assert r["KV cache"].bytes < a["KV cache"].bytes
+    assert (
+        read.notes[0] == "prompt length 90 tokens: the longest of the 3 training prompts, as the tokenizer renders them"
+    )
+
+
+def test_a_run_that_does_not_fit_the_gpu_is_refused_with_the_keys_that_shrink_it():
+    from rlvr.estimate import GiB, memory_check
+
+    est = estimate(load_config(None, [*TINY_RUN, "algo.kl_coef=0.1"]), TINY, device="cuda")
+    memory_check(est, est.total, "GPU 0")  # fits exactly: no error
+    with pytest.raises(UserError) as err:
+        memory_check(est, est.total - 1, "NVIDIA H100 (cuda:0)")
+    line = str(err.value)
+    assert line.startswith(f"this run needs about {est.total / GiB:.1f} GiB but NVIDIA H100 (cuda:0) has")
+    assert "train.skip_memory_check=true" in line and "\n" not in line
+    largest = sorted((i for i in est.items if i.bytes), key=lambda i: -i.bytes)
+    assert any(
+        k in line for k in ("model.lora.rank", "train.micro_batch_seqs", "offload.reference", "rollout.batch_seqs")
+    )
+    assert largest[0].name in line or largest[0].name == "runtime"
+
+
+def test_rlvr_estimate_reads_the_prompt_lengths_from_the_data(tiny_dir, capsys):
+    from rlvr.cli import main
+
+    assert main(["estimate", f"model.path={tiny_dir}", "data.template=plain", "data.train_size=50"]) == 0
+    out = capsys.readouterr().out
+    assert "training prompts, as the tokenizer renders them" in out and "assumed" not in out
+    assert main(["estimate", "model.path=/nonexistent/model"]) in (0, 2)

@@ -17,6 +17,9 @@ from pathlib import Path
 from rlvr.config import Config, load_config
 from rlvr.run_dir import RunDir
 
+DEVICE = "cpu"
+"""The device the tiny runs train on: ``pytest --device`` (tests/conftest.py sets it)."""
+
 TINY_RUN = (
     "model.device=cpu",
     "data.template=plain",
@@ -44,7 +47,7 @@ and for tests without the ``tiny_dir`` fixture."""
 
 def tiny_args(model_dir: Path | str, run_dir: Path | str, *extra: str) -> list[str]:
     """The tiny run's overrides for ``model_dir`` writing to ``run_dir``, then ``extra``."""
-    return [f"model.path={model_dir}", f"run_dir={run_dir}", *TINY_RUN, *extra]
+    return [f"model.path={model_dir}", f"run_dir={run_dir}", *TINY_RUN, f"model.device={DEVICE}", *extra]
 
 
 def tiny_config(model_dir: Path | str, run_dir: Path | str, *extra: str, preset: str | None = None) -> Config:

@@ -1,10 +1,11 @@
-"""`rlvr estimate`: the memory a config needs, from the model's config.json alone (no weights load)."""
+"""`rlvr estimate`: the memory a config needs, from the model's config.json and the training data's
+prompt lengths (no weights load)."""
 
 from __future__ import annotations
 
 import argparse
 
-from rlvr.commands.common import add_config_args, load_cli_config
+from rlvr.commands.common import add_config_args, load_cli_config, quiet_libraries
 
 EXAMPLES = """examples:
   rlvr estimate                                          # the quickstart on this machine
@@ -13,12 +14,33 @@ EXAMPLES = """examples:
 """
 
 
+def data_prompt_length(cfg):
+    """(longest rendered prompt, why) from the training data and the model's tokenizer, as training
+    will see them; (None, why not) where they cannot be read here (no local weights, say)."""
+    from rlvr.errors import UserError
+
+    try:
+        from rlvr.data import load_split, prepare_rows
+        from rlvr.estimate import data_prompt_tokens
+        from rlvr.models import load_tokenizer, resolve_model_path
+
+        tokenizer = load_tokenizer(resolve_model_path(cfg.model.path))
+        return data_prompt_tokens(prepare_rows(load_split(cfg.data, "train"), cfg.data, tokenizer).rows), None
+    except (UserError, OSError, ValueError) as e:
+        return None, str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def cmd_estimate(args) -> int:
-    from rlvr.estimate import estimate_config
+    from rlvr.estimate import estimate, model_shape
 
     cfg = load_cli_config(args)
-    est, source = estimate_config(cfg)
+    quiet_libraries()
+    shape, source = model_shape(cfg.model.path)
+    prompt, why_not = data_prompt_length(cfg)
+    est = estimate(cfg, shape, prompt=prompt)
     print(f"model.path={cfg.model.path}; shape from {source}")
+    if why_not:
+        print(f"prompt length not read from the data ({why_not}): assumed")
     print("\n".join(est.lines()))
     return 0
 

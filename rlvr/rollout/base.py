@@ -90,7 +90,7 @@ def cut_at_stop(text: str, stop: list[str]) -> str:
 def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
     """The rows of the given groups (prompt indices), in the given order."""
     G = batch.group_size
-    rows = torch.tensor([g * G + j for g in groups for j in range(G)], dtype=torch.long)
+    rows = torch.tensor([g * G + j for g in groups for j in range(G)], dtype=torch.long)  # cpu: row indices
     pick = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
     return RolloutBatch(
         input_ids=pick(batch.input_ids),

@@ -97,6 +97,7 @@ class SeededPicker:
         self.kernel = kernel if not top_k and top_p >= 1.0 else None
 
     def __call__(self, logits: Tensor, rows: Tensor) -> Tensor:
+        # cpu: the generators live on the CPU, so a GPU samples what a CPU samples
         u = torch.cat([torch.rand(1, generator=self.gens[r], dtype=torch.float64) for r in rows.tolist()])
         if self.kernel is not None and logits.device.type == "cpu" and logits.dtype == torch.float32:
             return self.kernel.pick(logits, u, self.temperature, self.BLOCK)

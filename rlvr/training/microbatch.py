@@ -54,7 +54,7 @@ def plan(
         rows = list(range(start, min(start + micro_batch_seqs, B)))
         g = group_size if group_size > 1 and len(rows) % group_size == 0 else 1
         if not bucket:
-            passes.append(Pass(torch.tensor(rows), max(1, max(lengths[r] for r in rows)), g))
+            passes.append(Pass(torch.tensor(rows), max(1, max(lengths[r] for r in rows)), g))  # cpu: row indices
             continue
         # columns of positions: prompt p's rows sorted by length; with no sharing, one "prompt" of every row
         width = g if g > 1 else len(rows)
@@ -62,7 +62,7 @@ def plan(
         for a, b in _cuts([max(lengths[p[j]] for p in prompts) for j in range(width)], len(prompts), prompt_len, g > 1):
             chosen = [r for p in prompts for r in p[a:b]]
             longest = max(1, max(lengths[r] for r in chosen))
-            passes.append(Pass(torch.tensor(chosen), longest, (b - a) if g > 1 else 1))
+            passes.append(Pass(torch.tensor(chosen), longest, (b - a) if g > 1 else 1))  # cpu: row indices
     return passes
 
 

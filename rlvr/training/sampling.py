@@ -120,7 +120,8 @@ def _sample_and_score(
     acc_rule = cfg.reward.accuracy_rule
     acc = result.per_rule.get(acc_rule) or scorer.rule_scores(acc_rule, said, answers, fields)[0]
     fmt = result.per_rule.get("format") or scorer.rule_scores("format", said, answers, fields)[0]
-    rewards = torch.tensor(result.total, dtype=torch.float32)
+    # on the batch's device: the overlong penalty and the advantages meet the batch's tensors there
+    rewards = torch.tensor(result.total, dtype=torch.float32, device=batch.response_lengths.device)
     if cfg.algo.overlong_buffer:
         rewards = rewards + algos.overlong_penalty(
             batch.response_lengths,
@@ -177,7 +178,7 @@ def collect(
 
         def informative() -> int:  # over all ranks: every rank takes the same decision
             local = sum(int(algos.informative_groups(p.rewards, G).sum()) for p in parts)
-            return int(group.sum(torch.tensor(float(local))))
+            return int(group.sum(torch.tensor(float(local))))  # cpu: group.sum moves it to the collective's device
 
         while informative() < P_all and len(parts) <= algo.dynamic_sampling_max_batches:
             idx = extra_prompt_indices(len(train_rows), P_all, seed=cfg.seed, step=step, attempt=len(parts))
@@ -211,7 +212,8 @@ def rollout_metrics(sampled: Scored, info: dict, *, overlong: bool) -> dict:
         overlong: the DAPO overlong penalty is on (``rollout/overlong_penalty_mean``).
     """
     G = sampled.batch.group_size
-    result, total = sampled.result, torch.tensor(sampled.result.total)
+    result = sampled.result
+    total = torch.tensor(result.total, dtype=torch.float32, device=sampled.rewards.device)
     lengths = sampled.batch.response_lengths.float()
     return {
         M.REWARD_MEAN: total.mean(),

@@ -26,7 +26,7 @@ from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.data.loading import load_split
 from rlvr.errors import UserError
-from rlvr.estimate import estimate, measured_beside_estimate, model_shape
+from rlvr.estimate import data_prompt_tokens, estimate, measured_beside_estimate, memory_check, model_shape
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
@@ -213,20 +213,28 @@ class Trainer:
             self.printer.note(f"removed {self.run.checkpoints_root / name}, a checkpoint a killed run had not finished")
         for note in precision_notes:
             self.printer.note(note)
-        self.memory_estimate = self._estimate_memory()
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         return train_split
 
     def _estimate_memory(self):
-        """The memory estimate (:mod:`rlvr.estimate`), printed before any weights load; None if the
-        model's config.json is not one it reads (training goes on)."""
+        """The memory estimate (:mod:`rlvr.estimate`) with the data's longest prompt, printed before any
+        weights load; None if the model's config.json is not one it reads (training goes on). On a GPU,
+        a UserError when it exceeds the device's free memory (unless ``train.skip_memory_check``)."""
         try:
-            est = estimate(self.cfg, model_shape(str(self.model_path))[0], device=self.device.type)
+            est = estimate(
+                self.cfg,
+                model_shape(str(self.model_path))[0],
+                device=self.device.type,
+                prompt=data_prompt_tokens(self.train_rows),
+            )
         except UserError as e:
             self.printer.note(f"memory estimate: unavailable ({e})")
             return None
         self.printer.note(est.summary())
+        if self.device.type == "cuda" and not self.cfg.train.skip_memory_check:
+            free, _ = torch.cuda.mem_get_info(self.device)
+            memory_check(est, free, f"{torch.cuda.get_device_name(self.device)} ({self.device})")
         return est
 
     def _load_models(self, train_split) -> dict | None:
@@ -238,6 +246,7 @@ class Trainer:
         self.train_rows, self.prefix = prepared.rows, prepared.template.assistant_prefix
         for line in prepared.notes:
             note(line)
+        self.memory_estimate = self._estimate_memory()
         self.start_step, state = 0, None
         if self.resume_from is not None:
             state = ckpt.load_trainer_state(self.resume_from)

@@ -32,8 +32,9 @@ def plain_generate(engine: HFRolloutEngine, prompts, G, pick, max_new_tokens):
     """(response tokens per row, truncated) from ``model.generate`` on every row, no sharing, no dropping."""
     tok, model = engine.tokenizer, engine.model
     enc = tok([p for p in prompts for _ in range(G)], return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = enc.to(model.device)
     L = enc.input_ids.shape[1]
-    stopper = StopStrings(tok, engine.stop, L, enc.input_ids.shape[0], "cpu") if engine.stop else None
+    stopper = StopStrings(tok, engine.stop, L, enc.input_ids.shape[0], model.device) if engine.stop else None
     config = GenerationConfig(
         do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=engine.eos_ids, pad_token_id=tok.pad_token_id
     )
@@ -58,10 +59,10 @@ def responses(batch):
 @pytest.mark.parametrize("lean_decode", [None, False], ids=["lean-where-it-runs", "model-forward"])
 @pytest.mark.parametrize("stop", [[], ["</answer>", "7"]], ids=["eos-only", "stop-strings"])
 @pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (20, 0.9)])
-def test_decode_samples_what_generate_samples(stop, top_k, top_p, lean_decode):
+def test_decode_samples_what_generate_samples(stop, top_k, top_p, lean_decode, device):
     G, n = 4, 16
     engine = HFRolloutEngine(
-        tiny_model(seed=3),
+        tiny_model(seed=3).to(device),
         tiny_tokenizer(),
         max_new_tokens=n,
         temperature=0.9,
@@ -79,15 +80,21 @@ def test_decode_samples_what_generate_samples(stop, top_k, top_p, lean_decode):
     assert min(lengths) < n and True in got[1]  # rows ended early (dropped from the batch) and rows ran to the limit
 
 
-def test_greedy_decode_equals_generate():
-    engine = HFRolloutEngine(tiny_model(seed=5), tiny_tokenizer(), max_new_tokens=12, stop=["</answer>"])
+def test_greedy_decode_equals_generate(device):
+    engine = HFRolloutEngine(tiny_model(seed=5).to(device), tiny_tokenizer(), max_new_tokens=12, stop=["</answer>"])
     assert responses(engine.generate(PROMPTS, 1, greedy=True)) == plain_generate(engine, PROMPTS, 1, GreedyPicker(), 12)
 
 
-def test_sampled_logprobs_are_the_full_softmax_at_the_temperature():
+def test_sampled_logprobs_are_the_full_softmax_at_the_temperature(device):
     """The engine's log-probs (TIS) equal log-softmax(z / T) of the model's own forward on the sampled rows."""
     engine = HFRolloutEngine(
-        tiny_model(seed=3), tiny_tokenizer(), max_new_tokens=10, temperature=0.7, top_k=5, logprobs=True, stop=["7"]
+        tiny_model(seed=3).to(device),
+        tiny_tokenizer(),
+        max_new_tokens=10,
+        temperature=0.7,
+        top_k=5,
+        logprobs=True,
+        stop=["7"],
     )
     batch = engine.generate(PROMPTS, 3, seeds=[sample_seed(1, i) for i in range(9)])
     with torch.no_grad():
