@@ -234,6 +234,8 @@ class RolloutConfig:
     """At most this many sequences are generated together, in whole groups (max(1, batch_seqs // G) prompts' G samples per batch)."""
     lean_decode: Switch = Switch.AUTO
     """Decode steps by rlvr's lean forward (rlvr.cpu.lean: products on the packed weights with fused q/k/v and fused residual/SiLU, each group's prompt attended once): auto = where it applies (a float32 Llama or Qwen2 model with model.packed_weights on), true = require it (an error where it cannot run), false = the model's own forward. Same logits up to float rounding."""
+    static_decode: Switch = Switch.AUTO
+    """Decode on a static KV cache with every row stepping together (rlvr.rollout.static), the step compiled with torch.compile (CUDA graphs) on a GPU: auto = on a CUDA device, true = also on a CPU (the step runs eagerly there), false = the dynamic decode. The same tokens as the dynamic decode (seeded per sequence; greedy token for token)."""
     engine: Engine = Engine.HF
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
 
@@ -569,6 +571,10 @@ class Config:
             self.model.packed_weights != Switch.ON or not self.model.device.startswith("cuda"),
             f"model.packed_weights=true packs weights for a CPU, but model.device={self.model.device}; "
             "set model.packed_weights=auto (or false)",
+        )
+        _check(
+            not (self.rollout.lean_decode == Switch.ON and self.rollout.static_decode == Switch.ON),
+            "rollout.lean_decode=true and rollout.static_decode=true are two decoders; turn one to auto (or false)",
         )
         if self.rollout.lean_decode == Switch.ON:
             lean = "rollout.lean_decode=true decodes a float32 Llama/Qwen2 model on packed CPU weights"

@@ -15,6 +15,7 @@ from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackabl
 from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
+from rlvr.rollout.static import decode_static
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -138,6 +139,7 @@ class HFRolloutEngine:
         stop: list[str] | tuple[str, ...] = (),
         packed_weights: bool | None = None,
         lean_decode: bool | None = None,
+        static_decode: bool | None = None,
     ) -> None:
         self.logprobs = logprobs
         self.stop = list(stop)
@@ -158,7 +160,14 @@ class HFRolloutEngine:
         """Why packed weights were wanted (auto) but not used on the CPU (one line, for the caller to print);
         else None."""
         self.packed = PackedLinears(self.model, rows_hint=min(batch_seqs, 16)) if use else None
-        want_lean = lean_decode is True or (lean_decode is None and not lean_unsupported(self.model, self.packed))
+        if lean_decode is True and static_decode is True:
+            raise ValueError("lean_decode and static_decode are two decoders: ask for one")
+        on_gpu = next(self.model.parameters()).device.type == "cuda"
+        self.static = (on_gpu if static_decode is None else static_decode) and lean_decode is not True
+        """Decode on a static cache (:mod:`rlvr.rollout.static`), compiled on a GPU; else the dynamic decode."""
+        want_lean = lean_decode is True or (
+            not self.static and lean_decode is None and not lean_unsupported(self.model, self.packed)
+        )
         self.lean = LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot
 
     def _stopped(self, responses: torch.Tensor) -> torch.Tensor:
@@ -231,22 +240,21 @@ class HFRolloutEngine:
                 )
             else:
                 pick = GlobalRNGPicker(temp, how.top_k, how.top_p)
+            common = dict(
+                max_new_tokens=how.max_new_tokens,
+                pick=pick,
+                eos_ids=self.eos_ids,
+                pad_id=tok.pad_token_id,
+                stopped=self._stopped if self.stop else None,
+                logprob_temperature=temp if record else None,
+            )
+            ids, mask = enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk]
             with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
-                chunks.append(
-                    decode(
-                        self.model,
-                        enc.input_ids[first : first + per_chunk],
-                        enc.attention_mask[first : first + per_chunk],
-                        G,
-                        max_new_tokens=how.max_new_tokens,
-                        pick=pick,
-                        eos_ids=self.eos_ids,
-                        pad_id=tok.pad_token_id,
-                        stopped=self._stopped if self.stop else None,
-                        logprob_temperature=temp if record else None,
-                        lean=self.lean,
-                    )
-                )
+                if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
+                    compile_with = "inductor" if device.type == "cuda" else None
+                    chunks.append(decode_static(self.model, ids, mask, G, compile=compile_with, **common))
+                else:
+                    chunks.append(decode(self.model, ids, mask, G, lean=self.lean, **common))
         T = max(c.response.shape[1] for c in chunks)
         pad = tok.pad_token_id
         F = torch.nn.functional

@@ -288,6 +288,7 @@ class Trainer:
                 stop=cfg.rollout.stop,
                 packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=cfg.rollout.lean_decode.as_bool(),
+                static_decode=cfg.rollout.static_decode.as_bool(),
             )
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
