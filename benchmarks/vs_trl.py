@@ -6,6 +6,21 @@
         --max-new-tokens 8   # smoke test
     .venv/bin/python benchmarks/vs_trl.py --only trl            # one side only (no ratio)
 
+    .venv/bin/python benchmarks/vs_trl.py --device cuda --model random:qwen2.5-0.5b --precision bf16 \\
+        --prompts-per-step 8 --group-size 8 --max-new-tokens 256 --steps 5   # on a GPU (issue 29)
+    .venv/bin/python benchmarks/vs_trl.py --only rlvr --model random:tiny --steps 2 --prompts-per-step 1 \\
+        --group-size 2 --max-new-tokens 8 --micro-batch-seqs 2   # the plumbing, on a CPU, in a minute
+
+**On a GPU, or without the built-in weights**: ``--device cuda`` trains both sides there (TRL without
+``use_cpu``); ``--model random:SHAPE`` builds a random-initialised model of a published shape
+(``qwen2.5-0.5b``, ``qwen2.5-1.5b``, ``qwen2.5-7b``; ``tiny`` = 2 layers, for smoke tests) with the
+built-in tokenizer, because no weights reach a machine without a network, and scores both sides
+with ``spread_reward.py`` (the share of distinct characters), which varies by completion, so every
+group has a spread and the update does the work a real run does. The result file then also holds
+each side's ``torch.cuda.max_memory_allocated``, the device's measured matmul rate and copy
+bandwidth, and the rollout's roofline floor on them beside each side's generation time; it is
+named ``vs_trl-<date>-<gpu>.json``.
+
 Run it with the project's interpreter (torch, transformers and rlvr importable). The first run
 creates ``benchmarks/.venv-trl`` (gitignored): a venv whose ``_rlvr_parent.pth`` adds this
 interpreter's site-packages, with ``trl==TRL_VERSION`` pip-installed into it under a constraints
@@ -87,6 +102,82 @@ TRL_VERSION = "1.16.0"
 """The TRL release measured (issue 14); it requires transformers>=4.56.2, so it runs on the pinned 5.23."""
 MODEL = "smollm2-135m-instruct"
 RULES, WEIGHTS = ["accuracy", "format"], [1.0, 0.5]
+SPREAD_RULES, SPREAD_WEIGHTS = [f"{Path(__file__).with_name('spread_reward.py')}:spread"], [1.0]
+"""The reward of a random-initialised model (``--model random:...``): it never earns accuracy or format."""
+RANDOM_SHAPES = {
+    "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B",
+    "qwen2.5-1.5b": "Qwen/Qwen2.5-1.5B",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "tiny": None,  # 2 layers of a Qwen2 shape: a smoke test of the plumbing, not a measurement
+}
+
+
+def random_model(name: str, out: Path) -> Path:
+    """A random-initialised (seed 0) float32 Qwen2 model of a published shape (``rlvr.estimate.KNOWN_MODELS``)
+    saved in ``out`` with the built-in model's tokenizer, which needs no download: no weights can reach a
+    machine without a network, and the speed of a step does not depend on the weights' values."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlvr.estimate import KNOWN_MODELS
+    from rlvr.models import load_tokenizer, resolve_model_path
+
+    if name not in RANDOM_SHAPES:
+        sys.exit(f"--model random:{name}: unknown shape; use one of {', '.join('random:' + k for k in RANDOM_SHAPES)}")
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = load_tokenizer(resolve_model_path(MODEL))
+    s = KNOWN_MODELS[RANDOM_SHAPES[name] or "Qwen/Qwen2.5-0.5B"]
+    layers = 2 if name == "tiny" else s.num_hidden_layers
+    config = Qwen2Config(
+        vocab_size=s.vocab_size,
+        hidden_size=s.hidden_size,
+        intermediate_size=s.intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=s.num_attention_heads,
+        num_key_value_heads=s.num_key_value_heads,
+        tie_word_embeddings=s.tie_word_embeddings,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def device_rates(device: str, dtype: str) -> dict:
+    """What ``device`` sustains, measured here: matmul FLOP/s of 4096 x 4096 products in ``dtype`` and the
+    copy bandwidth of 1 GiB (read + write), best of 5 each; for the rollout's roofline floor."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def best(fn) -> float:
+        fn()
+        sync()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    n = 4096 if device.startswith("cuda") else 1024
+    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
+    flops = 2 * n**3 / best(lambda: a @ b)
+    x = torch.empty(2**28 if device.startswith("cuda") else 2**26, device=device, dtype=torch.float32)
+    y = torch.empty_like(x)
+    bytes_per_s = 2 * x.numel() * 4 / best(lambda: y.copy_(x))
+    return {"matmul_flops_per_s": flops, "bytes_per_s": bytes_per_s, "matmul_dtype": dtype}
+
+
 PREFIX = "<think>"
 LR, BETAS, WEIGHT_DECAY, MAX_GRAD_NORM, CLIP = 1e-6, (0.9, 0.99), 0.0, 1.0, 0.2
 SEED = 0
@@ -113,8 +204,8 @@ def rlvr_config(args, data_path: Path, run_dir: Path) -> dict:
     B = args.prompts_per_step * args.group_size
     return {
         "model": {
-            "path": MODEL,
-            "device": "cpu",
+            "path": args.model_path,
+            "device": args.device,
             "dtype": "float32",
             "autocast_bf16": bf16,
             "gradient_checkpointing": False,
@@ -138,7 +229,12 @@ def rlvr_config(args, data_path: Path, run_dir: Path) -> dict:
             "stop": [],
             "batch_seqs": max(64, B),
         },
-        "reward": {"rules": RULES, "weights": WEIGHTS, "accuracy_rule": "accuracy", "workers": 0},
+        "reward": {
+            "rules": args.rules,
+            "weights": args.weights,
+            "accuracy_rule": "accuracy" if "accuracy" in args.rules else args.rules[0],
+            "workers": 0,
+        },
         "algo": {
             "adv_method": "grpo",
             "kl_coef": 0.0,
@@ -278,6 +374,7 @@ def rlvr_steps(run_dir: Path, B: int) -> list[dict]:
                 "reward_mean": m[M.REWARD_MEAN],
                 "accuracy": m[M.ACCURACY],
                 "truncated_frac": m[M.TRUNCATED_FRAC],
+                "cuda_max_allocated_mib": m.get(M.CUDA_MAX_ALLOCATED_MIB),
             }
         )
     return rows
@@ -296,7 +393,9 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
     from rlvr.rewards import Scorer
 
     spec = json.loads(spec_file.read_text())
-    path = str(resolve_model_path(MODEL))
+    path = str(resolve_model_path(spec["model"]))
+    rules, weights = spec["rules"], spec["weights"]
+    device = spec["settings"]["device"]
     tokenizer = AutoTokenizer.from_pretrained(path)
     prompts = [r["prompt"] for r in spec["rows"]]
     counts = [len(ids) for ids in tokenizer(text=prompts)["input_ids"]]  # as GRPOTrainer tokenises text prompts
@@ -314,7 +413,7 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
             clock["generate_s"] += time.perf_counter() - t0
 
     model.generate = timed_generate  # GRPOTrainer calls the unwrapped model's generate
-    scorer = Scorer(RULES, WEIGHTS, workers=0)
+    scorer = Scorer(rules, weights, workers=0)
 
     def reward_rule(name: str):
         def rule(prompts, completions, answer, **_):
@@ -346,7 +445,7 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
     B, mb = s["prompts_per_step"] * s["group_size"], s["micro_batch_seqs"]
     config = GRPOConfig(
         output_dir=spec["output_dir"],
-        use_cpu=True,
+        use_cpu=device == "cpu",
         seed=SEED,
         max_steps=s["steps"],
         per_device_train_batch_size=mb,
@@ -368,7 +467,7 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
         epsilon=CLIP,
         loss_type="dapo",
         scale_rewards="group",
-        reward_weights=WEIGHTS,
+        reward_weights=weights,
         bf16=s["precision"] == "bf16",
         gradient_checkpointing=s["trl_gradient_checkpointing"],
         shuffle_dataset=False,
@@ -383,7 +482,7 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
     step_clock = StepClock()
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=[reward_rule(n) for n in RULES],
+        reward_funcs=[reward_rule(n) for n in rules],
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -451,6 +550,9 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
                     "trl": trl.__version__,
                 },
                 "threads": torch.get_num_threads(),
+                "cuda_max_allocated_mib": (
+                    torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else None
+                ),
             },
             indent=2,
             default=str,
@@ -493,6 +595,8 @@ COLUMNS = [
     ("trained tokens/s (update)", "trained_tokens_per_s", "{:.1f}"),
     ("s per generated token", "s_per_gen_token", "{:.4f}"),
     ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
+    ("GPU memory (MiB, torch.cuda.max_memory_allocated)", "cuda_max_allocated_mib", "{:.0f}"),
+    ("rollout at its roofline floor (floor / generation time)", "rollout_fraction_of_floor", "{:.1%}"),
     ("optimizer steps", "optimizer_steps", "{}"),
 ]
 
@@ -502,7 +606,8 @@ def table(results: dict) -> str:
     fmt = lambda spec, v: "n/a" if v is None else spec.format(v)  # noqa: E731
     lines = ["| | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     lines += [
-        f"| {label} | " + " | ".join(fmt(spec, results[n][key]) for n in names) + " |" for label, key, spec in COLUMNS
+        f"| {label} | " + " | ".join(fmt(spec, results[n].get(key)) for n in names) + " |"
+        for label, key, spec in COLUMNS
     ]
     return "\n".join(lines)
 
@@ -548,6 +653,38 @@ DIFFERENCES = [
 ]
 
 
+def rollout_floors(args, results: dict, prompt_tokens: float) -> dict:
+    """The rollout's roofline floor on this device (``roofline_model.rollout_floor`` with rates measured
+    here) beside each side's measured generation time: ``rollout_fraction_of_floor`` = floor / time per
+    step (1.0 = the hardware's limit). Returns the rates."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from roofline_model import Rates, rollout_floor
+
+    from rlvr.estimate import model_shape
+
+    bf16 = args.precision == "bf16"
+    rates = device_rates(args.device, "bfloat16" if bf16 and args.device != "cpu" else "float32")
+    shape = model_shape(args.model_path)[0]
+    B = args.prompts_per_step * args.group_size
+    for side in results.values():
+        gen_tokens = side.get("gen_tokens_per_step")
+        gen_s = side.get("generate_s_per_step")
+        if not gen_tokens or not gen_s:
+            continue
+        fl = rollout_floor(
+            shape,
+            Rates(rates["matmul_flops_per_s"], rates["bytes_per_s"]),
+            sequences=B,
+            prompt_tokens=prompt_tokens,
+            response_tokens=gen_tokens / B,
+            decode_steps=args.max_new_tokens,
+            dtype_bytes=2 if bf16 else 4,
+        )
+        side["rollout_floor_s"] = fl.seconds
+        side["rollout_fraction_of_floor"] = fl.seconds / gen_s
+    return rates
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=4)
@@ -561,6 +698,14 @@ def main() -> None:
         "--trl-gradient-checkpointing", action="store_true", help="TRL's own default (on); off = equal work"
     )
     ap.add_argument("--only", choices=["rlvr", "trl"], help="run one side only (no ratio)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N: both sides train there")
+    ap.add_argument(
+        "--model",
+        default=MODEL,
+        help="the built-in model (default), a local model directory, or random:SHAPE (random-initialised, "
+        f"seed 0, a published shape: {', '.join(RANDOM_SHAPES)}) with the built-in tokenizer and a reward that "
+        "varies by completion (spread_reward.py)",
+    )
     ap.add_argument(
         "--workdir",
         type=Path,
@@ -578,8 +723,10 @@ def main() -> None:
     import transformers
     import yaml
 
-    from rlvr.cpu import runtime_env
+    from rlvr.cpu import huge_pages_env
 
+    if args.device != "cpu" and not torch.cuda.is_available():
+        sys.exit(f"--device {args.device}: no CUDA device is visible here; use --device cpu")
     B = args.prompts_per_step * args.group_size
     args.micro_batch_seqs = min(args.micro_batch_seqs, B)
     if B % args.micro_batch_seqs:
@@ -588,6 +735,12 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     data_path, config_path, run_dir = work / "prompts.jsonl", work / "rlvr.yaml", work / "rlvr"
     data_path.write_text("".join(json.dumps(r) + "\n" for r in two_digit_additions(args.prompts)))
+    random_shape = args.model.startswith("random:")
+    if random_shape:
+        args.model_path = str(random_model(args.model.removeprefix("random:"), work / "model").resolve())
+    else:
+        args.model_path = args.model
+    args.rules, args.weights = (SPREAD_RULES, SPREAD_WEIGHTS) if random_shape else (RULES, WEIGHTS)
     config = rlvr_config(args, data_path, run_dir)
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     rows, all_counts = trl_prompts(config_path, args.steps)
@@ -601,9 +754,10 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     # rlvr's command line re-executes itself with glibc's malloc on huge pages (rlvr.cpu.runtime_env); TRL's
     # child gets the same environment, so both run with the same allocator
-    env = runtime_env.huge_pages_env(env) or env
+    env = huge_pages_env(env) or env
     date = datetime.date.today().isoformat()
-    settings = {k: v for k, v in vars(args).items() if k not in ("child_trl", "workdir", "out", "only")}
+    skip = ("child_trl", "workdir", "out", "only", "model_path", "rules", "weights")
+    settings = {k: v for k, v in vars(args).items() if k not in skip}
     results: dict = {}
     versions = {
         "python": platform.python_version(),
@@ -622,7 +776,15 @@ def main() -> None:
 
     if args.only in (None, "trl"):
         python = trl_python()
-        spec = {"rows": rows, "prefix": PREFIX, "output_dir": str(work / "trl"), "settings": settings}
+        spec = {
+            "rows": rows,
+            "prefix": PREFIX,
+            "output_dir": str(work / "trl"),
+            "settings": settings,
+            "model": args.model_path,
+            "rules": args.rules,
+            "weights": args.weights,
+        }
         (work / "trl_spec.json").write_text(json.dumps(spec))
         print(f"trl: {args.steps} steps, log {work / 'trl.log'}", flush=True)
         cmd = [
@@ -642,13 +804,21 @@ def main() -> None:
             "config": out["settings"],
             "threads": out["threads"],
             "versions": out["versions"],
+            "cuda_max_allocated_mib": out.get("cuda_max_allocated_mib"),
         }
+    if "rlvr" in results:
+        steps_mib = [r["cuda_max_allocated_mib"] for r in steps if r.get("cuda_max_allocated_mib") is not None]
+        results["rlvr"]["cuda_max_allocated_mib"] = max(steps_mib) if steps_mib else None
+    rates = rollout_floors(args, results, statistics.fmean(all_counts))
 
     ratio = results["rlvr"]["s_per_step"] / results["trl"]["s_per_step"] if len(results) == 2 else None
     md = table(results)
     report = {
         "date": date,
         "machine": {
+            "device": args.device,
+            "gpu": torch.cuda.get_device_name(args.device) if args.device != "cpu" else None,
+            "rates": rates,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(),
@@ -658,8 +828,8 @@ def main() -> None:
         "versions": versions,
         "settings": {
             **settings,
-            "model": MODEL,
-            "rewards": dict(zip(RULES, WEIGHTS)),
+            "model": args.model,
+            "rewards": dict(zip(args.rules, args.weights)),
             "prompt_tokens_mean": statistics.fmean(all_counts),
         },
         **results,
@@ -668,7 +838,9 @@ def main() -> None:
         "table": md,
         "ratio": ratio,
     }
-    out = args.out or RESULTS / f"vs_trl-{date}.json"
+    gpu = report["machine"]["gpu"]
+    slug = f"-{''.join(c if c.isalnum() else '-' for c in gpu).strip('-').lower()}" if gpu else ""
+    out = args.out or RESULTS / f"vs_trl-{date}{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     checkpointing = "on (TRL's default)" if args.trl_gradient_checkpointing else "off (as rlvr)"
