@@ -134,18 +134,8 @@ def _sample_and_score(
     return Scored(rows, batch, said, answers, result, acc, fmt, rewards)
 
 
-def collect(
-    engine,
-    scorer,
-    train_rows: list[dict],
-    prompts: list[int],
-    step: int,
-    cfg: Config,
-    *,
-    prefix: str,
-    first_group: int = 0,
-    group=None,
-):
+def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: int, cfg: Config, *, prefix: str,
+            first_group: int = 0, group=None):  # fmt: skip
     """Samples and scores the step's groups.
 
     Args:
@@ -191,16 +181,22 @@ def collect(
         parts = [shards[r][a] for a in range(len(parts)) for r in range(group.world_size)]
     sampled = Scored.concat(parts, engine.tokenizer.pad_token_id)
     if algo.dynamic_sampling:
-        keep = algos.informative_groups(sampled.rewards, G).tolist()
-        signal = [g for g, k in enumerate(keep) if k]
-        flat = [g for g, k in enumerate(keep) if not k]
-        # short of signal after the cap: zero-variance groups fill up (they add no policy gradient)
-        groups = sorted((signal + flat)[:P_all])
-        trained = sampled.select(groups[group.rank * P : (group.rank + 1) * P])  # this rank's equal share
-        info[M.DROPPED_GROUPS] = sum(1 for g in flat if g not in groups)
+        trained = _informative_share(sampled, G, P, group, info)
         info[M.EXTRA_BATCHES] = len(parts) // group.world_size - 1
     info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
     return trained, sampled, info
+
+
+def _informative_share(sampled: Scored, G: int, P: int, group, info: dict) -> Scored:
+    """Dynamic sampling's pick: the step's groups with a reward spread first (zero-variance ones fill up
+    when the cap is reached short of signal: they add no policy gradient), in sampling order, and this
+    rank's equal contiguous share of them; counts the dropped groups in ``info``."""
+    keep = algos.informative_groups(sampled.rewards, G).tolist()
+    signal = [g for g, k in enumerate(keep) if k]
+    flat = [g for g, k in enumerate(keep) if not k]
+    groups = sorted((signal + flat)[: P * group.world_size])
+    info[M.DROPPED_GROUPS] = sum(1 for g in flat if g not in groups)
+    return sampled.select(groups[group.rank * P : (group.rank + 1) * P])
 
 
 def rollout_metrics(sampled: Scored, info: dict, *, overlong: bool) -> dict:

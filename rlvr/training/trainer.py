@@ -259,45 +259,40 @@ class Trainer:
         self.policy, self.adapter = self._load_policy()
         if cfg.model.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()
-            if (
-                self.adapter is not None
-            ):  # frozen embeddings: checkpointed layers still need an input that requires grad
+            if self.adapter is not None:  # frozen embeddings: checkpointed layers need an input that requires grad
                 self.policy.enable_input_require_grads()
             if cfg.train.shared_prompt_forward:
-                note(
-                    "model.gradient_checkpointing: the update runs each prompt per sequence (exact); "
-                    "old/ref log-probs still share it"
-                )
+                note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); "
+                     "old/ref log-probs still share it")  # fmt: skip
         self.ref = None
         # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
         if cfg.algo.kl_coef > 0 and self.adapter is None:
-            self.ref = (
-                load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device).eval().requires_grad_(False)
-            )
-        try:
-            self.engine = HFRolloutEngine(  # rollout.engine=hf, the one engine built (config rejects vllm)
-                self.policy,
-                self.tokenizer,
-                max_new_tokens=cfg.rollout.max_new_tokens,
-                temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p,
-                top_k=cfg.rollout.top_k,
-                dtype=cfg.rollout.dtype,
-                batch_seqs=cfg.rollout.batch_seqs,
-                logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
-                stop=cfg.rollout.stop,
-                packed_weights=cfg.model.packed_weights.as_bool(),
-                lean_decode=cfg.rollout.lean_decode.as_bool(),
-                static_decode=cfg.rollout.static_decode.as_bool(),
-            )
-        except LeanUnavailable as e:
-            raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
-        if self.engine.unpacked is not None and self.logs:
-            note(f"model.packed_weights=auto: the {cfg.rollout.dtype} rollout runs unpacked ({self.engine.unpacked})")
-        if self.engine.lean is not None and self.logs:
-            self.printer.note(self.engine.lean.describe())
+            ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device)
+            self.ref = ref.eval().requires_grad_(False)
+        self.engine = self._build_engine()
         self.packed = self._training_packs()
         return state
+
+    def _build_engine(self) -> HFRolloutEngine:
+        """The rollout engine (rollout.engine=hf, the one engine built: config rejects vllm) on the policy,
+        with a line for each CPU-speed choice it made."""
+        cfg, note = self.cfg, self.printer.note
+        r = cfg.rollout
+        try:
+            engine = HFRolloutEngine(
+                self.policy, self.tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                top_p=r.top_p, top_k=r.top_k, dtype=r.dtype, batch_seqs=r.batch_seqs,
+                logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
+                stop=r.stop, packed_weights=cfg.model.packed_weights.as_bool(),
+                lean_decode=r.lean_decode.as_bool(), static_decode=r.static_decode.as_bool(),
+            )  # fmt: skip
+        except LeanUnavailable as e:
+            raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
+        if engine.unpacked is not None and self.logs:
+            note(f"model.packed_weights=auto: the {r.dtype} rollout runs unpacked ({engine.unpacked})")
+        if engine.lean is not None and self.logs:
+            note(engine.lean.describe())
+        return engine
 
     def _training_packs(self) -> PackedLinears | None:
         """The policy's packed linears for the log-prob passes and the update (:mod:`rlvr.cpu.packed`),
@@ -398,19 +393,7 @@ class Trainer:
         cfg, t_step = self.cfg, time.perf_counter()
         # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
         #      may draw extra prompts; the rollout/* metrics cover everything sampled)
-        self.engine.sync_weights()
-        prompts = self.stream.batch(step) if prompts is None else prompts
-        got, sampled, info = collect(
-            self.engine,
-            self.scorer,
-            self.train_rows,
-            prompts,
-            step,
-            cfg,
-            prefix=self.prefix,
-            first_group=first_group,
-            group=self.group,
-        )
+        got, sampled, info = self._sample(step, self.stream.batch(step) if prompts is None else prompts, first_group)
         t_rollout, t_reward = info.pop("rollout_s"), info.pop("reward_s")
         batch = self._to_device(got.batch)
 
@@ -445,6 +428,12 @@ class Trainer:
             M.GEN_TOKENS_PER_S: sampled.batch.response_lengths.float().sum() / max(t_rollout, 1e-9),
             **peak_memory(self.device),
         }
+
+    def _sample(self, step: int, prompts: list[int], first_group: int):
+        """:func:`collect` of the step's groups from the policy's current weights."""
+        self.engine.sync_weights()
+        kw = dict(prefix=self.prefix, first_group=first_group, group=self.group)
+        return collect(self.engine, self.scorer, self.train_rows, prompts, step, self.cfg, **kw)
 
     def _advantages(self, rewards):
         """(advantages of the global batch, of this rank's sequences), both [B] on the device.
