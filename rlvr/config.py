@@ -503,12 +503,23 @@ class DistributedConfig:
     cpus_per_worker: float = 1.0
     """CPUs reserved per worker in the placement group (also its torch threads, at least 1)."""
     gpus_per_worker: float = 0.0
-    """GPUs reserved per worker (> 0: the workers train on CUDA and all-reduce with nccl)."""
+    """GPUs reserved per worker (> 0: each worker trains on the GPU Ray assigns it and all-reduces with nccl)."""
+    resources_per_worker: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources each worker needs besides CPUs and GPUs (e.g. {node_slot: 1} with `ray start --resources='{"node_slot": 1}'` on every node puts one worker on each node)."""
+    step_timeout_s: float = 3600.0
+    """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit)."""
 
     def __post_init__(self) -> None:
         _check(self.num_workers >= 1, "distributed.num_workers must be >= 1")
         _check(self.cpus_per_worker > 0, "distributed.cpus_per_worker must be > 0")
         _check(self.gpus_per_worker >= 0, "distributed.gpus_per_worker must be >= 0")
+        _check(self.step_timeout_s >= 0, "distributed.step_timeout_s must be >= 0 (0 = no limit)")
+        for name, amount in self.resources_per_worker.items():
+            _check(
+                name not in ("CPU", "GPU") and amount > 0,
+                f"distributed.resources_per_worker.{name}={amount}: a custom resource needs an amount > 0 "
+                "(CPUs and GPUs go in cpus_per_worker and gpus_per_worker)",
+            )
         _check(bool(self.address), "distributed.address is empty: use local, auto or HOST:PORT")
         if self.backend == Backend.RAY:
             _check(

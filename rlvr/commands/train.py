@@ -12,12 +12,16 @@ def cmd_train(args) -> int:
     # torch, transformers and rich load only when training starts: `rlvr --help` imports this module
     from rich.console import Console
 
+    from rlvr.config import Backend
     from rlvr.models import resolve_device
     from rlvr.models.precision import resolve_precision
 
     cfg = load_cli_config(args)
     console = Console(stderr=True)
-    cfg, precision_lines = resolve_precision(cfg, resolve_device(cfg.model.device))
+    if cfg.distributed.backend == Backend.RAY:  # each worker resolves it for the device Ray gives it
+        precision_lines = ["precision: resolved by each Ray worker for its own device (its first lines below)"]
+    else:
+        cfg, precision_lines = resolve_precision(cfg, resolve_device(cfg.model.device))
     for line in precision_lines:  # first: it decides the run's speed (and is saved in config.yaml)
         print(line, flush=True)
     # plain print to stdout: stderr carries progress and the one-line error, and config values

@@ -12,12 +12,13 @@ import os
 from pathlib import Path
 
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rich.console import Console
 
 from rlvr.config import Config
+from rlvr.distributed.placement import absolute_paths
 from rlvr.distributed.worker import Worker
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
@@ -37,7 +38,7 @@ class RayTrainer:
     """
 
     def __init__(self, cfg: Config, console=None) -> None:
-        self.cfg = cfg
+        self.cfg = absolute_paths(cfg, Path.cwd())  # a worker on another node starts in another directory
         self.console = console or Console(stderr=True)
         self.printer = StepPrinter(cfg.train.steps, enabled=False, console=self.console)
         self.workers: list = []
@@ -49,11 +50,18 @@ class RayTrainer:
 
     def setup(self) -> bool:
         """Starts (or joins) Ray, places the workers, joins them in a process group and sets up
-        each Trainer, rank 0 first; False (workers released) when the run has nothing left to do."""
+        each Trainer, rank 0 first, after checking that every rank sees rank 0's run directory;
+        False (workers released) when the run has nothing left to do."""
         try:
             self._start()
             ok, run_dir, self.start_step = self._on("setup")
             self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
+            if len(self.workers) > 1:
+                name = self._all("mark_shared", self.workers[:1], printed=False)[0]
+                try:
+                    self._all("check_shared", self.workers[1:], run_dir, name, printed=False)
+                finally:
+                    self._all("unmark", self.workers[:1], name, printed=False)
             self._all("setup", self.workers[1:])
         except BaseException:
             self.close()
@@ -102,6 +110,14 @@ class RayTrainer:
             ray.shutdown()
             self.started_ray = False
 
+    def _saved(self) -> str:
+        """What is safe on disk, for the line that ends a run whose worker was lost."""
+        run = getattr(self, "run", None)
+        saved = run.checkpoints() if run is not None else []
+        if not saved:
+            return "no checkpoint was saved yet"
+        return f"the last checkpoint {saved[-1]} is intact: continue with resume={self.run_dir}"
+
     # -- Ray -------------------------------------------------------------------------------
 
     def _start(self) -> None:
@@ -121,7 +137,7 @@ class RayTrainer:
                         "or use distributed.address=local"
                     ) from None
             self.started_ray = True
-        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {}), **d.resources_per_worker}
         self.pg = placement_group([bundle] * n, strategy="PACK")
         ready, _ = ray.wait([self.pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
         if not ready:
@@ -135,6 +151,7 @@ class RayTrainer:
             actor.options(
                 num_cpus=cpus,
                 num_gpus=gpus,
+                resources=dict(d.resources_per_worker) or None,
                 name=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=self.pg, placement_group_bundle_index=rank
@@ -144,18 +161,32 @@ class RayTrainer:
         ]
         host, port = ray.get(self.workers[0].address.remote())
         self._all("connect", self.workers, host, port, printed=False)
+        nodes = self._all("node", self.workers, printed=False)
+        plural = lambda k, what: f"{k} {what}{'s' if k > 1 else ''}"  # noqa: E731
+        self.printer.note(f"{plural(n, 'Ray worker')} on {plural(len(set(nodes)), 'node')}")
 
     def _on(self, name: str, *args):
         """Rank 0's ``name(*args)``; prints what it printed, returns its value."""
         return self._all(name, self.workers[:1], *args)[0]
 
     def _all(self, name: str, workers: list, *args, printed: bool = True, timeout: float | None = None) -> list:
-        """``name(*args)`` on every worker at once; waits, prints what they printed, returns the values.
+        """``name(*args)`` on every worker at once; waits (at most ``distributed.step_timeout_s``, or
+        ``timeout``), prints what they printed, returns the values.
 
-        A worker's :class:`~rlvr.errors.UserError` is raised here as the one-line error it is."""
+        A worker's :class:`~rlvr.errors.UserError` is raised here as the one-line error it is; a worker
+        that died or did not answer in time ends the run with one line that names the last checkpoint."""
         self.busy = True
+        limit = timeout if timeout is not None else (self.cfg.distributed.step_timeout_s or None)
         try:
-            out = ray.get([getattr(w, name).remote(*args) for w in workers], timeout=timeout)
+            out = ray.get([getattr(w, name).remote(*args) for w in workers], timeout=limit)
+        except (GetTimeoutError, RayActorError) as e:
+            self.busy = True  # the others may wait in a collective for the lost one: close() kills them
+            what = (
+                f"did not answer {name} within distributed.step_timeout_s={limit:g} s (hung?)"
+                if isinstance(e, GetTimeoutError)
+                else f"died during {name} ({type(e).__name__})"
+            )
+            raise UserError(f"a Ray worker {what}; {self._saved()}") from None
         except RayTaskError as e:
             # the call ended with an error; the other workers may wait in a collective for this one
             self.busy = len(workers) > 1

@@ -8,16 +8,19 @@ checkpoints). What rank 0 prints goes to a buffer that the driver prints on its 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import socket
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from rich.console import Console
 
 from rlvr.distributed.group import TorchGroup
+from rlvr.distributed.placement import check_shared, mark_shared, unmark, worker_device
 from rlvr.models import resolve_device
 from rlvr.training.trainer import Trainer
 
@@ -55,8 +58,13 @@ class Worker:
         return ray.util.get_node_ip_address(), free_port()
 
     def connect(self, host: str, port: int) -> None:
-        """Joins the process group (gloo on CPU, nccl on CUDA) and builds this rank's Trainer."""
-        device = resolve_device(self.cfg.model.device)
+        """Joins the process group (gloo on CPU, nccl on CUDA) and builds this rank's Trainer, on the
+        GPU Ray assigned this worker (else the CPU); ``auto`` precision is resolved here, for that device."""
+        import ray
+
+        setting = worker_device(self.cfg.model.device, ray.get_gpu_ids())
+        self.cfg = dataclasses.replace(self.cfg, model=dataclasses.replace(self.cfg.model, device=setting))
+        device = resolve_device(setting)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -80,6 +88,16 @@ class Worker:
         (not finished yet, (run_dir, start_step))."""
         ok = self.trainer.setup()
         return self._printed((ok, str(self.trainer.run_dir), self.trainer.start_step))
+
+    def mark_shared(self) -> str:
+        """Rank 0: a marker in the run directory that every other rank must see (:meth:`check_shared`)."""
+        return mark_shared(self.trainer.run_dir)
+
+    def check_shared(self, run_dir: str, name: str) -> None:
+        check_shared(Path(run_dir), name, self.rank)
+
+    def unmark(self, name: str) -> None:
+        unmark(self.trainer.run_dir, name)
 
     def evaluate_start(self):
         self.trainer.evaluate_start()
@@ -117,3 +135,9 @@ class Worker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str:
+        """The Ray node this worker runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()

@@ -59,3 +59,15 @@ def test_r1_zero_05b_lora_preset(cwd, capsys):
     assert main(["estimate", "--config", "r1_zero_qwen25_0.5b"]) == 0
     out = capsys.readouterr().out
     assert "Qwen/Qwen2.5-0.5B" in out and "LoRA rank 64" in out and "fits one 16 GiB GPU" in out
+
+
+def test_r1_zero_7b_lora_preset_fits_one_80_gb_gpu(cwd, capsys):
+    """The 7B LoRA preset: the estimate (per GPU, one process) stays under 70 GiB of an 80 GB card."""
+    from rlvr.config import load_config
+    from rlvr.estimate import GiB, estimate_config
+
+    assert main(["estimate", "--config", "r1_zero_qwen25_7b_lora"]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen/Qwen2.5-7B" in out and "LoRA rank 64" in out and "fits one 80 GiB GPU" in out
+    est, _ = estimate_config(load_config("r1_zero_qwen25_7b_lora"), device="cuda")
+    assert est.total < 70 * GiB

@@ -1,0 +1,71 @@
+"""A Ray worker that dies or hangs mid-step ends the run with one line naming the last checkpoint, which
+stays intact and resumable (issue 30). The worker is lost from inside: its reward plugin SIGKILLs its own
+process (what ``ray.kill`` or the OOM killer does to it) or sleeps, on rank 1, at a chosen step."""
+
+from __future__ import annotations
+
+import pytest
+from safetensors.torch import load_file
+from tiny_run import metrics
+
+from rlvr.commands.train import run_training as train
+from rlvr.config import load_config
+from rlvr.errors import UserError
+
+pytestmark = pytest.mark.slow
+
+PLUGIN = """
+import os, signal, time
+from pathlib import Path
+
+import torch.distributed as dist
+
+CALLS = Path({calls!r})
+
+
+def lost(completions, labels, **fields):
+    if dist.is_initialized() and dist.get_rank() == 1:
+        n = int(CALLS.read_text()) + 1 if CALLS.exists() else 1
+        CALLS.write_text(str(n))
+        if n == {at}:
+            {action}
+    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
+"""
+
+
+def _plugin(tmp_path, action: str, at: int) -> str:
+    path = tmp_path / "lost_reward.py"
+    path.write_text(PLUGIN.format(calls=str(tmp_path / "calls"), at=at, action=action), encoding="utf-8")
+    return f"{path}:lost"
+
+
+RAY = ("distributed.backend=ray", "distributed.num_workers=2", "train.steps=4", "train.save_every=1")
+
+
+@pytest.mark.parametrize(
+    "action, extra, said",
+    [
+        ("os.kill(os.getpid(), signal.SIGKILL)", (), "a Ray worker died during step"),
+        (
+            "time.sleep(3600)",
+            ("distributed.step_timeout_s=45",),
+            "did not answer step within distributed.step_timeout_s=45 s",
+        ),
+    ],
+    ids=["killed", "hung"],
+)
+def test_a_lost_worker_ends_the_run_and_the_last_checkpoint_resumes(dp_args, tmp_path, action, extra, said):
+    pytest.importorskip("ray")
+    run = tmp_path / "run"
+    rule = _plugin(tmp_path, action, at=3)  # rank 1's third scoring: step 3
+    with pytest.raises(UserError) as err:
+        train(load_config(None, dp_args(run, *RAY, f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}", *extra)))
+    line = str(err.value)
+    assert said in line and "\n" not in line
+    assert f"the last checkpoint {run / 'checkpoints' / 'step_000002'} is intact: continue with resume={run}" in line
+    assert len(metrics(run)) == 2
+    assert load_file(run / "checkpoints" / "step_000002" / "model.safetensors")  # whole and readable
+    # resumed (the plugin does not fire again: its call count is past 3), the run ends its 4 steps
+    train(load_config(None, dp_args(run, *RAY, f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}",
+                                    f"resume={run}")))  # fmt: skip
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4]

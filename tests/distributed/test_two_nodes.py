@@ -1,0 +1,79 @@
+"""Two Ray nodes on one machine (issue 30): a head and a second node started with `ray start`, each with
+one `rlvr_node` custom resource, so that each of the two workers lands on its own node. The run joins the
+cluster with `distributed.address=auto`, trains 2 steps, resumes for a third, and both nodes are stopped
+by their PIDs (never `ray stop`, which would stop every Ray cluster on the machine)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from tiny_run import metrics
+
+from rlvr.commands.train import run_training as train
+from rlvr.config import load_config
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(cmd: list[str], env: dict) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, f"{' '.join(cmd)}: {proc.stdout[-1500:]} {proc.stderr[-1500:]}"
+
+
+def _stop(temp_dir: Path) -> None:
+    """Terminates every process of this test's cluster: the ones whose command line names its temp dir
+    (the head's and the second node's processes all run in its session directory)."""
+    import psutil
+
+    procs = [p for p in psutil.process_iter(["cmdline"]) if str(temp_dir) in " ".join(p.info["cmdline"] or [])]
+    for p in procs:
+        p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=20)
+    for p in alive:
+        p.kill()
+
+
+def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    ray = str(Path(sys.executable).with_name("ray"))
+    # short: Ray's AF_UNIX socket paths under it must stay within 107 bytes (pytest's tmp_path is too deep)
+    temp_dir, port = Path(tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")), _free_port()
+    slot = json.dumps({"rlvr_node": 1})
+    common = ["--num-cpus=1", f"--resources={slot}", "--disable-usage-stats"]
+    # a test cluster on loopback: no token authentication (Ray >= 2.5x turns it on for `ray start`)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver and its workers join it the same way
+    try:
+        head = [ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
+                "--include-dashboard=false", *common]  # fmt: skip
+        _run(head, env)
+        second = [ray, "start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1", *common]
+        _run(second, env)
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")  # what distributed.address=auto joins
+        run = tmp_path / "run"
+        nodes = ("distributed.backend=ray", "distributed.num_workers=2", "distributed.address=auto",
+                 "distributed.resources_per_worker={rlvr_node: 1}")  # fmt: skip
+        out = io.StringIO()
+        train(load_config(None, dp_args(run, *nodes, "train.steps=2")), console=Console(file=out, width=300))
+        assert "2 Ray workers on 2 nodes" in out.getvalue()
+        train(load_config(None, dp_args(run, *nodes, "train.steps=3", f"resume={run}")))
+        assert [m["step"] for m in metrics(run)] == [1, 2, 3]
+    finally:
+        _stop(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
