@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
@@ -51,6 +51,8 @@ def _stop(temp_dir: Path) -> None:
 
 def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path, monkeypatch):
     pytest.importorskip("ray")
+    from ray.util import get_node_ip_address as ray_ip
+
     ray = str(Path(sys.executable).with_name("ray"))
     # short: Ray's AF_UNIX socket paths under it must stay within 107 bytes (pytest's tmp_path is too deep)
     temp_dir, port = Path(tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")), _free_port()
@@ -60,12 +62,14 @@ def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path, monke
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver and its workers join it the same way
     try:
-        head = [ray, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
-                "--include-dashboard=false", *common]  # fmt: skip
+        head = [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
+                *common]  # fmt: skip
         _run(head, env)
-        second = [ray, "start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1", *common]
-        _run(second, env)
-        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")  # what distributed.address=auto joins
+        # every process on the address Ray itself picks for this host (mixing it with 127.0.0.1 left the
+        # driver without a local raylet now and then)
+        address = f"{ray_ip()}:{port}"
+        _run([ray, "start", f"--address={address}", *common], env)
+        monkeypatch.setenv("RAY_ADDRESS", address)  # what distributed.address=auto joins
         run = tmp_path / "run"
         nodes = ("distributed.backend=ray", "distributed.num_workers=2", "distributed.address=auto",
                  "distributed.resources_per_worker={rlvr_node: 1}")  # fmt: skip
