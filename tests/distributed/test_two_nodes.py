@@ -5,7 +5,6 @@ by their PIDs (never `ray stop`, which would stop every Ray cluster on the machi
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -16,11 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from tiny_run import metrics
-
-from rlvr.commands.train import run_training as train
-from rlvr.config import load_config
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +31,14 @@ def _run(cmd: list[str], env: dict) -> None:
     assert proc.returncode == 0, f"{' '.join(cmd)}: {proc.stdout[-1500:]} {proc.stderr[-1500:]}"
 
 
+def _train(args: list[str], env: dict) -> str:
+    """`rlvr train ARGS` in a subprocess; its stderr (the driver's console)."""
+    cmd = [sys.executable, "-m", "rlvr.cli", "train", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
 def _stop(temp_dir: Path) -> None:
     """Terminates every process of this test's cluster: the ones whose command line names its temp dir
     (the head's and the second node's processes all run in its session directory)."""
@@ -49,7 +52,7 @@ def _stop(temp_dir: Path) -> None:
         p.kill()
 
 
-def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path, monkeypatch):
+def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path):
     pytest.importorskip("ray")
     from ray.util import get_node_ip_address as ray_ip
 
@@ -60,7 +63,6 @@ def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path, monke
     common = ["--num-cpus=1", f"--resources={slot}", "--disable-usage-stats"]
     # a test cluster on loopback: no token authentication (Ray >= 2.5x turns it on for `ray start`)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver and its workers join it the same way
     try:
         head = [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
                 *common]  # fmt: skip
@@ -69,14 +71,15 @@ def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path, monke
         # driver without a local raylet now and then)
         address = f"{ray_ip()}:{port}"
         _run([ray, "start", f"--address={address}", *common], env)
-        monkeypatch.setenv("RAY_ADDRESS", address)  # what distributed.address=auto joins
+        env["RAY_ADDRESS"] = address  # what distributed.address=auto joins
         run = tmp_path / "run"
         nodes = ("distributed.backend=ray", "distributed.num_workers=2", "distributed.address=auto",
                  "distributed.resources_per_worker={rlvr_node: 1}")  # fmt: skip
-        out = io.StringIO()
-        train(load_config(None, dp_args(run, *nodes, "train.steps=2")), console=Console(file=out, width=300))
-        assert "2 Ray workers on 2 nodes" in out.getvalue()
-        train(load_config(None, dp_args(run, *nodes, "train.steps=3", f"resume={run}")))
+        # the driver is `rlvr train` in a process of its own, as on a cluster (and free of the Ray state
+        # earlier tests leave in this one)
+        first = _train(dp_args(run, *nodes, "train.steps=2"), env)
+        assert "2 Ray workers on 2 nodes" in first
+        _train(dp_args(run, *nodes, "train.steps=3", f"resume={run}"), env)
         assert [m["step"] for m in metrics(run)] == [1, 2, 3]
     finally:
         _stop(temp_dir)
