@@ -65,6 +65,8 @@ def test_a_lost_worker_ends_the_run_and_the_last_checkpoint_resumes(dp_args, tmp
     assert f"the last checkpoint {run / 'checkpoints' / 'step_000002'} is intact: continue with resume={run}" in line
     assert len(metrics(run)) == 2
     assert load_file(run / "checkpoints" / "step_000002" / "model.safetensors")  # whole and readable
+    if "hung" in action or "sleep" in action:
+        return  # the resume is the same as after a kill: run once, to keep CI short
     # resumed (the plugin does not fire again: its call count is past 3), the run ends its 4 steps
     train(load_config(None, dp_args(run, *RAY, f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}",
                                     f"resume={run}")))  # fmt: skip
