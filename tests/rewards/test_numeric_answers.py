@@ -23,6 +23,9 @@ from rlvr.rewards.verify import numeric_match
 TABLE = Path(__file__).with_name("numeric_answers.jsonl")
 ROWS = [json.loads(line) for line in TABLE.read_text(encoding="utf-8").splitlines()]
 RULES = ("accuracy", "accuracy_lenient")
+NOTATIONS = ("thousands separator", "decimal", "fraction", "scientific notation", "currency", "unit text",
+             "degree sign")  # fmt: skip
+"""The notation classes the table has in both directions."""
 
 
 def _expected(row: dict, rule: str) -> float:
@@ -33,35 +36,13 @@ def _expected(row: dict, rule: str) -> float:
 def test_the_table_covers_every_notation_and_hack():
     classes = {r["class"] for r in ROWS}
     assert len(ROWS) >= 40
-    assert {
-        "thousands separator",
-        "decimal",
-        "fraction",
-        "scientific notation",
-        "currency",
-        "unit text",
-        "degree sign",
-        "x = N",
-        "percentage",
-        "answer sentence",
-        "work shown before",
-        "arithmetic (hack)",
-        "too coarse",
-        "different number",
-    } <= classes
+    assert {*NOTATIONS, "x = N", "percentage", "answer sentence", "work shown before", "arithmetic (hack)",
+            "too coarse", "different number"} <= classes  # fmt: skip
 
     def bare(text: str, decimals: bool = True) -> bool:
         return re.fullmatch(r"-?\d+(\.\d+)?" if decimals else r"-?\d+", text) is not None
 
-    for cls in (
-        "thousands separator",
-        "decimal",
-        "fraction",
-        "scientific notation",
-        "currency",
-        "unit text",
-        "degree sign",
-    ):  # both directions: the notation in the prediction, and in the gold
+    for cls in NOTATIONS:  # both directions: the notation in the prediction, and in the gold
         rows = [r for r in ROWS if r["class"] == cls]
         assert any(bare(r["label"]) and extract_answer(r["completion"]) != r["label"] for r in rows), cls
         assert any(not bare(r["label"], decimals=False) and r["expected"] == 1 for r in rows), cls
