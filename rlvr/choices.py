@@ -84,6 +84,14 @@ class Backend(StrEnum):
     RAY = "ray"
 
 
+class Strategy(StrEnum):
+    """What each Ray worker holds: a full replica (gradients all-reduced), or a shard of the weights,
+    gradients and optimizer state (PyTorch FSDP2 ``fully_shard``)."""
+
+    DDP = "ddp"
+    FSDP = "fsdp"
+
+
 # -- rewards ----------------------------------------------------------------------------------
 
 

@@ -48,6 +48,7 @@ from rlvr.choices import (
     LossAgg,
     OnError,
     RatioLevel,
+    Strategy,
     is_template_file,
 )
 from rlvr.errors import UserError
@@ -395,6 +396,8 @@ class TrainConfig:
     """How many step checkpoints to keep (the newest; 0 = keep all)."""
     max_bad_steps: int = 5
     """An update whose loss or gradient is NaN/inf is skipped (counted in train/skipped_steps); after this many steps in a row with every update skipped, the run saves a checkpoint and stops."""
+    save_hf: Switch = Switch.AUTO
+    """distributed.strategy=fsdp: also write a loadable Hugging Face model in each checkpoint (gathered to rank 0 beside the sharded state); auto = for models under 3B parameters. Other runs' checkpoints are Hugging Face models always."""
     skip_memory_check: bool = False
     """On a GPU, training refuses to start when the memory estimate (rlvr estimate, with the data's longest prompt) exceeds the device's free memory; true starts anyway."""
 
@@ -506,6 +509,8 @@ class DistributedConfig:
     """GPUs reserved per worker (> 0: each worker trains on the GPU Ray assigns it and all-reduces with nccl)."""
     resources_per_worker: dict[str, float] = field(default_factory=dict)
     """Custom Ray resources each worker needs besides CPUs and GPUs (e.g. {node_slot: 1} with `ray start --resources='{"node_slot": 1}'` on every node puts one worker on each node)."""
+    strategy: Strategy = Strategy.DDP
+    """ddp: every worker holds the whole model and all-reduces gradients; fsdp: PyTorch FSDP2 shards the policy, reference, gradients and AdamW state over the workers (checkpoints via torch.distributed.checkpoint; full-parameter training only)."""
     step_timeout_s: float = 3600.0
     """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit)."""
 
@@ -528,6 +533,11 @@ class DistributedConfig:
             )
         else:
             _check(self.num_workers == 1, f"distributed.num_workers={self.num_workers} needs distributed.backend=ray")
+            _check(
+                self.strategy == Strategy.DDP,
+                f"distributed.strategy={self.strategy} shards the model over Ray workers: "
+                "set distributed.backend=ray (num_workers=1 is fine), or drop the strategy",
+            )
 
 
 @dataclass(frozen=True)
@@ -624,6 +634,12 @@ class Config:
             f"model.device={self.model.device} with distributed.gpus_per_worker={self.distributed.gpus_per_worker}: "
             "give GPU workers model.device=cuda (or auto), CPU workers model.device=cpu (or auto)",
         )
+        if self.distributed.strategy == Strategy.FSDP:
+            _check(
+                self.model.lora.rank == 0,
+                f"distributed.strategy=fsdp shards full-parameter training, but model.lora.rank={self.model.lora.rank}: "
+                "a LoRA run trains a small adapter on a frozen base; use distributed.strategy=ddp (or model.lora.rank=0)",
+            )
 
     @property
     def seqs_per_step(self) -> int:

@@ -55,6 +55,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr.choices import Strategy
 from rlvr.config import Config, Switch
 from rlvr.errors import UserError
 
@@ -234,6 +235,8 @@ class MemoryEstimate:
     params: int
     trainable: int
     notes: list[str] = field(default_factory=list)
+    shards: int = 1
+    """Workers the model is sharded over (``distributed.strategy=fsdp``): the figures are one worker's."""
 
     def phase(self, phase: str) -> int:
         return sum(i.bytes for i in self.items if i.phase == phase)
@@ -249,9 +252,13 @@ class MemoryEstimate:
         if self.device == "cuda":
             for size in (8, 12, 16, 24, 40, 48, 80, 94, 141, 192):
                 if need <= 0.95 * size:  # the CUDA context and fragmentation take the rest
-                    return f"fits one {size} GiB GPU (plus ~0.5 GiB CUDA context)"
+                    each = f" per worker ({self.shards} FSDP shards)" if self.shards > 1 else ""
+                    return f"fits one {size} GiB GPU{each} (plus ~0.5 GiB CUDA context)"
+            if self.shards > 1:
+                return f"needs {need:.0f} GiB per GPU: more than any single GPU holds; add workers or lower the update"
             return (
-                f"needs {need:.0f} GiB in one process: more than any single GPU holds, and rlvr does not shard weights"
+                f"needs {need:.0f} GiB in one process: more than any single GPU holds; shard it over GPUs "
+                "(distributed.strategy=fsdp) or train a LoRA adapter"
             )
         for size in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
             if need <= 0.9 * size:  # room for the OS and the reward workers
@@ -260,9 +267,10 @@ class MemoryEstimate:
 
     def lines(self) -> list[str]:
         """The itemised table, the total and the hardware line."""
+        each = f"; per worker of {self.shards}, sharded by FSDP" if self.shards > 1 else ""
         out = [
             f"memory estimate ({self.device}; {self.params / 1e6:,.0f}M parameters, "
-            f"{self.trainable / 1e6:,.1f}M trained)"
+            f"{self.trainable / 1e6:,.1f}M trained{each})"
         ]
         for item in self.items:
             out.append(f"  {item.name:17s} {item.bytes / GiB:8.2f} GiB  {item.phase:8s} {item.how}")
@@ -391,6 +399,8 @@ def estimate(
     Lp, why_prompt = prompt if prompt is not None else prompt_tokens(cfg)
     T, b, G = cfg.rollout.max_new_tokens, cfg.train.micro_batch_seqs, cfg.rollout.samples_per_prompt
     ckpt = cfg.model.gradient_checkpointing
+    n = cfg.distributed.num_workers if cfg.distributed.strategy == Strategy.FSDP else 1  # FSDP: 1/n of each
+    of = f", 1/{n} shard" if n > 1 else ""
 
     # the update of one micro-batch (see the module docstring)
     share = 1
@@ -425,14 +435,14 @@ def estimate(
         items.append(
             Item("runtime", CPU_RUNTIME_BYTES, "resident", "Python, torch, transformers, tokenizer, prompts (measured)")
         )
-    items.append(Item("parameters", N * w, "resident", f"{N:,} x {w} B ({cfg.model.dtype})"))
-    copy = rollout_dtype != cfg.model.dtype
+    items.append(Item("parameters", N * w // n, "resident", f"{N:,} x {w} B ({cfg.model.dtype}){of}"))
+    copy = rollout_dtype != cfg.model.dtype or n > 1  # FSDP: the engine keeps a whole copy, gathered per step
     items.append(
         Item(
             "rollout copy",
             N * BYTES[rollout_dtype] if copy else 0,
             "resident",
-            f"{rollout_dtype} generation copy" if copy else f"none: rollout shares the {cfg.model.dtype} weights",
+            f"whole {rollout_dtype} generation copy" if copy else f"none: rollout shares the {cfg.model.dtype} weights",
         )
     )
     # oneDNN-packed linear weights (rlvr.cpu.packed): the rollout model's; the policy's W and W^T for the update
@@ -441,7 +451,7 @@ def estimate(
     linear += shape.lora_params(rank, targets) if rank else 0
     copies = {rollout_dtype: 1} if on and _packs(rollout_dtype) else {}
     if (
-        on and not autocast and _packed_update() and _packs(cfg.model.dtype)
+        on and not autocast and n == 1 and _packed_update() and _packs(cfg.model.dtype)
     ):  # the update multiplies by packed W and W^T too
         copies[cfg.model.dtype] = copies.get(cfg.model.dtype, 0) + (1 if cfg.model.dtype == rollout_dtype else 2)
     packed = sum(linear * BYTES[d] * n for d, n in copies.items())
@@ -469,13 +479,22 @@ def estimate(
     if rank:
         ref, how_ref = 0, "none: LoRA's reference is the base with the adapter off"
     elif cfg.algo.kl_coef > 0:
-        ref, how_ref = N * w, f"a second copy (algo.kl_coef={cfg.algo.kl_coef:g})"
+        ref, how_ref = N * w // n, f"a second copy (algo.kl_coef={cfg.algo.kl_coef:g}){of}"
     else:
         ref, how_ref = 0, "none (algo.kl_coef=0)"
     items.append(Item("reference", ref, "resident", how_ref))
     what = f"LoRA rank {rank}: {trainable:,}" if rank else f"{trainable:,}"
-    items.append(Item("AdamW state", 2 * trainable * w, "resident", f"2 moments x {what} trained params x {w} B"))
-    items.append(Item("gradients", trainable * w, "update", f"{what} trained params x {w} B"))
+    items.append(
+        Item("AdamW state", 2 * trainable * w // n, "resident", f"2 moments x {what} trained params x {w} B{of}")
+    )
+    items.append(Item("gradients", trainable * w // n, "update", f"{what} trained params x {w} B{of}"))
+    if n > 1:  # the root's weights (embeddings, head) stay gathered through a pass, one layer at a time besides
+        g = 2 if autocast and device == "cuda" else w  # FSDP's bf16 mixed precision gathers bf16 on a GPU
+        layer = sum(i * o for i, o in shape.linear_shapes().values())
+        root = V * H * (1 if shape.tie_word_embeddings else 2)
+        items.append(
+            Item("FSDP gathers", (root + 2 * layer) * g, "update", f"embeddings/head + 2 decoder layers whole, {g} B")
+        )
     items.append(
         Item(
             "activations",
@@ -498,7 +517,7 @@ def estimate(
     notes = [f"prompt length {Lp} tokens: {why_prompt}"]
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
-    return MemoryEstimate(items, device, N, trainable, notes)
+    return MemoryEstimate(items, device, N, trainable, notes, shards=n)
 
 
 def data_prompt_tokens(rows: list[dict]) -> tuple[int, str]:

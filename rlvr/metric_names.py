@@ -108,3 +108,6 @@ STEP_TOKENS_PER_S = "perf/step_tokens_per_s"
 """Derived by the run reader (response tokens of the step / its wall time), not written by the trainer."""
 PEAK_RSS_MIB = "perf/peak_rss_mib"
 CUDA_MAX_ALLOCATED_MIB = "perf/cuda_max_allocated_mib"
+TRAIN_STATE_MIB = "perf/train_state_mib"
+"""What this worker holds of the policy's parameters, gradients and AdamW state, measured from the
+tensors (under FSDP its shards: about 1/N of a replica's)."""

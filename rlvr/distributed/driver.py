@@ -17,6 +17,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rich.console import Console
 
+from rlvr.choices import Strategy
 from rlvr.config import Config
 from rlvr.distributed.placement import absolute_paths
 from rlvr.distributed.worker import Worker
@@ -50,19 +51,24 @@ class RayTrainer:
 
     def setup(self) -> bool:
         """Starts (or joins) Ray, places the workers, joins them in a process group and sets up
-        each Trainer, rank 0 first, after checking that every rank sees rank 0's run directory;
+        each Trainer, rank 0 first, after checking that every rank sees rank 0's run directory (under
+        FSDP all at once: the Trainers shard together, and the check runs inside their setup);
         False (workers released) when the run has nothing left to do."""
         try:
             self._start()
-            ok, run_dir, self.start_step = self._on("setup")
-            self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
-            if len(self.workers) > 1:
-                name = self._all("mark_shared", self.workers[:1], printed=False)[0]
-                try:
-                    self._all("check_shared", self.workers[1:], run_dir, name, printed=False)
-                finally:
-                    self._all("unmark", self.workers[:1], name, printed=False)
-            self._all("setup", self.workers[1:])
+            if self.cfg.distributed.strategy == Strategy.FSDP:  # at once: the Trainers shard together
+                ok, run_dir, self.start_step = self._all("setup", self.workers)[0]
+                self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
+            else:
+                ok, run_dir, self.start_step = self._on("setup")
+                self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
+                if len(self.workers) > 1:
+                    name = self._all("mark_shared", self.workers[:1], printed=False)[0]
+                    try:
+                        self._all("check_shared", self.workers[1:], run_dir, name, printed=False)
+                    finally:
+                        self._all("unmark", self.workers[:1], name, printed=False)
+                self._all("setup", self.workers[1:])
         except BaseException:
             self.close()
             raise
@@ -78,13 +84,19 @@ class RayTrainer:
         return self._all("step", self.workers, step)[0]
 
     def record(self, step: int, metrics: dict) -> None:
-        self._on("record", step, metrics)
+        self._saving("record", step, metrics)
 
     def stop(self, step: int, signal_name: str) -> Path:
-        return Path(self._on("stop", step, signal_name))
+        return Path(self._saving("stop", step, signal_name))
 
     def finish(self) -> Path:
-        return self._on("finish")
+        return self._saving("finish")
+
+    def _saving(self, name: str, *args):
+        """A method that may save a checkpoint: rank 0's, or under FSDP every rank's (each writes its
+        shards); returns rank 0's value."""
+        workers = self.workers if self.cfg.distributed.strategy == Strategy.FSDP else self.workers[:1]
+        return self._all(name, workers, *args)[0]
 
     def interrupted(self, step: int) -> None:
         """A second signal: notes what is saved, without waiting for the workers (they are killed)."""

@@ -20,6 +20,8 @@ class TorchGroup:
     Tensors go through the collectives on ``device`` (gloo: CPU tensors; nccl: CUDA tensors).
     """
 
+    shards = False
+
     def __init__(self, rank: int, world_size: int, device: torch.device | str) -> None:
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
 

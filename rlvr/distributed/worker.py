@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from rich.console import Console
 
+from rlvr.choices import Strategy
 from rlvr.distributed.group import TorchGroup
 from rlvr.distributed.placement import check_shared, mark_shared, unmark, worker_device
 from rlvr.models import resolve_device
@@ -75,7 +76,13 @@ class Worker:
             world_size=self.world_size,
             timeout=timedelta(minutes=30),
         )
-        self.trainer = Trainer(self.cfg, console=self.console, group=TorchGroup(self.rank, self.world_size, device))
+        if self.cfg.distributed.strategy == Strategy.FSDP:
+            from rlvr.distributed.fsdp import ShardedGroup
+
+            group = ShardedGroup(self.rank, self.world_size, device)
+        else:
+            group = TorchGroup(self.rank, self.world_size, device)
+        self.trainer = Trainer(self.cfg, console=self.console, group=group)
 
     def _printed(self, value=None):
         text = self.out.getvalue()
@@ -110,7 +117,8 @@ class Worker:
         return self._printed(metrics if self.rank == 0 else None)  # the same on every rank
 
     def record(self, step: int, metrics: dict):
-        """Rank 0: ``Trainer.record`` (evaluation when due, metrics, samples, periodic checkpoint)."""
+        """``Trainer.record`` (evaluation when due, metrics, samples, periodic checkpoint): rank 0's,
+        or under FSDP every rank's (the checkpoint is a collective; rank 0 alone logs)."""
         self.trainer.record(step, metrics)
         return self._printed()
 

@@ -149,10 +149,39 @@ def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+        if _sharded_only(Path(path)):
+            model = _from_shards(Path(path), DTYPES[dtype])
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
     return contiguous_head_input(model.to(resolve_device(device)))
+
+
+SHARDED_DIR = "fsdp"
+"""Where an FSDP checkpoint keeps its sharded state (``rlvr.training.checkpoint.SHARDED_DIR``)."""
+
+
+def _sharded_only(path: Path) -> bool:
+    """An FSDP checkpoint saved without Hugging Face weights (``train.save_hf=false``)."""
+    has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
+    return (path / SHARDED_DIR).is_dir() and (path / "config.json").is_file() and not has_weights
+
+
+def _from_shards(path: Path, dtype: torch.dtype):
+    """The model of an FSDP checkpoint from its ``torch.distributed.checkpoint`` shards, in this one
+    process (DCP reads any number of shards without a process group): the architecture from the
+    checkpoint's config.json, the policy's weights from the shards."""
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)), dtype=torch.float32)
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=str(path / SHARDED_DIR))
+    model.load_state_dict(state["model"])
+    if (path / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(str(path))
+    return model.to(dtype).eval()
 
 
 def _contiguous_input(module, args):

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import GenerationConfig, StoppingCriteria
 
 from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackable
@@ -140,6 +141,7 @@ class HFRolloutEngine:
         packed_weights: bool | None = None,
         lean_decode: bool | None = None,
         static_decode: bool | None = None,
+        gathered: bool = False,
     ) -> None:
         self.logprobs = logprobs
         self.stop = list(stop)
@@ -147,7 +149,10 @@ class HFRolloutEngine:
         self.tokenizer = tokenizer
         self.batch_seqs = batch_seqs
         want = getattr(torch, dtype)
-        self.model = policy if want == policy.dtype else copy.deepcopy(policy).to(want)
+        self.gathered = gathered
+        """The policy is about to be sharded (FSDP): the engine keeps its own copy, which
+        :meth:`gather_weights` refreshes (a collective) and :meth:`sync_weights` leaves alone."""
+        self.model = policy if want == policy.dtype and not gathered else copy.deepcopy(policy).to(want)
         self.model.eval()
         self.eos_ids = eos_token_ids(policy, tokenizer)
         self.sampling = Sampling(temperature, top_p, top_k, max_new_tokens)
@@ -180,12 +185,24 @@ class HFRolloutEngine:
         shared policy, those that require grad (a frozen weight changed in place is still caught by
         its version counter, unless a fused kernel changed it). Call it after every change to the
         policy's weights."""
+        if self.gathered:  # every rank refreshes it together after each change (gather_weights)
+            return
         if self.model is not self.policy:
             self.model.load_state_dict(self.policy.state_dict())
             if self.packed is not None:
                 self.packed.invalidate()
         elif self.packed is not None:  # the weights training changes; frozen ones (LoRA's base) stay packed
             self.packed.invalidate([p for p in self.model.parameters() if p.requires_grad])
+
+    @torch.no_grad()
+    def gather_weights(self) -> None:
+        """A sharded policy's current weights into this engine's whole copy, one parameter at a
+        time (``DTensor.full_tensor``, an all-gather: every rank calls it at the same point)."""
+        mine = dict(self.model.named_parameters())
+        for name, p in self.policy.named_parameters():
+            mine[name].copy_(p.full_tensor() if isinstance(p, DTensor) else p)
+        if self.packed is not None:
+            self.packed.invalidate()
 
     @torch.no_grad()
     def generate(

@@ -39,6 +39,21 @@ def peak_memory(device: torch.device | str = "cpu") -> dict[str, float]:
     return out
 
 
+def train_state_bytes(model, optimizer) -> int:
+    """Bytes this process holds of ``model``'s parameters and gradients and ``optimizer``'s state:
+    the local shards of sharded (FSDP ``DTensor``) tensors, each storage counted once (tied weights)."""
+    seen, total = set(), 0
+    tensors = [p for p in model.parameters()] + [p.grad for p in model.parameters() if p.grad is not None]
+    tensors += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        key = (local.untyped_storage().data_ptr(), local.dtype)
+        if key not in seen:
+            seen.add(key)
+            total += local.numel() * local.element_size()
+    return total
+
+
 # ---------------------------------------------------------------------------------------------
 # sinks: each has `name`, `write(step, row)`, `close()`; `jsonl` is False for side sinks
 

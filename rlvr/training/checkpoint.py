@@ -20,7 +20,27 @@ import torch
 from safetensors import safe_open
 
 from rlvr.errors import UserError
+from rlvr.models import loading
 from rlvr.run_dir import STATE_FILE, RunDir, remove_path, step_name
+
+SHARDED_DIR = loading.SHARDED_DIR
+"""The folder of an FSDP checkpoint that holds the sharded state (policy, AdamW, a moved reference),
+a ``torch.distributed.checkpoint`` directory."""
+
+SAVE_HF_BELOW_PARAMS = 3_000_000_000
+"""``train.save_hf=auto`` gathers a whole Hugging Face copy into FSDP checkpoints below this size."""
+
+
+def is_sharded(ckpt: Path) -> bool:
+    """Whether a checkpoint was saved by an FSDP run (it holds the sharded state)."""
+    return (Path(ckpt) / SHARDED_DIR).is_dir()
+
+
+def save_hf(setting, model) -> bool:
+    """Whether an FSDP checkpoint also holds a Hugging Face model: ``train.save_hf`` (a Switch),
+    ``auto`` for models under :data:`SAVE_HF_BELOW_PARAMS` parameters."""
+    want = setting.as_bool()
+    return want if want is not None else sum(p.numel() for p in model.parameters()) < SAVE_HF_BELOW_PARAMS
 
 
 def _fsync_dir(path: Path) -> None:
@@ -58,28 +78,59 @@ def remove_stale(run_dir: Path) -> list[str]:
     return sorted(p.name for p in stale)
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, trainer_state: dict, *, keep: int = 0) -> Path:
+def staging_dir(run_dir: Path, step: int) -> Path:
+    """A new, empty temporary folder for the checkpoint of ``step`` (``.step_N.tmp-PID``): a checkpoint
+    is written there, then renamed into place by :func:`save_checkpoint`."""
+    root = RunDir(run_dir).checkpoints_root
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{step_name(step)}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model,
+    tokenizer,
+    trainer_state: dict,
+    *,
+    keep: int = 0,
+    tmp: Path | None = None,
+    state_dict: dict | None = None,
+    weights: bool = True,
+) -> Path:
     """Write ``RUN/checkpoints/step_{step}`` atomically, point ``last`` at it, prune old ones.
 
     Args:
         model: what has ``save_pretrained``: a Hugging Face model, or a LoRA adapter
             (:class:`rlvr.models.lora.Adapted`, which writes the adapter alone).
         keep: keep this many newest step checkpoints (0 = all).
+        tmp: a :func:`staging_dir` that already holds part of the checkpoint (an FSDP run's shards);
+            default a new one.
+        state_dict: the weights to write instead of ``model``'s own (an FSDP run's gathered ones).
+        weights: False writes the model's config and no weights (an FSDP run without ``train.save_hf``).
     """
     run = RunDir(run_dir)
     root = run.checkpoints_root
-    root.mkdir(parents=True, exist_ok=True)
     name = step_name(step)
     final = run.checkpoint_dir(step)
-    tmp = root / f".{name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tmp or staging_dir(run_dir, step)
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        if weights:
+            extra = {} if state_dict is None else {"state_dict": state_dict}
+            model.save_pretrained(tmp, safe_serialization=True, **extra)
+        else:
+            model.config.save_pretrained(tmp)
+            if getattr(model, "generation_config", None) is not None:
+                model.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         torch.save(trainer_state, tmp / STATE_FILE)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
     except OSError as e:  # a full disk or quota: the half-written copy goes, the previous checkpoint stays
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):

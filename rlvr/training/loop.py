@@ -12,6 +12,7 @@ from functools import partial
 
 import torch
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup_lr_rate, get_wsd_schedule
 
@@ -285,7 +286,8 @@ def update_policy(
         for k, v in sums.items():
             combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
             totals[k] = combine(totals[k], v) if k in totals else v
-        grad_norms.append(torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm))
+        norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
+        grad_norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)  # FSDP: the global norm
         if torch.isfinite(grad_norms[-1]) and torch.isfinite(sums[M.stat(M.LOSS)]):
             optimizer.step()
             scheduler.step()

@@ -16,6 +16,8 @@ class OneProcess:
 
     rank = 0
     world_size = 1
+    shards = False
+    """Each rank holds a shard of the models rather than a replica (FSDP: :mod:`rlvr.distributed.fsdp`)."""
 
     def sum(self, x: Tensor) -> Tensor:
         """The sum of ``x`` over all ranks (a tensor of any shape, the same on every rank)."""

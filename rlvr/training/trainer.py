@@ -10,6 +10,7 @@ the process that logs (evaluation, metrics, samples, checkpoints). The math live
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import shutil
 import time
@@ -37,7 +38,7 @@ from rlvr.rewards import Scorer
 from rlvr.rewards import get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
-from rlvr.tracking import MetricsLogger, peak_memory
+from rlvr.tracking import MetricsLogger, peak_memory, train_state_bytes
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
 from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, update_policy
@@ -145,6 +146,8 @@ class Trainer:
         self.cfg = cfg
         self.console = console
         self.group = OneProcess() if group is None else group
+        self.shards = self.group.shards
+        """This rank holds a shard of the policy, reference and AdamW state (FSDP), not a replica."""
         self.logs = self.group.rank == 0
         """This process writes the run directory: metrics, samples, evaluations, checkpoints."""
         self.samples: list[dict] = []
@@ -205,8 +208,16 @@ class Trainer:
         self.model_path = resolve_model_path(cfg.model.path)
         get_reward(cfg.reward.accuracy_rule)
         self.resume_from = RunDir(Path(cfg.resume)).resume_checkpoint() if cfg.resume else None
+        if self.resume_from is not None and ckpt.is_sharded(self.resume_from) != self.shards:
+            saved, now = ("fsdp", "ddp") if ckpt.is_sharded(self.resume_from) else ("ddp or one process", "fsdp")
+            raise UserError(
+                f"resume={cfg.resume}: {self.resume_from.name} was saved by a {saved} run, but this run's "
+                f"distributed.strategy is {now}; resume with the run's own distributed settings"
+            )
         # the other ranks start after rank 0 has prepared the run directory, and only read it
         self.run_dir = prepare_run_dir(cfg, self.model_path) if self.logs else Path(cfg.resume or cfg.run_dir)
+        if self.shards:  # every rank sets up at once (sharding is collective): wait for rank 0's run dir
+            self.group.share_run_dir(self.run_dir)
         self.run = RunDir(self.run_dir)
         self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress and self.logs, console=self.console)
         for name in ckpt.remove_stale(self.run_dir) if self.logs else ():  # left by a process killed mid-checkpoint
@@ -270,8 +281,26 @@ class Trainer:
             ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device)
             self.ref = ref.eval().requires_grad_(False)
         self.engine = self._build_engine()
+        if self.shards:  # after the engine took its whole copy
+            self._shard_models()
         self.packed = self._training_packs()
         return state
+
+    def _shard_models(self) -> None:
+        """FSDP: shards the policy and the reference over the workers (bf16 passes on a GPU with
+        ``model.autocast_bf16``), and turns length buckets and the shared prompt pass off: every rank
+        must run the same passes, as each one gathers the weights with the others."""
+        cfg = self.cfg
+        bf16 = cfg.model.autocast_bf16 == Switch.ON and self.device.type == "cuda"
+        self.group.shard(self.policy, bf16_compute=bf16)
+        if self.ref is not None:
+            self.group.shard(self.ref, bf16_compute=bf16)
+        off = [k for k in ("length_buckets", "shared_prompt_forward") if getattr(cfg.train, k)]
+        if off:  # buckets: a data-dependent pass count; a shared prompt: two forwards per backward, which FSDP2
+            # cannot backward through (the first pass's layers are resharded by then)
+            self.cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **dict.fromkeys(off, False)))
+            keys = " and ".join(f"train.{k}" for k in off)
+            self.printer.note(f"distributed.strategy=fsdp: {keys} off (every worker runs the same plain passes)")
 
     def _build_engine(self) -> HFRolloutEngine:
         """The rollout engine (rollout.engine=hf, the one engine built: config rejects vllm) on the policy,
@@ -285,6 +314,7 @@ class Trainer:
                 logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
                 stop=r.stop, packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=r.lean_decode.as_bool(), static_decode=r.static_decode.as_bool(),
+                gathered=self.shards,
             )  # fmt: skip
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
@@ -299,7 +329,7 @@ class Trainer:
         shared with the engine when it samples from the policy itself; None where they do not apply or
         are off, and under bf16 autocast (whose products run in bf16 on the fly)."""
         want = self.cfg.model.packed_weights.as_bool()
-        if want is False or self.cfg.model.autocast_bf16 == Switch.ON or not packable(self.policy):
+        if want is False or self.shards or self.cfg.model.autocast_bf16 == Switch.ON or not packable(self.policy):
             return None
         if self.engine.model is self.policy and self.engine.packed is not None:
             return self.engine.packed
@@ -312,6 +342,7 @@ class Trainer:
         one, or the checkpoint's); only the adapter's parameters require grad."""
         cfg, spec = self.cfg, self.cfg.model.lora
         ckpt_dir, dtype, device = self.resume_from, cfg.model.dtype, cfg.model.device
+        weights_from = self.model_path if self.shards else ckpt_dir or self.model_path  # FSDP: from the shards
         if ckpt_dir is not None and lora.is_adapter_dir(ckpt_dir) != bool(spec.rank):
             kind = "a LoRA adapter" if spec.rank == 0 else "full weights"
             raise UserError(
@@ -319,7 +350,7 @@ class Trainer:
                 "resume with the run's own model.lora settings"
             )
         if not spec.rank:
-            return load_model(ckpt_dir or self.model_path, dtype=dtype, device=device), None
+            return load_model(weights_from, dtype=dtype, device=device), None
         base = load_model(self.model_path, dtype=dtype, device=device)
         settings = dict(rank=spec.rank, alpha=spec.alpha, dropout=spec.dropout, target_modules=spec.target_modules)
         if ckpt_dir is not None:
@@ -352,8 +383,15 @@ class Trainer:
         if self.packed is not None:
             self.packed.watch(self.optimizer)  # every optimizer step makes the packed copies stale
         if state is None:
+            if self.shards:
+                self.engine.gather_weights()
             return
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.shards:  # the policy, AdamW state (and a moved reference) are in the checkpoint's shards
+            ref = self.ref if cfg.algo.ref_sync_every else None
+            self.group.load(self.resume_from / ckpt.SHARDED_DIR, self.policy, self.optimizer, ref)
+            self.engine.gather_weights()
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         # the saved lr is the old schedule's: a resume that changes train.steps (the cosine's horizon)
         # trains its next step at the new schedule's value (unchanged settings give the same number)
@@ -361,7 +399,7 @@ class Trainer:
             group["lr"] = base * fn(self.scheduler.last_epoch)
         self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
         ckpt.set_rng_state(state["rng"])
-        if "ref" in state:  # a reference refreshed from the policy (algo.ref_sync_every)
+        if "ref" in state and not self.shards:  # a reference refreshed from the policy (algo.ref_sync_every)
             self.ref.load_state_dict(state["ref"])
         if self.logs:
             truncate_jsonl(self.run.metrics_file, self.start_step)
@@ -409,6 +447,8 @@ class Trainer:
         t0 = time.perf_counter()
         with packed():  # each optimizer step inside marks the copies stale; the next forward repacks them
             update = self._update(step, batch, adv, old_logp, loss_ref)
+        if self.shards:  # the engine's whole copy, from the updated shards (every rank together)
+            self.engine.gather_weights()
         t_update = time.perf_counter() - t0
 
         # 5. metrics (rollout/*: everything sampled this step, by every rank); samples (the trained batch)
@@ -426,6 +466,7 @@ class Trainer:
             M.TIME_UPDATE_S: t_update,
             M.TIME_STEP_S: time.perf_counter() - t_step,
             M.GEN_TOKENS_PER_S: sampled.batch.response_lengths.float().sum() / max(t_rollout, 1e-9),
+            M.TRAIN_STATE_MIB: train_state_bytes(self.policy, self.optimizer) / 2**20,
             **peak_memory(self.device),
         }
 
@@ -579,13 +620,14 @@ class Trainer:
             UserError: ``train.max_bad_steps`` steps in a row had only non-finite updates (saved first).
         """
         cfg = self.cfg
-        if self.evaluator.due(step):  # after the update: evaluates the weights saved as step_{step}
-            metrics.update(self.evaluator.run(self.engine, self.tokenizer, step))
-            self.printer.note(eval_line(step, metrics))
-        logged = self.metrics_log.log(step, metrics)
-        for row in self.samples:
-            self.samples_log.write(row)
-        self.printer.step(step, logged)
+        if self.logs:  # under FSDP every rank comes here, for the checkpoints' collectives
+            if self.evaluator.due(step):  # after the update: evaluates the weights saved as step_{step}
+                metrics.update(self.evaluator.run(self.engine, self.tokenizer, step))
+                self.printer.note(eval_line(step, metrics))
+            logged = self.metrics_log.log(step, metrics)
+            for row in self.samples:
+                self.samples_log.write(row)
+            self.printer.step(step, logged)
         if self.bad_in_row >= cfg.train.max_bad_steps:
             saved = self.save(step)  # the skipped updates left the last good weights in place
             raise UserError(
@@ -596,26 +638,47 @@ class Trainer:
         due = (cfg.train.save_every and step % cfg.train.save_every == 0) or (
             cfg.train.save_every_min and time.monotonic() - self.last_save[1] >= 60 * cfg.train.save_every_min
         )
+        if self.shards:  # rank 0's clock decides for every rank
+            due = self.group.broadcast(bool(due))
         if due and step < cfg.train.steps:
             self.save(step)
 
     def save(self, step: int) -> Path:
         """Checkpoint after ``step`` steps: weights (with LoRA the adapter alone), tokenizer, optimizer,
-        schedule, RNG, counters."""
+        schedule, RNG, counters. Under FSDP every rank calls it (:meth:`_save_sharded`)."""
         self.last_save = (step, time.monotonic())
         trainer_state = {
             "step": step,
-            "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": ckpt.rng_state(),
             "skipped_steps": self.skipped_steps,
         }
+        if self.shards:
+            return self._save_sharded(step, trainer_state)
+        trainer_state["optimizer"] = self.optimizer.state_dict()
         if self.cfg.algo.ref_sync_every:  # the reference is no longer the starting model: keep it
             trainer_state["ref"] = self.ref.state_dict()
         weights = self.policy if self.adapter is None else self.adapter
         return ckpt.save_checkpoint(
             self.run_dir, step, weights, self.tokenizer, trainer_state, keep=self.cfg.train.keep_checkpoints
         )
+
+    def _save_sharded(self, step: int, trainer_state: dict) -> Path:
+        """FSDP's checkpoint: every rank writes its shards (``fsdp/``, torch.distributed.checkpoint)
+        into rank 0's staging folder; with ``train.save_hf`` the whole weights are gathered to rank 0,
+        which writes them as a Hugging Face model; rank 0 then renames the folder into place."""
+        group, cfg = self.group, self.cfg
+        tmp = Path(group.broadcast(str(ckpt.staging_dir(self.run_dir, step)) if self.logs else None))
+        group.save(tmp / ckpt.SHARDED_DIR, self.policy, self.optimizer, self.ref if cfg.algo.ref_sync_every else None)
+        hf = ckpt.save_hf(cfg.train.save_hf, self.policy)
+        full = group.full_state_dict(self.policy) if hf else None
+        final = None
+        if self.logs:
+            final = ckpt.save_checkpoint(
+                self.run_dir, step, self.policy, self.tokenizer, trainer_state,
+                keep=cfg.train.keep_checkpoints, tmp=tmp, state_dict=full, weights=hf,
+            )  # fmt: skip
+        return Path(group.broadcast(str(final) if final else None))  # no rank goes on before it is in place
 
     def stop(self, step: int, signal_name: str) -> Path:
         """Stopped by a signal after ``step`` steps: saves them (unless just saved) and says how to continue."""
@@ -635,6 +698,8 @@ class Trainer:
     def finish(self) -> Path:
         """The final checkpoint, the summary, and RUN/report/ unless ``log.report=false``; returns the checkpoint."""
         final = self.save(self.cfg.train.steps)
+        if not self.logs:  # an FSDP rank: it took part in the checkpoint
+            return final
         self.printer.done(self.run_dir, final)
         if self.memory_estimate is not None:
             self.printer.note(measured_beside_estimate(peak_memory(self.device), self.memory_estimate))

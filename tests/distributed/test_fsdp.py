@@ -1,0 +1,106 @@
+"""distributed.strategy=fsdp: two Ray workers shard the policy, reference, gradients and AdamW state
+(FSDP2 over gloo), train like one process, hold about half of its training state each, and resume a
+run whose worker was SIGKILLed mid-step exactly where an uninterrupted run goes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny_run import metrics
+
+from rlvr.commands.train import run_training as train
+from rlvr.config import load_config
+from rlvr.errors import UserError
+from rlvr.metric_names import TRAIN_STATE_MIB
+from rlvr.models import load_model
+
+pytestmark = pytest.mark.slow
+
+FSDP = ("distributed.backend=ray", "distributed.num_workers=2", "distributed.strategy=fsdp")
+
+
+def _lost(tmp_path, at: int) -> tuple[str, ...]:
+    """The `sevens` reward as a plugin that SIGKILLs rank 1's process at its ``at``-th call (never if 0);
+    one file for every run, so that their reward metrics have the same names."""
+    path, control, calls = tmp_path / "lost.py", tmp_path / "kill_at", tmp_path / "calls"
+    control.write_text(str(at), encoding="utf-8")
+    calls.unlink(missing_ok=True)
+    path.write_text(
+        f"""
+import os, signal
+from pathlib import Path
+import torch.distributed as dist
+
+def lost(completions, labels, **fields):
+    at = int(Path({str(control)!r}).read_text())
+    if at and dist.is_initialized() and dist.get_rank() == 1:
+        calls = Path({str(calls)!r})
+        n = int(calls.read_text()) + 1 if calls.exists() else 1
+        calls.write_text(str(n))
+        if n == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
+""",
+        encoding="utf-8",
+    )
+    rule = f"{path}:lost"
+    return f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}"
+
+
+def test_fsdp_trains_like_one_process_and_resumes_exactly_after_a_kill(dp_args, tmp_path):
+    pytest.importorskip("ray")
+    one, full, cut = tmp_path / "one", tmp_path / "full", tmp_path / "cut"
+    same = ("train.steps=4", "train.save_every=1", "train.keep_checkpoints=0", *_lost(tmp_path, 0))
+    train(load_config(None, dp_args(one, *same)))
+    train(load_config(None, dp_args(full, *same, *FSDP)))
+
+    # like one process (length buckets are off under FSDP: float rounding apart, the same update)
+    a, b = metrics(one, timings=False), metrics(full, timings=False)
+    assert len(a) == len(b) == 4
+    for row_a, row_b in zip(a, b):
+        assert row_a.keys() == row_b.keys()
+        for k in row_a:
+            assert row_b[k] == pytest.approx(row_a[k], rel=1e-4, abs=1e-6), (row_a["step"], k)
+    last = full / "checkpoints" / "last"
+    assert (last / "fsdp").is_dir()  # the sharded state, and (train.save_hf=auto, a tiny model) HF weights
+    wa, wb = load_file(one / "checkpoints" / "last" / "model.safetensors"), load_file(last / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5)  # AdamW scales rounding up near 0
+
+    # each worker holds about half of one replica's parameters, gradients and AdamW state (measured)
+    replica, shard = metrics(one)[-1][TRAIN_STATE_MIB], metrics(full)[-1][TRAIN_STATE_MIB]
+    assert 0.45 < shard / replica < 0.6, (shard, replica)
+
+    # a worker SIGKILLed during step 3: one line, step 2's sharded checkpoint intact; resumed, the run
+    # ends where the uninterrupted one did, bit for bit
+    killed = ("train.steps=4", "train.save_every=1", *_lost(tmp_path, 3), *FSDP)
+    with pytest.raises(UserError) as err:
+        train(load_config(None, dp_args(cut, *killed)))
+    assert "a Ray worker died during step" in str(err.value) and "step_000002 is intact" in str(err.value)
+    assert len(metrics(cut)) == 2
+    train(load_config(None, dp_args(cut, *killed, f"resume={cut}")))
+    assert metrics(cut, timings=False) == metrics(full, timings=False)
+    wc = load_file(cut / "checkpoints" / "last" / "model.safetensors")
+    for k in wb:
+        assert torch.equal(wc[k], wb[k]), k
+
+    # a checkpoint without Hugging Face weights (train.save_hf=false) loads from its shards
+    no_hf = tmp_path / "no_hf"
+    train(load_config(None, dp_args(no_hf, "train.steps=1", "train.save_hf=false", *same[3:], *FSDP)))
+    step1 = no_hf / "checkpoints" / "last"
+    assert not list(step1.glob("*.safetensors"))
+    model = load_model(step1, dtype="float32", device="cpu")
+    first = load_file(full / "checkpoints" / "step_000001" / "model.safetensors")
+    for name, p in model.state_dict().items():
+        if name in first:
+            assert torch.equal(p, first[name]), name
+
+
+def test_fsdp_refuses_lora_and_a_ddp_checkpoint(dp_args, tmp_path):
+    pytest.importorskip("ray")
+    with pytest.raises(UserError, match="distributed.strategy=fsdp shards full-parameter training"):
+        load_config(None, dp_args(tmp_path / "r", *FSDP, "model.lora.rank=4"))
+    with pytest.raises(UserError, match="distributed.strategy=fsdp shards the model over Ray workers"):
+        load_config(None, dp_args(tmp_path / "r", "distributed.strategy=fsdp"))
