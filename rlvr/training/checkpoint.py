@@ -140,6 +140,14 @@ def save_checkpoint(
             f"no space left on the device of {root} while writing {name} (last complete checkpoint: {kept}); "
             f"free space there, then continue with resume={run.path}"
         ) from None
+    _commit(run, step, tmp, keep)
+    return final
+
+
+def _commit(run: RunDir, step: int, tmp: Path, keep: int) -> None:
+    """Renames a whole checkpoint ``tmp`` into place as ``step_{step}``, swaps ``last`` to it and
+    prunes the old ones."""
+    root, name, final = run.checkpoints_root, step_name(step), run.checkpoint_dir(step)
     if final.exists():  # the same step saved again: swap, so that `last` never points nowhere
         if _exchange(tmp, final):
             shutil.rmtree(tmp)  # now the old content
@@ -159,7 +167,6 @@ def save_checkpoint(
     if keep:
         for old in run.checkpoints()[:-keep]:
             shutil.rmtree(old)
-    return final
 
 
 def checkpoint_bytes(model_path: Path, dtype: str = "float32", *, lora_rank: int = 0, lora_targets=()) -> int:

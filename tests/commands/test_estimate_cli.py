@@ -53,6 +53,25 @@ def test_r1_zero_7b_preset(cwd, capsys):
     assert "Qwen/Qwen2.5-7B" in out and "7,616M parameters" in out and "reference" in out
 
 
+def test_r1_zero_7b_preset_fits_80_gb_gpus_under_fsdp(cwd, capsys):
+    """Full-parameter 7B: one replica per GPU needs far more than 80 GB; sharded over 8 FSDP workers each
+    holds 1/8 of the weights, reference, gradients and AdamW state, and the per-GPU estimate is <= 70 GiB."""
+    from rlvr.config import load_config
+    from rlvr.estimate import GiB, estimate_config
+
+    assert main(["estimate", "--config", "r1_zero_qwen25_7b"]) == 0
+    out = capsys.readouterr().out
+    assert "per worker of 8, sharded by FSDP" in out and "fits one 80 GiB GPU per worker (8 FSDP shards)" in out
+    cfg = load_config("r1_zero_qwen25_7b")
+    sharded, _ = estimate_config(cfg, device="cuda")
+    replica, _ = estimate_config(load_config("r1_zero_qwen25_7b", ["distributed.strategy=ddp"]), device="cuda")
+    assert sharded.total <= 70 * GiB < replica.total
+    item = lambda est, name: next(i.bytes for i in est.items if i.name == name)  # noqa: E731
+    for name in ("parameters", "reference", "AdamW state", "gradients"):
+        assert item(sharded, name) == item(replica, name) // 8, name
+    assert item(sharded, "rollout copy") == item(replica, "rollout copy")  # each worker samples from a whole copy
+
+
 def test_r1_zero_05b_lora_preset(cwd, capsys):
     assert main(["config", "--config", "r1_zero_qwen25_0.5b"]) == 0
     assert "rank: 64" in capsys.readouterr().out
