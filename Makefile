@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: setup quickstart test lint docs clean
+.PHONY: setup quickstart test test-all lint docs clean
 
 setup: $(VENV)/.installed
 
@@ -18,7 +18,11 @@ $(VENV)/.installed: pyproject.toml
 quickstart: setup
 	$(VENV)/bin/rlvr train
 
+# the suite CI runs; test-all adds the extended variants (tests marked `extended`)
 test: setup
+	$(PY) -m pytest -q -m "not extended"
+
+test-all: setup
 	$(PY) -m pytest -q
 
 # ruff lint and format check (configured in pyproject.toml)

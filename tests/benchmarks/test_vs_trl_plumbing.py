@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the whole benchmark, run by hand too; the test below still runs its entry point
 def test_the_benchmark_runs_on_a_random_model(tmp_path):
     out = tmp_path / "result.json"
     cmd = [

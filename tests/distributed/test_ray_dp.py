@@ -59,6 +59,7 @@ def test_prompts_must_split_into_whole_groups(dp_config, tmp_path):
         dp_config(tmp_path, "distributed.backend=ray", "distributed.num_workers=3")
 
 
+@pytest.mark.extended  # Ray resumes are also run by test_ray_signals, test_two_nodes and test_fsdp
 def test_a_ray_run_resumes_where_it_stopped(dp_config, tmp_path):
     """All ranks load the checkpoint; 2 steps, then resumed to 3, equal one process's 3 steps."""
     pytest.importorskip("ray")

@@ -71,8 +71,10 @@ def _alive(procs) -> list:
 
 @pytest.mark.parametrize(
     "sig, to_group",
-    [(signal.SIGTERM, False), (signal.SIGINT, True)],
-    ids=["SIGTERM-to-driver", "Ctrl-C-to-group"],
+    [
+        pytest.param(signal.SIGTERM, False, id="SIGTERM-to-driver"),
+        pytest.param(signal.SIGINT, True, id="Ctrl-C-to-group", marks=pytest.mark.extended),  # the same save path
+    ],
 )
 def test_a_signal_saves_the_step_exits_0_leaves_no_ray_process_and_resumes(
     sig, to_group, dp_args, tmp_path, monkeypatch

@@ -60,6 +60,7 @@ def _same_end(straight, run, steps):
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.extended  # the named-points test below kills at every point deterministically
 def test_sigkill_at_random_moments_then_resume_is_bit_exact(tiny_dir, tmp_path):
     model = tiny_dir
     straight, killed = tmp_path / "straight", tmp_path / "killed"
