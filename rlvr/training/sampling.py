@@ -73,25 +73,72 @@ class Scored:
         if len(parts) == 1:
             return parts[0]
         cat = lambda name: [x for p in parts for x in getattr(p, name)]  # noqa: E731
-        errors: dict[str, int] = {}
-        for p in parts:
-            for k, n in p.result.errors.items():
-                errors[k] = errors.get(k, 0) + n
-        result = RewardResult(
-            total=[x for p in parts for x in p.result.total],
-            per_rule={k: [x for p in parts for x in p.result.per_rule[k]] for k in parts[0].result.per_rule},
-            errors=errors,
-        )
         return Scored(
             cat("rows"),
             concat_batches([p.batch for p in parts], pad_id),
             cat("said"),
             cat("answers"),
-            result,
+            _concat_results([p.result for p in parts]),
             cat("acc"),
             cat("fmt"),
             torch.cat([p.rewards for p in parts]),
         )
+
+    def summary(self) -> Sampled:
+        """What the step's metrics read of these groups (scores and lengths, on the CPU)."""
+        b = self.batch
+        return Sampled(
+            b.group_size,
+            self.result,
+            self.acc,
+            self.fmt,
+            self.rewards.cpu(),
+            b.response_lengths.cpu(),
+            b.truncated.cpu(),
+        )
+
+
+@dataclass
+class Sampled:
+    """What the ``rollout/*`` metrics read of everything sampled in a step: the scores and lengths, not
+    the sequences. Without dynamic sampling, data-parallel workers exchange this and nothing more."""
+
+    group_size: int
+    result: RewardResult
+    acc: list[float]
+    fmt: list[float]
+    rewards: torch.Tensor
+    """[n] float32: the rewards the advantages use."""
+    response_lengths: torch.Tensor
+    """[n] response tokens of each sequence."""
+    truncated: torch.Tensor
+    """[n] bool: the sequence reached ``rollout.max_new_tokens``."""
+
+    @staticmethod
+    def concat(parts: list[Sampled]) -> Sampled:
+        if len(parts) == 1:
+            return parts[0]
+        return Sampled(
+            parts[0].group_size,
+            _concat_results([p.result for p in parts]),
+            [x for p in parts for x in p.acc],
+            [x for p in parts for x in p.fmt],
+            torch.cat([p.rewards for p in parts]),
+            torch.cat([p.response_lengths for p in parts]),
+            torch.cat([p.truncated for p in parts]),
+        )
+
+
+def _concat_results(results: list[RewardResult]) -> RewardResult:
+    errors: dict[str, int] = {}
+    for r in results:
+        for k, n in r.errors.items():
+            errors[k] = errors.get(k, 0) + n
+    return RewardResult(
+        total=[x for r in results for x in r.total],
+        per_rule={k: [x for r in results for x in r.per_rule[k]] for k in results[0].per_rule},
+        errors=errors,
+    )
 
 
 def extra_prompt_indices(num_rows: int, n: int, *, seed: int, step: int, attempt: int) -> list[int]:
@@ -147,15 +194,17 @@ def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: in
 
     Returns:
         (trained, sampled, info): ``trained`` holds ``len(prompts)`` groups for this rank to
-        train on; ``sampled`` every group sampled this step by every rank, in the order one
-        process samples them (the same object as ``trained`` in one process without dynamic
-        sampling); ``info`` the metrics ``rollout/dropped_groups`` and ``rollout/extra_batches``
-        (dynamic sampling only) and this rank's phase times ``rollout_s`` / ``reward_s``.
+        train on; ``sampled`` the scores and lengths (:class:`Sampled`) of every group sampled
+        this step by every rank, in the order one process samples them; ``info`` the metrics
+        ``rollout/dropped_groups`` and ``rollout/extra_batches`` (dynamic sampling only) and this
+        rank's phase times ``rollout_s`` / ``reward_s``.
 
     Under data parallelism each rank samples its shard of every batch (the step's, then each
     extra one), the decision to draw more counts the informative groups of all ranks, and the
     groups to train on are picked from everything sampled exactly as one process picks them,
     then dealt out in contiguous equal shares: N workers train on the groups one process would.
+    The ranks exchange only the scores and lengths of what they sampled, except under dynamic
+    sampling, where a rank may train on groups another rank sampled: there the batches travel.
     """
     group = OneProcess() if group is None else group
     G, P, algo = cfg.rollout.samples_per_prompt, len(prompts), cfg.algo
@@ -175,16 +224,17 @@ def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: in
             seeds = sequence_seeds(cfg.seed, step, len(parts), first_group, P, G)
             rows = [train_rows[i] for i in idx[first_group : first_group + P]]
             parts.append(_sample_and_score(engine, scorer, rows, cfg, prefix, timing, seeds))
-    trained = parts[0]  # without dynamic sampling: this rank's own groups
+    info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
+    if not algo.dynamic_sampling:  # this rank trains on its own groups; the others need only their scores
+        return parts[0], Sampled.concat(group.gather(parts[0].summary())), info
+    batches = len(parts)
     if group.world_size > 1:  # batch by batch, each rank's shard in rank order: one process's order
         shards = group.gather(parts)
-        parts = [shards[r][a] for a in range(len(parts)) for r in range(group.world_size)]
-    sampled = Scored.concat(parts, engine.tokenizer.pad_token_id)
-    if algo.dynamic_sampling:
-        trained = _informative_share(sampled, G, P, group, info)
-        info[M.EXTRA_BATCHES] = len(parts) // group.world_size - 1
-    info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
-    return trained, sampled, info
+        parts = [shards[r][a] for a in range(batches) for r in range(group.world_size)]
+    everything = Scored.concat(parts, engine.tokenizer.pad_token_id)
+    trained = _informative_share(everything, G, P, group, info)
+    info[M.EXTRA_BATCHES] = batches - 1
+    return trained, everything.summary(), info
 
 
 def _informative_share(sampled: Scored, G: int, P: int, group, info: dict) -> Scored:
@@ -199,7 +249,7 @@ def _informative_share(sampled: Scored, G: int, P: int, group, info: dict) -> Sc
     return sampled.select(groups[group.rank * P : (group.rank + 1) * P])
 
 
-def rollout_metrics(sampled: Scored, info: dict, *, overlong: bool) -> dict:
+def rollout_metrics(sampled: Sampled, info: dict, *, overlong: bool) -> dict:
     """``rollout/*`` and ``reward/*`` metrics of everything sampled this step (tensors and floats).
 
     Args:
@@ -207,10 +257,10 @@ def rollout_metrics(sampled: Scored, info: dict, *, overlong: bool) -> dict:
         info: :func:`collect`'s dynamic-sampling metrics (its phase times already taken out).
         overlong: the DAPO overlong penalty is on (``rollout/overlong_penalty_mean``).
     """
-    G = sampled.batch.group_size
+    G = sampled.group_size
     result = sampled.result
     total = torch.tensor(result.total, dtype=torch.float32, device=sampled.rewards.device)
-    lengths = sampled.batch.response_lengths.float()
+    lengths = sampled.response_lengths.float()
     return {
         M.REWARD_MEAN: total.mean(),
         M.REWARD_STD: total.std(),
@@ -219,7 +269,7 @@ def rollout_metrics(sampled: Scored, info: dict, *, overlong: bool) -> dict:
         M.ZERO_STD_GROUPS: 1 - algos.informative_groups(sampled.rewards, G).float().mean(),
         M.RESPONSE_LEN_MEAN: lengths.mean(),
         M.RESPONSE_LEN_MAX: lengths.max(),
-        M.TRUNCATED_FRAC: sampled.batch.truncated.float().mean(),
+        M.TRUNCATED_FRAC: sampled.truncated.float().mean(),
         **info,
         **{M.reward_mean(name): sum(v) / len(v) for name, v in result.per_rule.items()},
         **{M.reward_errors(name): n for name, n in result.errors.items()},

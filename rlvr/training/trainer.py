@@ -465,7 +465,7 @@ class Trainer:
             M.TIME_REFERENCE_S: t_ref,
             M.TIME_UPDATE_S: t_update,
             M.TIME_STEP_S: time.perf_counter() - t_step,
-            M.GEN_TOKENS_PER_S: sampled.batch.response_lengths.float().sum() / max(t_rollout, 1e-9),
+            M.GEN_TOKENS_PER_S: sampled.response_lengths.float().sum() / max(t_rollout, 1e-9),
             M.TRAIN_STATE_MIB: train_state_bytes(self.policy, self.optimizer) / 2**20,
             **peak_memory(self.device),
         }
