@@ -71,3 +71,16 @@ def metrics(run_dir: Path | str, *, timings: bool = True) -> list[dict]:
     lines = run.metrics_file.read_text(encoding="utf-8").splitlines()
     assert len(rows) == len(lines), f"{run.metrics_file}: {len(lines) - len(rows)} line(s) that are not a row"
     return rows if timings else [{k: v for k, v in row.items() if not _timing(k)} for row in rows]
+
+
+def assert_same_metrics(run_a: Path | str, run_b: Path | str, steps: int) -> None:
+    """Both runs wrote ``steps`` rows with the same keys, whose values agree to float tolerance (1e-4
+    relative): what data-parallel or sharded workers owe one process (wall times and memory aside)."""
+    import pytest  # tests only
+
+    a, b = metrics(run_a, timings=False), metrics(run_b, timings=False)
+    assert len(a) == len(b) == steps
+    for row_a, row_b in zip(a, b):
+        assert row_a.keys() == row_b.keys()
+        for k in row_a:
+            assert row_b[k] == pytest.approx(row_a[k], rel=1e-4, abs=1e-6), (row_a["step"], k)

@@ -189,8 +189,9 @@ class RayTrainer:
         that died or did not answer in time ends the run with one line that names the last checkpoint."""
         self.busy = True
         limit = timeout if timeout is not None else (self.cfg.distributed.step_timeout_s or None)
+        refs = [getattr(w, name).remote(*args) for w in workers]
         try:
-            out = ray.get([getattr(w, name).remote(*args) for w in workers], timeout=limit)
+            out = ray.get(refs, timeout=limit)
         except (GetTimeoutError, RayActorError) as e:
             self.busy = True  # the others may wait in a collective for the lost one: close() kills them
             what = (
@@ -204,6 +205,8 @@ class RayTrainer:
             self.busy = len(workers) > 1
             if isinstance(e.cause, UserError):
                 raise UserError(str(e.cause)) from None
+            if len(workers) > 1 and (dead := _dead(refs)):  # the peers' collectives failed because it died
+                raise UserError(f"a Ray worker died during {name} ({dead}); {self._saved()}") from None
             raise
         self.busy = False  # not reached on KeyboardInterrupt: close() then leaves the workers to ray.kill
         if not printed:
@@ -214,6 +217,21 @@ class RayTrainer:
                 self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
             values.append(value)
         return values
+
+
+def _dead(refs: list, wait_s: float = 10.0) -> str | None:
+    """The error of a call whose worker died (``RayActorError``), if one did. When a worker dies in
+    the middle of a collective, the others fail too (gloo: "Connection closed by peer"), and their
+    error can reach the driver first; Ray marks the dead worker's call within seconds."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+    for ref in ready:
+        try:
+            ray.get(ref, timeout=0)
+        except RayActorError as e:
+            return type(e).__name__
+        except Exception:  # noqa: BLE001 - a peer's own failure: look on
+            continue
+    return None
 
 
 def train(cfg: Config, *, console=None) -> Path:

@@ -59,6 +59,30 @@ def tiny_model(
     return model
 
 
+def tiny_qwen2(*, seed: int = 6, **config):
+    """A seeded Qwen2 causal LM of :func:`tiny_model`'s size: q/k/v biases, an untied LM head, 2 KV heads
+    for 4 query heads; ``config`` overrides any Qwen2Config field."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    shape = dict(
+        vocab_size=len(TINY_WORDS),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(Qwen2Config(**{**shape, **config}))
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 1, 0
+    return model
+
+
 def save_tiny_model(path: str | Path, *, seed: int = 0) -> Path:
     """Write a tiny model + tokenizer as a Hugging Face directory (for end-to-end CLI tests)."""
     path = Path(path)

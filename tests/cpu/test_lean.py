@@ -18,7 +18,7 @@ from rlvr.cpu.lean import LeanDecoder, LeanUnavailable, unsupported
 from rlvr.cpu.packed import PackedLinears, packing_available
 from rlvr.errors import UserError
 from rlvr.models.forward import output_cache
-from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
+from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_qwen2, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
 
@@ -48,8 +48,7 @@ def llama_with_biases():
 
 def qwen2():
     """Qwen2's q/k/v biases, an untied LM head."""
-    torch.manual_seed(6)
-    return Qwen2ForCausalLM(Qwen2Config(**SHAPE, num_key_value_heads=2, tie_word_embeddings=False))
+    return tiny_qwen2()
 
 
 def llama_gqa_d64():

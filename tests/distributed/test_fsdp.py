@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_run import metrics
+from tiny_run import assert_same_metrics, metrics
 
+from rlvr.cli import main
 from rlvr.commands.train import run_training as train
 from rlvr.config import load_config
 from rlvr.errors import UserError
 from rlvr.metric_names import TRAIN_STATE_MIB
-from rlvr.models import load_model
 
 pytestmark = pytest.mark.slow
 
@@ -56,12 +56,7 @@ def test_fsdp_trains_like_one_process_and_resumes_exactly_after_a_kill(dp_args, 
     train(load_config(None, dp_args(full, *same, *FSDP)))
 
     # like one process (length buckets are off under FSDP: float rounding apart, the same update)
-    a, b = metrics(one, timings=False), metrics(full, timings=False)
-    assert len(a) == len(b) == 4
-    for row_a, row_b in zip(a, b):
-        assert row_a.keys() == row_b.keys()
-        for k in row_a:
-            assert row_b[k] == pytest.approx(row_a[k], rel=1e-4, abs=1e-6), (row_a["step"], k)
+    assert_same_metrics(one, full, 4)
     last = full / "checkpoints" / "last"
     assert (last / "fsdp").is_dir()  # the sharded state, and (train.save_hf=auto, a tiny model) HF weights
     wa, wb = load_file(one / "checkpoints" / "last" / "model.safetensors"), load_file(last / "model.safetensors")
@@ -86,16 +81,18 @@ def test_fsdp_trains_like_one_process_and_resumes_exactly_after_a_kill(dp_args, 
     for k in wb:
         assert torch.equal(wc[k], wb[k]), k
 
-    # a checkpoint without Hugging Face weights (train.save_hf=false) loads from its shards
+    # a checkpoint without Hugging Face weights (train.save_hf=false) loads from its shards: rlvr export
+    # writes them as a Hugging Face model, equal to the weights the other run saved after step 1
     no_hf = tmp_path / "no_hf"
     train(load_config(None, dp_args(no_hf, "train.steps=1", "train.save_hf=false", *same[3:], *FSDP)))
     step1 = no_hf / "checkpoints" / "last"
     assert not list(step1.glob("*.safetensors"))
-    model = load_model(step1, dtype="float32", device="cpu")
+    assert main(["export", str(step1), "--output", str(tmp_path / "exported")]) == 0
+    exported = load_file(tmp_path / "exported" / "model.safetensors")
     first = load_file(full / "checkpoints" / "step_000001" / "model.safetensors")
-    for name, p in model.state_dict().items():
-        if name in first:
-            assert torch.equal(p, first[name]), name
+    assert exported.keys() == first.keys()
+    for name in first:
+        assert torch.equal(exported[name], first[name]), name
 
 
 def test_fsdp_refuses_lora_and_a_ddp_checkpoint(dp_args, tmp_path):

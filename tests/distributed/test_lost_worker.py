@@ -71,3 +71,32 @@ def test_a_lost_worker_ends_the_run_and_the_last_checkpoint_resumes(dp_args, tmp
     train(load_config(None, dp_args(run, *RAY, f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}",
                                     f"resume={run}")))  # fmt: skip
     assert [m["step"] for m in metrics(run)] == [1, 2, 3, 4]
+
+
+def test_a_peer_error_that_arrives_first_still_names_the_dead_worker():
+    """A worker that dies mid-collective makes its peers' collectives fail too (gloo: "Connection closed
+    by peer"); whichever error reaches the driver first, the dead worker is found and named."""
+    ray = pytest.importorskip("ray")
+    from rlvr.distributed.driver import _dead
+
+    @ray.remote(num_cpus=0)
+    class Peer:
+        def call(self, die: bool):
+            import os
+            import time
+
+            if die:
+                os._exit(1)
+            time.sleep(0.5)
+            raise RuntimeError("Connection closed by peer")
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        peers = [Peer.remote(), Peer.remote()]
+        refs = [peers[0].call.remote(False), peers[1].call.remote(True)]
+        with pytest.raises(ray.exceptions.RayTaskError):
+            ray.get(refs[0])  # the peer's own error comes first here
+        assert _dead(refs) is not None
+        assert _dead([Peer.remote().call.remote(False)], wait_s=5) is None  # no worker died: nothing to name
+    finally:
+        ray.shutdown()

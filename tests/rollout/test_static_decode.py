@@ -8,12 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_run import metrics, tiny_config
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
 from rlvr.models.forward import output_cache
-from rlvr.models.tiny import TINY_WORDS, tiny_model, tiny_tokenizer
+from rlvr.models.tiny import tiny_model, tiny_qwen2, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.decode import GreedyPicker, decode
 from rlvr.rollout.hf import eos_token_ids, sample_seed
@@ -22,27 +21,7 @@ from rlvr.rollout.static import _step_fn, decode_static, static_cache
 PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?"]
 
 
-def qwen2():
-    torch.manual_seed(6)
-    cfg = Qwen2Config(
-        vocab_size=len(TINY_WORDS),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        tie_word_embeddings=False,
-    )
-    model = Qwen2ForCausalLM(cfg)
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 1, 0
-    return model.eval()
-
-
-MODELS = {"llama": lambda: tiny_model(seed=5), "qwen2": qwen2}
+MODELS = {"llama": lambda: tiny_model(seed=5), "qwen2": lambda: tiny_qwen2().eval()}
 
 
 def _engines(model, device, **kw):
