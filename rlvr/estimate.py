@@ -404,7 +404,8 @@ def estimate(
 
     # the update of one micro-batch (see the module docstring)
     share = 1
-    if cfg.train.shared_prompt_forward and not ckpt:  # checkpointing runs the update per row
+    # checkpointing runs the update per row; so does FSDP (the trainer turns the shared pass off)
+    if cfg.train.shared_prompt_forward and not ckpt and n == 1:
         share = G if b % G == 0 else b if G % b == 0 else 1  # = models.forward.shared_prompt_group
     tokens = (b // share) * Lp + b * T
     a = ACT_BYTES_AUTOCAST if autocast else ACT_BYTES_FP32
@@ -515,6 +516,11 @@ def estimate(
         )
     )
     notes = [f"prompt length {Lp} tokens: {why_prompt}"]
+    if n > 1:
+        notes.append(
+            "FSDP: each worker first loads the whole model before sharding it, and rank 0 gathers a whole copy "
+            f"({N * w / GiB:.2f} GiB) in host memory while it saves a checkpoint with train.save_hf"
+        )
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
     return MemoryEstimate(items, device, N, trainable, notes, shards=n)
