@@ -518,8 +518,9 @@ def estimate(
     notes = [f"prompt length {Lp} tokens: {why_prompt}"]
     if n > 1:
         notes.append(
-            "FSDP: each worker first loads the whole model before sharding it, and rank 0 gathers a whole copy "
-            f"({N * w / GiB:.2f} GiB) in host memory while it saves a checkpoint with train.save_hf"
+            f"FSDP: each worker loads the whole policy and makes its rollout copy before sharding "
+            f"({(N * w + N * BYTES[rollout_dtype]) / GiB:.2f} GiB for a moment); "
+            f"rank 0 gathers a whole copy ({N * w / GiB:.2f} GiB) in host memory while it saves with train.save_hf"
         )
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")

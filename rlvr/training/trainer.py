@@ -275,24 +275,32 @@ class Trainer:
             if cfg.train.shared_prompt_forward:
                 note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); "
                      "old/ref log-probs still share it")  # fmt: skip
-        self.ref = None
-        # no reference model is loaded with kl_coef == 0, nor with LoRA (the base with the adapter off)
-        if cfg.algo.kl_coef > 0 and self.adapter is None:
-            ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device)
-            self.ref = ref.eval().requires_grad_(False)
-        self.engine = self._build_engine()
-        if self.shards:  # after the engine took its whole copy
+        if self.shards:  # the engine copies the whole policy, then it is sharded, then the reference loads:
+            self.engine = self._build_engine()  # a GPU never holds two whole fp32 models
             self._shard_models()
+        else:
+            self.ref = self._load_reference()
+            self.engine = self._build_engine()
         self.packed = self._training_packs()
         return state
 
+    def _load_reference(self):
+        """The reference model, or None: none is loaded with kl_coef == 0, nor with LoRA (the base with
+        the adapter off)."""
+        cfg = self.cfg
+        if cfg.algo.kl_coef == 0 or self.adapter is not None:
+            return None
+        ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device)
+        return ref.eval().requires_grad_(False)
+
     def _shard_models(self) -> None:
-        """FSDP: shards the policy and the reference over the workers (bf16 passes on a GPU with
+        """FSDP: shards the policy, then loads and shards the reference (bf16 passes on a GPU with
         ``model.autocast_bf16``), and turns length buckets and the shared prompt pass off: every rank
         must run the same passes, as each one gathers the weights with the others."""
         cfg = self.cfg
         bf16 = cfg.model.autocast_bf16 == Switch.ON and self.device.type == "cuda"
         self.group.shard(self.policy, bf16_compute=bf16)
+        self.ref = self._load_reference()
         if self.ref is not None:
             self.group.shard(self.ref, bf16_compute=bf16)
         off = [k for k in ("length_buckets", "shared_prompt_forward") if getattr(cfg.train, k)]
