@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,7 +178,9 @@ def _from_shards(path: Path, dtype: torch.dtype):
 
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)), dtype=torch.float32)
     state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=str(path / SHARDED_DIR))
+    with warnings.catch_warnings():  # "... assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp.load(state, checkpoint_id=str(path / SHARDED_DIR))
     model.load_state_dict(state["model"])
     if (path / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(str(path))
