@@ -56,18 +56,15 @@ class RayTrainer:
         False (workers released) when the run has nothing left to do."""
         try:
             self._start()
-            if self.cfg.distributed.strategy == Strategy.FSDP:  # at once: the Trainers shard together
-                ok, run_dir, self.start_step = self._all("setup", self.workers)[0]
-                self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
-            else:
-                ok, run_dir, self.start_step = self._on("setup")
-                self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
-                if len(self.workers) > 1:
-                    name = self._all("mark_shared", self.workers[:1], printed=False)[0]
-                    try:
-                        self._all("check_shared", self.workers[1:], run_dir, name, printed=False)
-                    finally:
-                        self._all("unmark", self.workers[:1], name, printed=False)
+            fsdp = self.cfg.distributed.strategy == Strategy.FSDP  # at once: the Trainers shard together
+            ok, run_dir, self.start_step = self._all("setup", self.workers if fsdp else self.workers[:1])[0]
+            self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
+            if not fsdp and len(self.workers) > 1:  # the other ranks, once they see rank 0's run directory
+                name = self._all("mark_shared", self.workers[:1], printed=False)[0]
+                try:
+                    self._all("check_shared", self.workers[1:], run_dir, name, printed=False)
+                finally:
+                    self._all("unmark", self.workers[:1], name, printed=False)
                 self._all("setup", self.workers[1:])
         except BaseException:
             self.close()

@@ -27,6 +27,30 @@ def tiny_tokenizer():
     return tok
 
 
+def _tiny_shape(vocab_size: int, hidden: int, layers: int) -> dict:
+    """The config fields :func:`tiny_model` and :func:`tiny_qwen2` share: size, heads, special tokens."""
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+
+
+def _seeded(model_class, cfg, seed: int):
+    """``model_class(cfg)`` initialised under ``seed``, generating with EOS 1 and padding 0."""
+    torch.manual_seed(seed)
+    model = model_class(cfg)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 1, 0
+    return model
+
+
 def tiny_model(
     vocab_size: int = len(TINY_WORDS),
     *,
@@ -38,25 +62,9 @@ def tiny_model(
     """A seeded Llama-architecture causal LM with ``layers`` layers and width ``hidden``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-        attention_dropout=attention_dropout,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
-    model.generation_config.eos_token_id = 1
-    model.generation_config.pad_token_id = 0
-    return model
+    shape = _tiny_shape(vocab_size, hidden, layers)
+    cfg = LlamaConfig(**shape, tie_word_embeddings=True, attention_dropout=attention_dropout)
+    return _seeded(LlamaForCausalLM, cfg, seed)
 
 
 def tiny_qwen2(*, seed: int = 6, **config):
@@ -64,23 +72,8 @@ def tiny_qwen2(*, seed: int = 6, **config):
     for 4 query heads; ``config`` overrides any Qwen2Config field."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    shape = dict(
-        vocab_size=len(TINY_WORDS),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(Qwen2Config(**{**shape, **config}))
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 1, 0
-    return model
+    shape = {**_tiny_shape(len(TINY_WORDS), 32, 2), "tie_word_embeddings": False}
+    return _seeded(Qwen2ForCausalLM, Qwen2Config(**{**shape, **config}), seed)
 
 
 def save_tiny_model(path: str | Path, *, seed: int = 0) -> Path:
