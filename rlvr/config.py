@@ -157,7 +157,7 @@ class DataConfig:
     shuffle: bool = False
     """Shuffle file rows (seeded by data.train_seed / data.test_seed) before data.limit picks them."""
     on_bad_row: str = "error"
-    """A row with a missing or empty question/answer or a non-text label: error (stop, naming file and row) or skip (counted)."""
+    """A bad row (a JSONL line that is not valid JSON or not an object, a missing or empty question/answer, a non-text label): error (stop, naming file and line) or skip (counted; the lines are listed). An unreadable file always stops."""
     dedupe: bool = True
     """Drop file rows whose question (and system prompt) repeats an earlier row's (counted); built-in tasks never dedupe."""
     max_prompt_tokens: int = 0
@@ -451,6 +451,8 @@ class LogConfig:
     """Also write TensorBoard events to RUN/tensorboard (if tensorboard is installed)."""
     progress: bool = True
     """Show a progress bar on the console."""
+    print_config: bool = False
+    """Print the full resolved config at start (`rlvr train --print-config`); it is always saved to RUN/config.yaml."""
     wandb: bool = False
     """Also log to Weights & Biases (needs `pip install wandb`; without it training stops before step 1 with a one-line error)."""
     wandb_project: str = "rlvr"
@@ -563,11 +565,11 @@ class Config:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     """Data-parallel training on Ray."""
     run_dir: str = "runs/quickstart"
-    """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/."""
+    """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/ (with resume=, the resumed run's own)."""
     seed: int = 0
     """Seed of model init noise, sampling and data order."""
     resume: str | None = None
-    """Run directory to continue from its last checkpoint (model, optimizer, scheduler, step, RNG, data position)."""
+    """Run directory to continue, in place, from its last checkpoint (model, optimizer, scheduler, step, RNG, data position); its overrides are kept in RUN/resumes/step_N.yaml."""
     overwrite: bool = False
     """Start a new run in run_dir even though it holds one: its metrics, samples, checkpoints, evals, events and report are deleted first."""
 
@@ -822,12 +824,23 @@ def _with_defaults(data: dict, path: Path, seen: tuple[Path, ...]) -> dict:
     return _merge(base, data)
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    """Load a YAML preset (default: the quickstart preset), apply dotted overrides, validate."""
+def load_tree(path: str | Path | None = None, overrides: list[str] = ()) -> dict:
+    """A YAML preset (default: the quickstart preset) with dotted overrides applied, as a nested dict
+    not yet validated (what :func:`load_config` builds the Config from)."""
     tree = read_yaml(path if path is not None else PRESETS_DIR / "quickstart.yaml")
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(tree, key, value)
+    return tree
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """Load a YAML preset (default: the quickstart preset), apply dotted overrides, validate."""
+    return build_config(load_tree(path, overrides))
+
+
+def build_config(tree: dict) -> Config:
+    """The validated Config of a nested dict (:func:`load_tree`)."""
     return _build(Config, tree)
 
 

@@ -2,7 +2,8 @@
 
 Layout::
 
-    RUN/config.yaml                    the fully resolved config (written before training starts)
+    RUN/config.yaml                    the fully resolved config the run started with (never rewritten)
+    RUN/resumes/step_000040.yaml       the config of each resumed segment, by the step it continued from
     RUN/metrics.jsonl                  one row per optimizer step, 1..N
     RUN/samples.jsonl                  prompts, completions and rewards every log.samples_every steps
     RUN/eval/step_000020/              summary.json, predictions.jsonl of one evaluation
@@ -33,10 +34,11 @@ from rlvr.jsonl import read_jsonl
 
 CONFIG, METRICS, SAMPLES = "config.yaml", "metrics.jsonl", "samples.jsonl"
 EVAL, CHECKPOINTS, TENSORBOARD, WANDB, REPORT = "eval", "checkpoints", "tensorboard", "wandb", "report"
+RESUMES = "resumes"
 EVAL_HISTORY, LAST = "history.jsonl", "last"
 STATE_FILE = "trainer_state.pt"
 """The trainer state (optimizer, RNG, data position) beside a checkpoint's weights."""
-OUTPUTS = (METRICS, SAMPLES, CHECKPOINTS, EVAL, TENSORBOARD, REPORT, WANDB)
+OUTPUTS = (METRICS, SAMPLES, CHECKPOINTS, EVAL, TENSORBOARD, REPORT, WANDB, RESUMES)
 """What a run writes into its directory besides config.yaml (a fresh start removes these)."""
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
@@ -94,6 +96,27 @@ class RunDir:
         return self.path / CONFIG
 
     @property
+    def resumes_root(self) -> Path:
+        return self.path / RESUMES
+
+    def resume_config_file(self, step: int) -> Path:
+        """The config of the segment that continued the run from the checkpoint of ``step``."""
+        return self.resumes_root / f"{step_name(step)}.yaml"
+
+    def resume_config_files(self) -> list[Path]:
+        """Every resumed segment's config, by the step it continued from (oldest first)."""
+        if not self.resumes_root.is_dir():
+            return []
+        found = [p for p in self.resumes_root.glob("step_*.yaml") if step_of(p.with_suffix("")) is not None]
+        return sorted(found, key=lambda p: step_of(p.with_suffix("")))
+
+    @property
+    def current_config_file(self) -> Path:
+        """The config the run trains with now: its last resumed segment's, else config.yaml."""
+        resumed = self.resume_config_files()
+        return resumed[-1] if resumed else self.config_file
+
+    @property
     def metrics_file(self) -> Path:
         return self.path / METRICS
 
@@ -143,11 +166,13 @@ class RunDir:
         return self.metrics_file.is_file() or self.config_file.is_file()
 
     def read_config(self) -> dict | None:
-        """config.yaml as a plain dict; None when it is missing or does not parse ({} for an empty file)."""
-        if not self.config_file.is_file():
+        """The run's current config (:attr:`current_config_file`) as a plain dict; None when it is
+        missing or does not parse ({} for an empty file)."""
+        path = self.current_config_file
+        if not path.is_file():
             return None
         try:
-            loaded = yaml.safe_load(self.config_file.read_text(encoding="utf-8"))
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError):
             return None
         return loaded if isinstance(loaded, dict) else {}
@@ -188,6 +213,24 @@ class RunDir:
                 f"resume={self.path}: the run has no checkpoint yet (set train.save_every to save during training)"
             )
         return found
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write_config(self, text: str, *, resumed_from: int | None = None) -> Path:
+        """Writes a config atomically (a temporary file renamed into place) and returns its path: a new
+        run's ``config.yaml``, or with ``resumed_from`` the config of the segment that continues from
+        that step's checkpoint. A segment supersedes those recorded from later steps, whose steps it
+        trains again; they are removed. Creates the run directory."""
+        path = self.config_file if resumed_from is None else self.resume_config_file(resumed_from)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        if resumed_from is not None:
+            for later in self.resume_config_files():
+                if step_of(later.with_suffix("")) > resumed_from:
+                    later.unlink()
+        return path
 
     # -- starting again ---------------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from rlvr.config import load_config, parse_override
+from rlvr.config import build_config, load_tree, parse_override
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
 
@@ -39,16 +40,49 @@ def add_config_args(p) -> None:
 
 
 def load_cli_config(args):
-    """The Config for ``--config`` + overrides; ``resume=RUN`` without --config starts from RUN/config.yaml."""
-    config = args.config
-    resumes = [parse_override(o)[1] for o in args.overrides if o.split("=", 1)[0].strip() == "resume"]
-    if resumes and resumes[-1]:  # checked with --config too: train() would create the missing directory
-        saved = RunDir(str(resumes[-1])).config_file
+    """The Config for ``--config`` + overrides.
+
+    ``resume=RUN`` continues RUN in place: without ``--config`` it starts from the run's current
+    config (``RUN/config.yaml``, or its last resumed segment's), its ``run_dir`` is RUN, and a
+    ``run_dir=`` that names another directory is an error. Built-in reward names are checked
+    before the rest of the config, so a misspelt rule is the error a user sees first."""
+    config, overrides = args.config, list(args.overrides)
+    given = {}  # key -> its last value on the command line
+    for text in overrides:
+        key, value = parse_override(text)
+        given[key] = value
+    if given.get("resume"):  # checked with --config too: train() would create the missing directory
+        run = RunDir(str(given["resume"]))
+        saved = run.current_config_file
         if not saved.is_file():
-            raise UserError(f"resume={resumes[-1]}: {saved} not found; is this a run directory?")
+            raise UserError(f"resume={run.path}: {saved} not found; is this a run directory?")
+        other = given.get("run_dir")
+        if other is not None and Path(str(other)).resolve() != run.path.resolve():
+            raise UserError(
+                f"resume={run.path} continues that run in its own directory, so run_dir={other} would be "
+                f"ignored; drop run_dir=, or start a new run in {other} with --config {saved} run_dir={other}"
+            )
         if config is None:
             config = saved
-    return load_config(config, args.overrides)
+        overrides.append(f"run_dir={run.path}")
+    tree = load_tree(config, overrides)
+    check_reward_names(tree)
+    return build_config(tree)
+
+
+def check_reward_names(tree: dict) -> None:
+    """Raises the registry's one-line error (with close matches) for an unknown built-in rule name in
+    ``reward.rules`` or ``reward.accuracy_rule``; plugins (``module:function``) load when training starts."""
+    from rlvr.rewards.registry import get  # the registry imports no torch or math-verify
+
+    reward = tree.get("reward")
+    if not isinstance(reward, dict):
+        return
+    rules = reward.get("rules")
+    names = [*(rules if isinstance(rules, list) else []), reward.get("accuracy_rule")]
+    for name in names:
+        if isinstance(name, str) and name and ":" not in name:
+            get(name)
 
 
 def add_model_args(p, *, many: bool = False) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from rlvr.commands.common import EXAMPLES, add_config_args, load_cli_config, quiet_libraries
 from rlvr.config import config_markdown, field_docs, to_yaml
@@ -12,23 +13,13 @@ def cmd_train(args) -> int:
     # torch, transformers and rich load only when training starts: `rlvr --help` imports this module
     from rich.console import Console
 
-    from rlvr.config import Backend
-    from rlvr.models import resolve_device
-    from rlvr.models.precision import resolve_precision
-
+    if args.print_config:
+        args.overrides = [*args.overrides, "log.print_config=true"]
     cfg = load_cli_config(args)
-    console = Console(stderr=True)
-    if cfg.distributed.backend == Backend.RAY:  # each worker resolves it for the device Ray gives it
-        precision_lines = ["precision: resolved by each Ray worker for its own device (its first lines below)"]
-    else:
-        cfg, precision_lines = resolve_precision(cfg, resolve_device(cfg.model.device))
-    for line in precision_lines:  # first: it decides the run's speed (and is saved in config.yaml)
-        print(line, flush=True)
-    # plain print to stdout: stderr carries progress and the one-line error, and config values
-    # may hold '[...]' that rich would parse as markup
-    print("resolved config\n" + to_yaml(cfg), flush=True)
+    # the trainer checks everything that can fail before it prints the run's summary (the full
+    # config goes to RUN/config.yaml, and to the screen with --print-config)
     quiet_libraries()  # before the trainer loads, so that nothing it loads logs unsilenced
-    run_training(cfg, console=console)
+    run_training(cfg, console=Console(stderr=True))
     return 0
 
 
@@ -42,6 +33,26 @@ def run_training(cfg, *, console=None):
     else:
         from rlvr.training import train
     return train(cfg, console=console)
+
+
+def _train_help() -> str:
+    from rlvr.config import PRESETS_DIR
+
+    names = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
+    presets = textwrap.fill(names, width=96, subsequent_indent="  ")
+    return f"""Run GRPO-family training as configured: a preset (--config) plus key.sub=value overrides.
+
+presets (--config NAME, or a YAML file with defaults: [NAME]):
+  {presets}
+
+run keys (overrides like any other; `rlvr config --docs` lists every key):
+  run_dir=DIR      where the run writes (default: the preset's, runs/quickstart)
+  resume=RUN       continue RUN in place from its last checkpoint, optionally with train.steps=N
+  overwrite=true   start a new run in run_dir, deleting the run that is there
+  seed=N           seed of sampling, data order and model init noise (default 0)"""
+
+
+TRAIN_HELP = _train_help()
 
 
 def cmd_config(args) -> int:
@@ -58,9 +69,16 @@ def cmd_config(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "train", help="run GRPO training", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+        "train",
+        help="run GRPO training",
+        description=TRAIN_HELP,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_args(p)
+    p.add_argument(
+        "--print-config", action="store_true", help="also print the full resolved config (always in RUN/config.yaml)"
+    )
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("config", help="print the resolved config, or every key with --docs")
     add_config_args(p)

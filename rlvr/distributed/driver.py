@@ -24,6 +24,7 @@ from rlvr.distributed.worker import Worker
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
 from rlvr.tracking.console import StepPrinter
+from rlvr.training.preflight import preflight
 
 PLACEMENT_TIMEOUT_S = 120
 """How long the workers' placement group may wait for room in the cluster before the run stops."""
@@ -54,9 +55,14 @@ class RayTrainer:
         each Trainer, rank 0 first, after checking that every rank sees rank 0's run directory (under
         FSDP all at once: the Trainers shard together, and the check runs inside their setup);
         False (workers released) when the run has nothing left to do."""
+        fsdp = self.cfg.distributed.strategy == Strategy.FSDP
+        # the checks that need no device, before Ray starts: a bad input is the first line a user sees
+        checked = preflight(self.cfg, device=False, shards=fsdp)
+        if checked.nothing_to_do:
+            self.printer.note(checked.nothing_to_do_line())
+            return False
         try:
-            self._start()
-            fsdp = self.cfg.distributed.strategy == Strategy.FSDP  # at once: the Trainers shard together
+            self._start()  # at once under FSDP: the Trainers shard together
             ok, run_dir, self.start_step = self._all("setup", self.workers if fsdp else self.workers[:1])[0]
             self.run_dir, self.run = Path(run_dir), RunDir(Path(run_dir))
             if not fsdp and len(self.workers) > 1:  # the other ranks, once they see rank 0's run directory

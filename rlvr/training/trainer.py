@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -25,23 +24,20 @@ from rlvr.choices import Backend
 from rlvr.config import Config, Switch, to_yaml
 from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable
 from rlvr.data import PromptStream, prepare_rows
-from rlvr.data.loading import load_split
 from rlvr.errors import UserError
 from rlvr.estimate import data_prompt_tokens, estimate, measured_beside_estimate, memory_check, model_shape
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
-from rlvr.models import load_model, load_tokenizer, lora, resolve_device, resolve_model_path
+from rlvr.models import load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
-from rlvr.models.precision import needs_resolving, resolve_precision
-from rlvr.rewards import Scorer
-from rlvr.rewards import get as get_reward
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory, train_state_bytes
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
 from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, update_policy
+from rlvr.training.preflight import Checked, preflight, summary_lines
 from rlvr.training.replicas import OneProcess
 from rlvr.training.sampling import Scored, collect, rollout_metrics
 from rlvr.training.signals import GracefulStop
@@ -90,40 +86,6 @@ def run(trainer) -> Path:
     return trainer.run_dir
 
 
-def prepare_run_dir(cfg: Config, model_path: Path | None = None) -> Path:
-    """The run directory, checked before any model loads: refuses to write a new run over an
-    existing one (unless ``overwrite=true``), and needs to be writable with room for two checkpoints."""
-    run = RunDir(Path(cfg.resume or cfg.run_dir))
-    run_dir = run.path
-    if not cfg.resume and run.metrics_file.exists():
-        if not cfg.overwrite:
-            raise UserError(
-                f"{run_dir} already holds a run; continue it with resume={run_dir}, start a new one with "
-                f"run_dir=runs/NEW_NAME, or replace it with overwrite=true"
-            )
-        run.remove_outputs()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = run.config_file.with_name(run.config_file.name + ".tmp")
-        tmp.write_text(to_yaml(cfg), encoding="utf-8")
-    except OSError as e:
-        raise UserError(f"run_dir={run_dir} is not writable ({e.strerror or e}); pick another run_dir=") from None
-    if model_path is not None:
-        adapter = cfg.model.lora  # a LoRA checkpoint holds the adapter alone
-        need = 2 * ckpt.checkpoint_bytes(
-            model_path, cfg.model.dtype, lora_rank=adapter.rank, lora_targets=adapter.target_modules
-        )
-        free = shutil.disk_usage(run_dir).free
-        if free < need:
-            tmp.unlink(missing_ok=True)
-            raise UserError(
-                f"run_dir={run_dir} has {free / 2**30:.1f} GiB free but two checkpoints of this model need about "
-                f"{need / 2**30:.1f} GiB; free space there or pick another run_dir="
-            )
-    tmp.replace(run.config_file)
-    return run_dir
-
-
 class Trainer:
     """One GRPO run: :meth:`setup`; :meth:`step` then :meth:`record` per step; :meth:`finish`; :meth:`close`.
 
@@ -156,22 +118,22 @@ class Trainer:
     # -- setup ---------------------------------------------------------------------------
 
     def setup(self) -> bool:
-        """Checks the inputs (before anything is written), prepares the run directory, loads the
-        policy, reference and rollout engine, builds the optimizer and lr schedule, and resumes.
+        """Checks the inputs (:func:`~rlvr.training.preflight.preflight`: nothing printed or written
+        before they pass), prints the run's summary, loads the policy, reference and rollout engine,
+        builds the optimizer and lr schedule, and resumes; only then does the run directory change
+        (:meth:`_begin`).
 
         Returns:
-            False when the run already holds ``train.steps`` steps: nothing to do.
+            False when the run already holds ``train.steps`` steps: nothing to do (nothing written).
         """
-        train_split = self._check_inputs()
-        state = self._load_models(train_split)
-        self._build_optimizer(state)
+        checked = self._check_inputs()
         cfg = self.cfg
-        if self.start_step >= cfg.train.steps:
-            self.printer.note(
-                f"{self.run_dir} already finished {self.start_step} steps (train.steps={cfg.train.steps}); "
-                "nothing to do"
-            )
+        if checked.nothing_to_do:
+            self.printer.note(checked.nothing_to_do_line())
             return False
+        state = self._load_models(checked.train_split)
+        self._build_optimizer(state)
+        self._begin()
         self.stream = PromptStream(len(self.train_rows), cfg.train.prompts_per_step, cfg.seed)
         self.metrics_log = self.samples_log = None
         if self.logs:
@@ -186,47 +148,57 @@ class Trainer:
         self.printer.start(self.start_step)
         return True
 
-    def _check_inputs(self):
-        """Config, data, reward and model path errors, then the run directory; returns the train split."""
-        cfg = self.cfg
-        self.device = resolve_device(cfg.model.device)
-        precision_notes = []
-        if needs_resolving(cfg):  # `rlvr train` resolves (and prints) it before the config dump
-            cfg, precision_notes = resolve_precision(cfg, self.device)
-            self.cfg = cfg
-        train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows  # file and row errors
-        self.scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
+    def _check_inputs(self) -> Checked:
+        """Config, data, reward, model path, checkpoint and run directory errors (:func:`preflight`),
+        then the summary (rank 0) and the evaluation set-up."""
+        checked = preflight(self.cfg, shards=self.shards)
+        self.cfg = cfg = checked.cfg
+        self.device, self.scorer, self.model_path = checked.device, checked.scorer, checked.model_path
+        self.resume_from, self.start_step = checked.resume_from, checked.start_step
+        self.run_dir = checked.run_dir
+        self.run = RunDir(self.run_dir)
+        self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress and self.logs, console=self.console)
+        if not checked.nothing_to_do:
+            for line in summary_lines(checked) + checked.notes:
+                self.printer.note(line)
+            if cfg.log.print_config:
+                self.printer.note("resolved config\n" + to_yaml(cfg).rstrip())
         self.evaluator = TrainingEval(
             cfg.eval,
             cfg.data,
-            test_rows,
-            Path(cfg.resume or cfg.run_dir),
+            checked.test_rows,
+            self.run_dir,
             rollout_max_new_tokens=cfg.rollout.max_new_tokens,
             total_steps=cfg.train.steps,
             scorer=self.scorer,
         )
-        self.model_path = resolve_model_path(cfg.model.path)
-        get_reward(cfg.reward.accuracy_rule)
-        self.resume_from = RunDir(Path(cfg.resume)).resume_checkpoint() if cfg.resume else None
-        if self.resume_from is not None and ckpt.is_sharded(self.resume_from) != self.shards:
-            saved, now = ("fsdp", "ddp") if ckpt.is_sharded(self.resume_from) else ("ddp or one process", "fsdp")
-            raise UserError(
-                f"resume={cfg.resume}: {self.resume_from.name} was saved by a {saved} run, but this run's "
-                f"distributed.strategy is {now}; resume with the run's own distributed settings"
-            )
-        # the other ranks start after rank 0 has prepared the run directory, and only read it
-        self.run_dir = prepare_run_dir(cfg, self.model_path) if self.logs else Path(cfg.resume or cfg.run_dir)
-        if self.shards:  # every rank sets up at once (sharding is collective): wait for rank 0's run dir
-            self.group.share_run_dir(self.run_dir)
-        self.run = RunDir(self.run_dir)
-        self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress and self.logs, console=self.console)
-        for name in ckpt.remove_stale(self.run_dir) if self.logs else ():  # left by a process killed mid-checkpoint
-            self.printer.note(f"removed {self.run.checkpoints_root / name}, a checkpoint a killed run had not finished")
-        for note in precision_notes:
-            self.printer.note(note)
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        return train_split
+        return checked
+
+    def _begin(self) -> None:
+        """The run's first writes, once everything has loaded: a new run's directory and config.yaml
+        (an earlier run's outputs removed with ``overwrite=true``); a resume's segment config in
+        ``RUN/resumes/`` and its metrics and samples past the checkpoint removed. The other ranks
+        start after rank 0 has done this, and only read it."""
+        if self.logs:
+            if self.resume_from is None and self.cfg.overwrite:
+                self.run.remove_outputs()
+            try:
+                self.run.write_config(to_yaml(self.cfg), resumed_from=self.resume_from and self.start_step)
+            except OSError as e:
+                raise UserError(
+                    f"run_dir={self.run_dir} is not writable ({e.strerror or e}); pick another run_dir="
+                ) from None
+            if self.resume_from is not None:
+                truncate_jsonl(self.run.metrics_file, self.start_step)
+                truncate_jsonl(self.run.samples_file, self.start_step)
+            for name in ckpt.remove_stale(self.run_dir):  # left by a process killed mid-checkpoint
+                self.printer.note(
+                    f"removed {self.run.checkpoints_root / name}, a checkpoint a killed run had not finished"
+                )
+        if self.shards:  # every rank sets up at once (sharding is collective): wait for rank 0's run dir
+            self.group.share_run_dir(self.run_dir)
 
     def _estimate_memory(self):
         """The memory estimate (:mod:`rlvr.estimate`) with the data's longest prompt, printed before any
@@ -258,11 +230,14 @@ class Trainer:
         for line in prepared.notes:
             note(line)
         self.memory_estimate = self._estimate_memory()
-        self.start_step, state = 0, None
+        state = None
         if self.resume_from is not None:
             state = ckpt.load_trainer_state(self.resume_from)
-            self.start_step = state["step"]
-            note(f"resuming {self.run_dir} from {self.resume_from.name} (step {self.start_step})")
+            if state["step"] != self.start_step:
+                raise UserError(
+                    f"resume={cfg.resume}: {self.resume_from} holds the state of step {state['step']}, not of "
+                    f"step {self.start_step} as its name says; resume from an unrenamed checkpoint"
+                )
         if cfg.model.packed_weights == Switch.ON:  # before any weights load
             for dtype in dict.fromkeys((cfg.model.dtype, cfg.rollout.dtype)):
                 if (why := dtype_unpackable(getattr(torch, dtype))) is not None:
@@ -351,12 +326,6 @@ class Trainer:
         cfg, spec = self.cfg, self.cfg.model.lora
         ckpt_dir, dtype, device = self.resume_from, cfg.model.dtype, cfg.model.device
         weights_from = self.model_path if self.shards else ckpt_dir or self.model_path  # FSDP: from the shards
-        if ckpt_dir is not None and lora.is_adapter_dir(ckpt_dir) != bool(spec.rank):
-            kind = "a LoRA adapter" if spec.rank == 0 else "full weights"
-            raise UserError(
-                f"resume={cfg.resume}: {ckpt_dir.name} holds {kind} but model.lora.rank={spec.rank}; "
-                "resume with the run's own model.lora settings"
-            )
         if not spec.rank:
             return load_model(weights_from, dtype=dtype, device=device), None
         base = load_model(self.model_path, dtype=dtype, device=device)
@@ -373,8 +342,7 @@ class Trainer:
         return adapter.model, adapter
 
     def _build_optimizer(self, state: dict | None) -> None:
-        """AdamW and the lr schedule; on resume their state, the RNG, a refreshed reference, and the
-        metrics/samples lines past the checkpoint removed."""
+        """AdamW and the lr schedule; on resume their state, the RNG and a refreshed reference."""
         cfg = self.cfg
         trainable = [p for p in self.policy.parameters() if p.requires_grad]  # with LoRA: the adapter alone
         self.optimizer = adamw(
@@ -409,9 +377,6 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         if "ref" in state and not self.shards:  # a reference refreshed from the policy (algo.ref_sync_every)
             self.ref.load_state_dict(state["ref"])
-        if self.logs:
-            truncate_jsonl(self.run.metrics_file, self.start_step)
-            truncate_jsonl(self.run.samples_file, self.start_step)
         self.skipped_steps = state.get("skipped_steps", 0)
 
     def autocast(self):

@@ -182,7 +182,7 @@ def test_config_file_binary(cwd, capsys):
 
 
 def test_markup_like_config_values_do_not_crash(cwd, capsys):
-    # the resolved config is printed before training; '[/x]' must not be read as console markup
+    # config values reach the console (the summary, --print-config); '[/x]' must not be read as markup
     argv = ["train", "run_dir=r", "model.path=/nonexistent", "data.system_prompt=[/x] be [red]brief"]
     _error_line(capsys, argv, ["model.path=/nonexistent not found"])
     _no_run_written(cwd)
@@ -224,11 +224,31 @@ def test_no_command_prints_help_and_exits_2(capsys):
     assert "train" in out
 
 
-def test_unknown_subcommand_exits_2(capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["trian"])
-    assert e.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["trian"], "unknown command 'trian'; did you mean 'train'?"),
+        (["rewards", "list"], "unknown command 'rewards list'; did you mean 'reward list'?"),
+        (["data", "previw", "x.jsonl"], "unknown command 'data previw'; did you mean 'data preview'?"),
+        (["reward", "scor", "--rules", "format"], "unknown command 'reward scor'; did you mean 'reward score'?"),
+        (["xyzzy"], "unknown command 'xyzzy'; use one of train, config,"),
+    ],
+)
+def test_unknown_command_names_the_nearest(capsys, argv, needle):
+    """Issue 35, item 9: argparse printed its usage and every choice; one line names the closest."""
+    _error_line(capsys, argv, [needle])
+
+
+def test_data_line_that_is_not_json(cwd, capsys, tiny_model):
+    """Issue 35, item 4: one line naming file, line and the skip setting; with it training reads on."""
+    (cwd / "d.jsonl").write_text('{"question": "What is 1 + 1?", "answer": "2"}\n{"question": "What\n')
+    argv = ["train", "run_dir=r", "data.task=files", "data.path=d.jsonl"]
+    _error_line(capsys, [*argv, f"model.path={tiny_model}"], ["d.jsonl:2: not valid JSON", "data.on_bad_row=skip"])
+    _no_run_written(cwd)
+    # the data loads before the model path is checked: reaching that error means the line was skipped
+    skip = [*argv, "data.on_bad_row=skip", "model.path=/nonexistent"]
+    _error_line(capsys, skip, ["model.path=/nonexistent not found"])
+    _no_run_written(cwd)
 
 
 def test_data_path_without_files_task(cwd, capsys):

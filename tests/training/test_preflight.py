@@ -1,5 +1,5 @@
 """Before any model loads: the run directory must be writable, have room for two checkpoints, and
-not hold another run unless resume= or overwrite=true (issue 11, preflight)."""
+not hold another run unless resume= or overwrite=true."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from tiny_run import metrics, tiny_config
 
 from rlvr.errors import UserError
-from rlvr.training import checkpoint, train, trainer
+from rlvr.training import checkpoint, preflight, train
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def test_unwritable_run_dir_is_one_line(tiny_dir, tmp_path):
 
 def test_too_little_room_for_two_checkpoints(tiny_dir, tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(trainer.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
     need = 2 * checkpoint.checkpoint_bytes(tiny_dir)
     assert need > 1000
     with pytest.raises(UserError, match="GiB free but two checkpoints of this model need about"):

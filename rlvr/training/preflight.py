@@ -1,0 +1,201 @@
+"""Everything that can stop a run before a model loads, checked at once and in the order a user fixes
+it, with nothing printed and nothing written: the error is the first line a user sees, and a refused
+run (a resume included) leaves its run directory byte for byte as it was.
+
+:func:`preflight` is called by :class:`rlvr.training.Trainer` before it loads weights, and by the Ray
+driver before it starts Ray (without the device checks: each worker resolves its own device).
+:func:`summary_lines` is the short picture of a run printed once the checks pass (the full config
+goes to ``RUN/config.yaml``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from rlvr.config import Config
+from rlvr.data.loading import load_split
+from rlvr.errors import UserError
+from rlvr.models import lora, resolve_device, resolve_model_path
+from rlvr.models.precision import needs_resolving, resolve_precision
+from rlvr.rewards import Scorer
+from rlvr.rewards import get as get_reward
+from rlvr.run_dir import RunDir, step_of
+from rlvr.training import checkpoint as ckpt
+
+LOADED_CORES = 0.5
+"""A load average above this many runnable tasks per core, before training starts, means other work
+shares the cores (a run alone on an idle machine reads close to 0)."""
+
+
+@dataclass
+class Checked:
+    """What :func:`preflight` found: the config to train with and what the checks already loaded."""
+
+    cfg: Config
+    """The run's config, with ``auto`` precision resolved where a device was given."""
+    run_dir: Path
+    model_path: Path
+    train_split: object
+    """The training split (:func:`rlvr.data.loading.load_split`), not yet templated."""
+    test_rows: list[dict]
+    scorer: Scorer
+    resume_from: Path | None = None
+    """The checkpoint a resume continues from (None for a new run)."""
+    start_step: int = 0
+    """The step the run continues after (0 for a new run)."""
+    device: torch.device | None = None
+    notes: list[str] = field(default_factory=list)
+    """Lines to print with the run's summary (precision, evaluation, a loaded machine)."""
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """A resumed run already holds ``train.steps`` steps."""
+        return self.start_step >= self.cfg.train.steps
+
+    def nothing_to_do_line(self) -> str:
+        return (
+            f"{self.run_dir} already finished {self.start_step} steps (train.steps={self.cfg.train.steps}); "
+            "nothing to do, nothing changed; give a larger train.steps to train on"
+        )
+
+
+def preflight(cfg: Config, *, device: bool = True, shards: bool = False) -> Checked:
+    """Checks a run's inputs; returns what it loaded. Writes and prints nothing.
+
+    Args:
+        cfg: the run's config.
+        device: resolve ``model.device`` (and ``auto`` precision) here; False on a Ray driver.
+        shards: this run trains FSDP shards (its checkpoints must be sharded ones to resume).
+
+    Raises:
+        UserError: the first problem, in one line that says how to fix it: device, data files and
+            rows, reward names, model path, the checkpoint to resume, the run directory.
+    """
+    notes: list[str] = []
+    where = None
+    if device:
+        where = resolve_device(cfg.model.device)
+        if needs_resolving(cfg):
+            cfg, notes = resolve_precision(cfg, where)
+    train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
+    scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
+    get_reward(cfg.reward.accuracy_rule)
+    model_path = resolve_model_path(cfg.model.path)
+    checked = Checked(cfg, Path(cfg.resume or cfg.run_dir), model_path, train_split, test_rows, scorer, device=where)
+    if cfg.resume:
+        checked.resume_from = _resume_checkpoint(cfg, shards)
+        checked.start_step = step_of(checked.resume_from)
+    else:
+        _check_new_run_dir(cfg, checked.run_dir)
+    _check_room(cfg, checked.run_dir, model_path)
+    checked.notes = notes + _eval_note(cfg, test_rows) + _load_note()
+    return checked
+
+
+def _resume_checkpoint(cfg: Config, shards: bool) -> Path:
+    """The checkpoint ``resume=`` continues from, when this run's settings can load it."""
+    found = RunDir(Path(cfg.resume)).resume_checkpoint()
+    if ckpt.is_sharded(found) != shards:
+        saved, now = ("fsdp", "ddp") if ckpt.is_sharded(found) else ("ddp or one process", "fsdp")
+        raise UserError(
+            f"resume={cfg.resume}: {found.name} was saved by a {saved} run, but this run's "
+            f"distributed.strategy is {now}; resume with the run's own distributed settings"
+        )
+    rank = cfg.model.lora.rank
+    if not shards and lora.is_adapter_dir(found) != bool(rank):
+        kind = "a LoRA adapter" if rank == 0 else "full weights"
+        raise UserError(
+            f"resume={cfg.resume}: {found.name} holds {kind} but model.lora.rank={rank}; "
+            "resume with the run's own model.lora settings"
+        )
+    return found
+
+
+def _check_new_run_dir(cfg: Config, run_dir: Path) -> None:
+    """A new run needs a writable run directory that holds no other run (unless ``overwrite=true``)."""
+    if RunDir(run_dir).metrics_file.exists() and not cfg.overwrite:
+        raise UserError(
+            f"{run_dir} already holds a run; continue it with resume={run_dir}, start a new one with "
+            f"run_dir=runs/NEW_NAME, or replace it with overwrite=true"
+        )
+    existing = next(p for p in (run_dir, *run_dir.parents) if p.exists() or p == Path(p.anchor))
+    if not existing.is_dir():
+        raise UserError(f"run_dir={run_dir} is not writable ({existing} is a file); pick another run_dir=")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"run_dir={run_dir} is not writable (permission denied on {existing}); pick another run_dir=")
+
+
+def _check_room(cfg: Config, run_dir: Path, model_path: Path) -> None:
+    """Room for two checkpoints where the run writes them."""
+    adapter = cfg.model.lora  # a LoRA checkpoint holds the adapter alone
+    need = 2 * ckpt.checkpoint_bytes(
+        model_path, cfg.model.dtype, lora_rank=adapter.rank, lora_targets=adapter.target_modules
+    )
+    existing = next(p for p in (run_dir, *run_dir.parents) if p.is_dir() or p == Path(p.anchor))
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise UserError(
+            f"run_dir={run_dir} has {free / 2**30:.1f} GiB free but two checkpoints of this model need about "
+            f"{need / 2**30:.1f} GiB; free space there or pick another run_dir="
+        )
+
+
+def _eval_note(cfg: Config, test_rows: list[dict]) -> list[str]:
+    """One line when the run would evaluate but has nothing to evaluate on."""
+    wanted = cfg.eval.at_start or cfg.eval.at_end or cfg.eval.every_steps > 0
+    if not wanted or cfg.eval.data or test_rows:
+        return []
+    return [
+        f"note: no evaluation in this run: data.path={cfg.data.path} has no test split; give one with "
+        "data.test_path=FILE, or evaluate on eval.data=arithmetic (a built-in task) or eval.data=FILE"
+    ]
+
+
+def _load_note() -> list[str]:
+    """A warning when the load average shows other work on this machine's cores."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return []
+    cores = os.cpu_count() or 1
+    if load <= LOADED_CORES * cores:
+        return []
+    return [
+        f"warning: the load average is {load:.1f} on {cores} cores: other work is using them, so steps will "
+        "be slower than quoted; stop it, or give rlvr the free cores with OMP_NUM_THREADS=N"
+    ]
+
+
+def summary_lines(checked: Checked) -> list[str]:
+    """The run in a few lines: what it trains, on what, how, for how long, and where it writes."""
+    cfg = checked.cfg
+    run = RunDir(checked.run_dir)
+    if checked.resume_from is not None:
+        head = (
+            f"resuming {checked.run_dir} from {checked.resume_from.name}: steps {checked.start_step + 1}"
+            f"..{cfg.train.steps}; this segment's config goes to {run.resume_config_file(checked.start_step)}"
+        )
+    else:
+        head = f"new run {checked.run_dir}: the full config goes to {run.config_file}"
+    d, a, t = cfg.data, cfg.algo, cfg.train
+    if d.task == "files":
+        data = d.path + (f" (test: {d.test_path})" if d.test_path else "")
+    else:
+        data = f"{d.task} (difficulty {d.difficulty})"
+    precision = f"{cfg.model.dtype}, rollout {cfg.rollout.dtype}, training autocast bf16 {cfg.model.autocast_bf16}"
+    kl = f"kl {a.kl_coef:g} ({a.kl_estimator})" if a.kl_coef else "no kl"
+    lora_note = f", LoRA rank {cfg.model.lora.rank}" if cfg.model.lora.rank else ""
+    return [
+        head,
+        f"  model      {cfg.model.path} on {checked.device or cfg.model.device}{lora_note}",
+        f"  data       {data}, template {d.template}, {len(checked.test_rows)} test problems",
+        f"  algorithm  {a.adv_method} advantages, {a.loss_agg} loss, {kl}, lr {t.lr:g}; "
+        f"{t.prompts_per_step} prompts x {cfg.rollout.samples_per_prompt} samples per step",
+        f"  steps      {t.steps}" + (f", a checkpoint every {t.save_every}" if t.save_every else ""),
+        f"  precision  {precision}",
+    ]
