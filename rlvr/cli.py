@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -41,10 +42,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's subcommands by name; {} when it has none."""
+    for action in parser._actions:  # argparse has no public way to reach its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices
+    return {}
+
+
+def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """One line naming the nearest command when a command word of ``argv`` is not one, else None.
+
+    Argparse would print its usage and every choice; this names the closest (difflib), as
+    config keys do: ``rlvr trian`` -> 'train', ``rlvr data previw`` -> 'data preview', and a
+    subcommand after a command that takes none: ``rlvr rewards list`` -> 'reward list'.
+    """
+    said: list[str] = []
+    siblings: dict[str, argparse.ArgumentParser] = {}
+    for word in argv:
+        if word.startswith("-"):
+            return None
+        choices = _subcommands(parser)
+        if not choices:  # a leaf; a word after one that takes no positionals may name a sibling's subcommand
+            if any(not a.option_strings for a in parser._actions):
+                return None
+            near = difflib.get_close_matches(said[-1], [n for n, p in siblings.items() if word in _subcommands(p)], 1)
+            if not near:
+                return None
+            return (
+                f"unknown command '{' '.join([*said, word])}'; did you mean '{' '.join([*said[:-1], near[0], word])}'?"
+            )
+        if word not in choices:
+            near = difflib.get_close_matches(word, choices, 1)
+            hint = f"did you mean '{' '.join([*said, near[0]])}'?" if near else f"use one of {', '.join(choices)}"
+            return f"unknown command '{' '.join([*said, word])}'; {hint}"
+        said.append(word)
+        siblings, parser = choices, choices[word]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # a process of its own (not a call from Python): huge pages for malloc first
         cpu.reexec_with_huge_pages()
     parser = build_parser()
+    if message := unknown_command(parser, sys.argv[1:] if argv is None else argv):
+        print(f"error: {message}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

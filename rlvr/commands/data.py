@@ -2,44 +2,51 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
 
-from rlvr.commands.common import quiet_libraries
+from rlvr.commands.common import add_config_args, load_cli_config, quiet_libraries
 from rlvr.errors import UserError
 
 EXAMPLES = """examples:
   rlvr data preview                                   # the quickstart's prompts (built-in arithmetic task)
   rlvr data preview gsm8k/train.jsonl --n 2           # a file: preset detected from its columns
   rlvr data preview my.yaml data.template=r1_base     # a run config, with overrides
+  rlvr data preview --config my.yaml data.jsonl       # a run config on another data file
   rlvr data stats data/math500.jsonl data.max_prompt_tokens=512
   rlvr data prepare my.yaml                           # tokenise and cache before a run
 """
 
+USAGE_NOTE = """The first argument that is not key=value may be a config (.yaml or preset name, as
+with --config) or a data file, folder or glob (read as data.task=files data.path=IT)."""
+
 
 def _config(args):
-    """The Config for ``[CONFIG-or-FILE] [key=value ...]``: a data file or folder becomes data.task=files."""
-    from rlvr.config import load_config
-
-    sources = [a for a in args.items if "=" not in a]
-    overrides = [a for a in args.items if "=" in a]
+    """The Config for ``[--config CONFIG] [CONFIG-or-FILE] [key=value ...]``, read as `rlvr train` reads
+    ``--config`` and overrides; a data file or folder becomes data.task=files."""
+    sources = [a for a in args.overrides if "=" not in a]
+    overrides = [a for a in args.overrides if "=" in a]
     if len(sources) > 1:
         raise UserError(
             f"give one config or data file, not {len(sources)} ({', '.join(sources)}); overrides look like key=value"
         )
-    config = None
+    config = args.config
     if sources:
         src = sources[0]
         path = Path(src)
-        is_config = path.suffix in (".yaml", ".yml") or (not path.exists() and not path.suffix)
+        # a bare word that is no file is a preset name, unless --config already named the config
+        is_config = path.suffix in (".yaml", ".yml") or (config is None and not path.exists() and not path.suffix)
+        if is_config and config is not None:
+            raise UserError(f"two configs: --config {config} and {src}; give one")
         if is_config:
             config = src
         else:
             if not path.exists() and not any(c in src for c in "*?[,"):
                 raise UserError(f"{src} not found: give a config (.yaml or preset name) or a data file, folder or glob")
             overrides = ["data.task=files", f"data.path={src}", *overrides]
-    return load_config(config, overrides)
+    return load_cli_config(argparse.Namespace(config=config, overrides=overrides))
 
 
 def _tokenizer(cfg):
@@ -92,11 +99,14 @@ def cmd_stats(args) -> int:
     tokenizer = _tokenizer(cfg)
     out = {}
     for split in ("train", "test"):
-        out[split] = summary(_prepared(cfg, split, tokenizer))
+        prepared = _prepared(cfg, split, tokenizer)
+        out[split] = {**summary(prepared), "notes": prepared.notes}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     for split, s in out.items():
+        for note in s["notes"]:
+            print(f"# {note}")
         p = s["prompt_tokens"]
         print(
             f"{split}: {s['rows']} rows; prompt tokens min {p['min']} p50 {p['p50']} p90 {p['p90']} "
@@ -126,8 +136,6 @@ def cmd_prepare(args) -> int:
 
 
 def register(sub) -> None:
-    import argparse
-
     p = sub.add_parser(
         "data",
         help="preview, inspect and prepare training data",
@@ -144,13 +152,14 @@ def register(sub) -> None:
         "prepare": ("render, tokenise and cache the data ahead of a run", cmd_prepare),
     }
     for name, (text, fn) in helps.items():
-        q = dsub.add_parser(name, help=text, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-        q.add_argument(
-            "items",
-            nargs="*",
-            metavar="CONFIG-or-FILE key=value",
-            help="a config (.yaml / preset name) or a data file, folder or glob; then overrides",
+        q = dsub.add_parser(
+            name,
+            help=text,
+            description=USAGE_NOTE,
+            epilog=EXAMPLES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        add_config_args(q)
         if name == "preview":
             q.add_argument("--n", type=int, default=3, help="how many prompts to show (default 3)")
             q.add_argument("--split", choices=["train", "test"], default="train")

@@ -12,7 +12,9 @@
 
 JSON and JSONL are parsed with the standard library rather than pyarrow: values stay exactly
 as written (an answer ``42`` never becomes ``42.0`` because another row has ``4.5``), rows
-may differ in type, and a broken line is reported by its line number.
+may differ in type, and a broken line is reported by its line number. With
+``data.on_bad_row=skip`` a JSONL line that is not valid JSON or not an object (and a ``.json``
+record that is not an object) is left out instead, and :attr:`Source.skipped` names it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import glob
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -30,6 +32,13 @@ from rlvr.errors import UserError
 from rlvr.jsonl import parse_lines
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only, before `datasets` is imported
+
+# appended to the error for a bad line or record of a data file: the setting that skips it instead
+SKIP_HINT = "; fix it or set data.on_bad_row=skip"
+
+# reasons a record is left out by data.on_bad_row=skip before any preset sees it
+NOT_JSON = "not valid JSON"
+NOT_OBJECT = "not a JSON object"
 
 FORMATS = {
     ".jsonl": "jsonl",
@@ -49,11 +58,14 @@ class Source:
         name: the file, as given; used in every error message.
         records: rows as Python objects (dicts; lists for ORZ turn lists).
         lines: for JSONL, the 1-based line of each record (blank lines skipped), else None.
+        skipped: reason (:data:`NOT_JSON`, :data:`NOT_OBJECT`) -> the 1-based lines (JSONL) or
+            rows (JSON) that ``data.on_bad_row=skip`` left out of ``records``.
     """
 
     name: str
     records: list
     lines: list[int] | None = None
+    skipped: dict[str, list[int]] = field(default_factory=dict)
 
     def where(self, index: int) -> str:
         """``FILE:LINE`` for JSONL, ``FILE row N`` otherwise (1-based)."""
@@ -104,43 +116,62 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
-def read_jsonl_values(path: Path) -> list[tuple[int, object]]:
+def read_jsonl_values(path: Path, *, skipped: list[int] | None = None, hint: str = "") -> list[tuple[int, object]]:
     """(line number, parsed JSON value) for every non-blank line of a UTF-8 JSONL data file.
 
     For data files, `rlvr generate --input` and `rlvr reward score --input` (a run's own files
     are read tolerantly by :func:`rlvr.jsonl.read_jsonl`); callers check the shape of each value.
-    Raises UserError naming the file and line for non-UTF-8 bytes or a line that is not JSON.
+
+    Args:
+        path: the file.
+        skipped: when given, a line that is not JSON is left out and its number appended here;
+            when None, it raises.
+        hint: appended to the error for a line that is not JSON (e.g. :data:`SKIP_HINT`).
+
+    Raises:
+        UserError: non-UTF-8 bytes, or (``skipped`` None) a line that is not JSON; it names the file and line.
     """
 
     def bad_line(lineno: int, e: Exception) -> NoReturn:
         if isinstance(e, json.JSONDecodeError):
-            raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+            raise UserError(
+                f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object{hint}"
+            ) from None
         if isinstance(e, RecursionError):
             raise UserError(
-                f"{path}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object"
+                f"{path}:{lineno}: JSON nested too deeply to read; each line must be one flat JSON object{hint}"
             ) from None
         # NaN/Infinity, or an integer past Python's 4300-digit limit
         why = "a number of more than 4300 digits; write it as a string" if "digits" in str(e) else f"{e}; drop the row"
-        raise UserError(f"{path}:{lineno}: not valid JSON ({why})") from None
+        raise UserError(f"{path}:{lineno}: not valid JSON ({why}){hint}") from None
 
-    return parse_lines(_read_text(path), on_error=bad_line, parse_constant=_no_constant)
+    text = _read_text(path)
+    values = parse_lines(text, on_error=None if skipped is not None else bad_line, parse_constant=_no_constant)
+    if skipped is not None:  # parse_lines drops such lines silently: they are the non-blank lines it did not return
+        parsed = {lineno for lineno, _ in values}
+        skipped += [n for n, line in enumerate(text.split("\n"), start=1) if line.strip() and n not in parsed]
+    return values
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _read_jsonl(path: Path) -> Source:
-    records, lines = [], []
-    for lineno, obj in read_jsonl_values(path):
+def _read_jsonl(path: Path, skip: bool) -> Source:
+    records, lines, not_json, not_object = [], [], [], []
+    for lineno, obj in read_jsonl_values(path, skipped=not_json if skip else None, hint=SKIP_HINT):
         if not isinstance(obj, (dict, list)):
-            raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            if skip:
+                not_object.append(lineno)
+                continue
+            raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}{SKIP_HINT}")
         records.append(obj)
         lines.append(lineno)
-    return Source(str(path), records, lines)
+    skipped = {reason: numbers for reason, numbers in ((NOT_JSON, not_json), (NOT_OBJECT, not_object)) if numbers}
+    return Source(str(path), records, lines, skipped)
 
 
-def _read_json(path: Path) -> Source:
+def _read_json(path: Path, skip: bool) -> Source:
     text = _read_text(path)
     try:
         obj = json.loads(text)
@@ -157,9 +188,12 @@ def _read_json(path: Path) -> Source:
         obj = [dict(zip(cols, vals)) for vals in zip(*obj.values())]
     if not isinstance(obj, list):
         raise UserError(f"{path}: expected a JSON list of records (or an object of columns), got {type(obj).__name__}")
-    for i, rec in enumerate(obj):
-        if not isinstance(rec, (dict, list)):
-            raise UserError(f"{path} row {i + 1}: expected a JSON object, got {type(rec).__name__}")
+    bad = [i + 1 for i, rec in enumerate(obj) if not isinstance(rec, (dict, list))]
+    if bad and not skip:
+        rec = obj[bad[0] - 1]
+        raise UserError(f"{path} row {bad[0]}: expected a JSON object, got {type(rec).__name__}{SKIP_HINT}")
+    if bad:
+        return Source(str(path), [rec for rec in obj if isinstance(rec, (dict, list))], skipped={NOT_OBJECT: bad})
     return Source(str(path), obj)
 
 
@@ -219,8 +253,8 @@ def _read_saved(folder: Path, split: str, *, required: bool) -> list[Source]:
     return [Source(str(folder), ds.to_list())] if required else []
 
 
-def read_file(path: Path, fmt: str = "auto") -> Source:
-    """All records of one file."""
+def read_file(path: Path, fmt: str = "auto", *, on_bad_row: str = "error") -> Source:
+    """All records of one file; with ``on_bad_row='skip'`` less the JSON(L) ones that are not objects."""
     if fmt == "auto":
         fmt = FORMATS.get(path.suffix.lower())
         if fmt is None:
@@ -229,14 +263,20 @@ def read_file(path: Path, fmt: str = "auto") -> Source:
                 f"{', '.join(FORMATS)} or set data.format"
             )
     if fmt == "jsonl":
-        return _read_jsonl(path)
+        return _read_jsonl(path, on_bad_row == "skip")
     if fmt == "json":
-        return _read_json(path)
+        return _read_json(path, on_bad_row == "skip")
     return _read_hf_file(path, fmt)
 
 
 def read_sources(
-    spec: str, *, fmt: str = "auto", split: str = "train", required: bool = True, key: str = "data.path"
+    spec: str,
+    *,
+    fmt: str = "auto",
+    split: str = "train",
+    required: bool = True,
+    key: str = "data.path",
+    on_bad_row: str = "error",
 ) -> list[Source]:
     """Records of every file named by ``spec`` that belongs to ``split``.
 
@@ -245,6 +285,8 @@ def read_sources(
         fmt: ``data.format`` (auto = by file extension).
         split: the split wanted from ``save_to_disk`` dataset dicts and split-named files in folders.
         required: False when asking a train path for its test split: nothing found is not an error.
+        on_bad_row: ``data.on_bad_row``; 'skip' leaves out JSONL lines that are not valid JSON and
+            JSON(L) records that are not objects (see :attr:`Source.skipped`) instead of raising.
 
     Raises:
         UserError: missing file, unknown format, unreadable or non-UTF-8 file, malformed JSON.
@@ -263,9 +305,9 @@ def read_sources(
                 files = [f for f in files if split.lower() in f.name.lower()]
             elif not required:
                 files = []
-            sources += [read_file(f, fmt) for f in files]
+            sources += [read_file(f, fmt, on_bad_row=on_bad_row) for f in files]
         elif required:  # a plain file holds only the split it was given for
-            sources.append(read_file(path, fmt))
+            sources.append(read_file(path, fmt, on_bad_row=on_bad_row))
     return sources
 
 

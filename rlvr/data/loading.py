@@ -122,8 +122,9 @@ def load_split(data, split: str = "train") -> Split:
     """The rows of ``split`` ('train' or 'test') for ``data`` (a :class:`rlvr.config.DataConfig`).
 
     Files: every record is mapped through the preset (``auto`` detects it from the first file);
-    bad records stop with a one-line :class:`UserError` naming file, row and the keys the row has,
-    or are skipped and counted (``data.on_bad_row=skip``); repeated questions are dropped
+    bad records (and JSONL lines that are not valid JSON or not objects) stop with a one-line
+    :class:`UserError` naming file, row and the keys the row has, or are skipped and counted
+    (``data.on_bad_row=skip``; one note per file and reason lists the lines); repeated questions are dropped
     (``data.dedupe``); then ``data.shuffle`` and ``data.limit``. Built-in tasks are generated
     from their seeds. A test split without test data has no rows.
 
@@ -135,23 +136,32 @@ def load_split(data, split: str = "train") -> Split:
     if data.task != "files":
         return Split(_builtin(data, split), split, key=split_key(data, split))
 
+    kw = dict(fmt=data.format, on_bad_row=data.on_bad_row)
     if split == "train":
-        sources = read_sources(data.path, fmt=data.format, split=data.train_split)
+        sources = read_sources(data.path, split=data.train_split, **kw)
     elif data.test_path:
-        sources = read_sources(data.test_path, fmt=data.format, split=data.test_split, key="data.test_path")
+        sources = read_sources(data.test_path, split=data.test_split, key="data.test_path", **kw)
     else:
-        sources = read_sources(data.path, fmt=data.format, split=data.test_split, required=False)
+        sources = read_sources(data.path, split=data.test_split, required=False, **kw)
         if not sources:
             return Split([], split, notes=["no test split in data.path and no data.test_path: no test rows"])
+    dropped, notes = Counter(), []
+    for source in sources:
+        for reason, numbers in source.skipped.items():
+            dropped[reason] += len(numbers)
+            notes.append(f"{split}: {_skipped_note(source, reason, numbers)}")
     records = [r for s in sources for r in s.records]
     if not records:
-        raise UserError(f"{', '.join(s.name for s in sources)} holds no rows")
+        names = ", ".join(s.name for s in sources)
+        raise UserError(
+            f"no usable rows in {names} ({_counts(dropped)} left out)" if dropped else f"{names} holds no rows"
+        )
     preset, note = _preset(data, records)
-    notes = [f"{split}: {note}"] if note else []
+    notes += [f"{split}: {note}"] if note else []
     if preset.note:
         notes.append(f"{split}: {preset.name}: {preset.note}")
     extras = _extra_keys(data.extra_keys)
-    rows, dropped, seen = [], Counter(), set()
+    rows, seen = [], set()
     for source in sources:
         for i, record in enumerate(source.records):
             try:
@@ -179,6 +189,15 @@ def load_split(data, split: str = "train") -> Split:
     if dropped:
         notes.append(f"{split}: {len(rows)} rows, left out {_counts(dropped)}")
     return Split(rows, split, dropped, notes, split_key(data, split), preset.name)
+
+
+def _skipped_note(source, reason: str, numbers: list[int], *, shown: int = 20) -> str:
+    """One line: 'skipped 2 lines of d.jsonl that are not valid JSON: 2, 7' (the first ``shown`` numbers)."""
+    unit = "line" if source.lines is not None else "row"
+    n = len(numbers)
+    listed = ", ".join(map(str, numbers[:shown])) + (f", … ({n - shown} more)" if n > shown else "")
+    verb = "is" if n == 1 else "are"
+    return f"skipped {n} {unit}{'s' if n != 1 else ''} of {source.name} that {verb} {reason}: {listed}"
 
 
 def _counts(counter: Counter) -> str:

@@ -294,6 +294,40 @@ def test_skip_counts_bad_rows_and_duplicates(tmp_path):
     assert "no usable rows" in one_line_error(files(path=str(all_bad), preset="custom", on_bad_row="skip"))
 
 
+def test_skip_covers_lines_that_are_not_json(tmp_path):
+    """Issue 35, item 4: a torn line stopped the run even with data.on_bad_row=skip."""
+    good = json.dumps({"question": "a", "answer": "1"})
+    train = tmp_path / "train.jsonl"
+    train.write_text("\n".join([good, '{"question": "b', json.dumps({"question": "c", "answer": "3"}), "", "[1,"]))
+    test = tmp_path / "test.jsonl"
+    test.write_text('{"question": NaN}\n' + good + "\n")
+    cfg = files(path=str(train), test_path=str(test), preset="custom", on_bad_row="skip")
+    split = load_split(cfg, "train")
+    assert qa(split.rows) == [("a", "1"), ("c", "3")]
+    assert dict(split.dropped) == {"not valid JSON": 2}
+    assert [n for n in split.notes if "skipped" in n] == [
+        f"train: skipped 2 lines of {train} that are not valid JSON: 2, 5"
+    ]
+    assert "train: 2 rows, left out 2 not valid JSON" in split.notes
+    test_split = load_split(cfg, "test")
+    assert qa(test_split.rows) == [("a", "1")]
+    assert f"test: skipped 1 line of {test} that is not valid JSON: 1" in test_split.notes
+    msg = one_line_error(files(path=str(train), preset="custom"))  # the default stops at the first one
+    assert msg.startswith(f"{train}:2: not valid JSON") and msg.endswith("fix it or set data.on_bad_row=skip")
+
+
+def test_skipped_line_numbers_stay_one_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join([json.dumps({"question": "a", "answer": "1"})] + ["{"] * 25))
+    notes = load_split(files(path=str(path), preset="custom", on_bad_row="skip")).notes
+    assert (
+        f"train: skipped 25 lines of {path} that are not valid JSON: "
+        + ", ".join(map(str, range(2, 22)))
+        + (", … (5 more)")
+        in notes
+    )
+
+
 def test_file_level_errors(tmp_path):
     (tmp_path / "l.jsonl").write_bytes('{"question": "café", "answer": "1"}\n'.encode("latin-1"))
     assert "not UTF-8" in one_line_error(files(path=str(tmp_path / "l.jsonl")))
