@@ -9,12 +9,15 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+import yaml
+
 from rlvr import metric_names as M
 from rlvr.analysis import aha
 from rlvr.analysis.document import Doc, Sample
 from rlvr.analysis.plots import panels_for, save_aha_curve, save_overview, save_panel
 from rlvr.analysis.run import Run, load_run
 from rlvr.errors import UserError
+from rlvr.run_dir import RunDir, step_of
 
 # (dotted config key, label) shown in the config summary
 CONFIG_ROWS = [
@@ -219,6 +222,8 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
     doc.h2("Config")
     doc.table(["setting", "config key", "value"], config_rows(run))
     doc.p(f"The full resolved config is {run.path / 'config.yaml'}.")
+    for line in resume_lines(run.path):
+        doc.p(line)
 
     doc.h2("Time and memory")
     doc.table(["", "value"], [list(r) for r in timings(run)])
@@ -254,3 +259,38 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
     (out / "report.md").write_text(doc.markdown(out), encoding="utf-8")
     (out / "report.html").write_text(doc.html(), encoding="utf-8")
     return out
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def resume_lines(path: Path) -> list[str]:
+    """One line per resumed segment: the step it continued from, its config file, and the keys it
+    changed from the segment before (the config table above is the last segment's)."""
+    run = RunDir(path)
+    before = yaml.safe_load(run.config_file.read_text(encoding="utf-8")) if run.config_file.is_file() else None
+    lines = []
+    for seg in run.resume_config_files():
+        try:
+            now = yaml.safe_load(seg.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            now = None
+        changed = "unreadable"
+        if isinstance(now, dict) and isinstance(before, dict):
+            old, new = _flat(before), _flat(now)
+            diffs = [
+                f"{k} {old.get(k)!r} -> {new[k]!r}"
+                for k in new
+                if k not in ("resume", "run_dir") and old.get(k) != new[k]
+            ]
+            changed = ", ".join(diffs) or "no settings changed"
+        lines.append(f"Resumed after step {step_of(seg.with_suffix(''))} with {seg}: {changed}.")
+        before = now
+    return lines

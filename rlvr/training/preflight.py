@@ -49,8 +49,10 @@ class Checked:
     start_step: int = 0
     """The step the run continues after (0 for a new run)."""
     device: torch.device | None = None
+    precision: list[str] = field(default_factory=list)
+    """How ``auto`` precision was resolved, and why (empty when nothing was ``auto`` or no device was given)."""
     notes: list[str] = field(default_factory=list)
-    """Lines to print with the run's summary (precision, evaluation, a loaded machine)."""
+    """Lines to print after the run's summary (no evaluation, a loaded machine)."""
 
     @property
     def nothing_to_do(self) -> bool:
@@ -76,12 +78,12 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False) -> Chec
         UserError: the first problem, in one line that says how to fix it: device, data files and
             rows, reward names, model path, the checkpoint to resume, the run directory.
     """
-    notes: list[str] = []
+    precision: list[str] = []
     where = None
     if device:
         where = resolve_device(cfg.model.device)
         if needs_resolving(cfg):
-            cfg, notes = resolve_precision(cfg, where)
+            cfg, precision = resolve_precision(cfg, where)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
     get_reward(cfg.reward.accuracy_rule)
@@ -93,7 +95,7 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False) -> Chec
     else:
         _check_new_run_dir(cfg, checked.run_dir)
     _check_room(cfg, checked.run_dir, model_path)
-    checked.notes = notes + _eval_note(cfg, test_rows) + _load_note()
+    checked.precision, checked.notes = precision, _eval_note(cfg, test_rows) + _load_note()
     return checked
 
 
@@ -187,15 +189,21 @@ def summary_lines(checked: Checked) -> list[str]:
         data = d.path + (f" (test: {d.test_path})" if d.test_path else "")
     else:
         data = f"{d.task} (difficulty {d.difficulty})"
-    precision = f"{cfg.model.dtype}, rollout {cfg.rollout.dtype}, training autocast bf16 {cfg.model.autocast_bf16}"
+    precision = checked.precision or [
+        f"model {cfg.model.dtype}, rollout {cfg.rollout.dtype}, training autocast bf16 {cfg.model.autocast_bf16}"
+    ]
+    tests = len(checked.test_rows)
+    evaluated = (
+        f"evaluated on {min(cfg.eval.limit or tests, tests)} of {tests} test problems" if tests else "no test set"
+    )
     kl = f"kl {a.kl_coef:g} ({a.kl_estimator})" if a.kl_coef else "no kl"
     lora_note = f", LoRA rank {cfg.model.lora.rank}" if cfg.model.lora.rank else ""
     return [
         head,
         f"  model      {cfg.model.path} on {checked.device or cfg.model.device}{lora_note}",
-        f"  data       {data}, template {d.template}, {len(checked.test_rows)} test problems",
+        f"  data       {data}, template {d.template}; {evaluated}",
         f"  algorithm  {a.adv_method} advantages, {a.loss_agg} loss, {kl}, lr {t.lr:g}; "
         f"{t.prompts_per_step} prompts x {cfg.rollout.samples_per_prompt} samples per step",
         f"  steps      {t.steps}" + (f", a checkpoint every {t.save_every}" if t.save_every else ""),
-        f"  precision  {precision}",
+        *(f"  precision  {line}" for line in precision),
     ]

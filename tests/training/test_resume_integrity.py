@@ -12,6 +12,7 @@ import yaml
 from tiny_run import metrics, tiny_args, tiny_config
 
 from rlvr import cli
+from rlvr.analysis.report import resume_lines
 from rlvr.analysis.run import load_run
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
@@ -95,6 +96,8 @@ def test_a_resume_that_trains_keeps_each_segment_config(finished, tmp_path, caps
     assert saved["resume"] == str(finished) and saved["run_dir"] == str(finished)
     assert [r["step"] for r in metrics(finished)] == [1, 2, 3]
     assert load_run(finished).config["train"]["steps"] == 3  # the report reads the current config
+    (line,) = resume_lines(finished)
+    assert line.startswith("Resumed after step 2 with ") and "train.steps 2 -> 3, train.lr 0.01 -> 0.005" in line
     # a plain resume starts from the last segment's config (train.lr=5e-3), not from config.yaml
     code, _, err = _cli([f"resume={finished}", "train.steps=4"], capsys)
     assert code == 0, err
