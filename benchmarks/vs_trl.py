@@ -7,7 +7,7 @@
     .venv/bin/python benchmarks/vs_trl.py --only trl            # one side only (no ratio)
 
     .venv/bin/python benchmarks/vs_trl.py --device cuda --model random:qwen2.5-0.5b --precision bf16 \\
-        --prompts-per-step 8 --group-size 8 --max-new-tokens 256 --steps 5   # on a GPU (issue 29)
+        --prompts-per-step 8 --group-size 8 --max-new-tokens 256 --steps 5   # on a GPU
     .venv/bin/python benchmarks/vs_trl.py --only rlvr --model random:tiny --steps 2 --prompts-per-step 1 \\
         --group-size 2 --max-new-tokens 8 --micro-batch-seqs 2   # the plumbing, on a CPU, in a minute
 
@@ -99,7 +99,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
 TRL_ENV = Path(__file__).parent / ".venv-trl"
 TRL_VERSION = "1.16.0"
-"""The TRL release measured (issue 14); it requires transformers>=4.56.2, so it runs on the pinned 5.23."""
+"""The TRL release measured; it requires transformers>=4.56.2, so it runs on the pinned 5.23."""
 MODEL = "smollm2-135m-instruct"
 RULES, WEIGHTS = ["accuracy", "format"], [1.0, 0.5]
 SPREAD_RULES, SPREAD_WEIGHTS = [f"{Path(__file__).with_name('spread_reward.py')}:spread"], [1.0]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SINCE = "4b5d47f"  # the last commit before the rule (issue 28)
+SINCE = "4b5d47f"  # the last commit before the subject rule was adopted
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:

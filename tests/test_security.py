@@ -1,4 +1,4 @@
-"""No model text can reach eval/exec/sympify, and no remote code is trusted (issue 11, security).
+"""No model text can reach eval/exec/sympify, and no remote code is trusted.
 
 The package is read as syntax trees, so a new call anywhere fails this test."""
 

@@ -235,12 +235,12 @@ def test_no_command_prints_help_and_exits_2(capsys):
     ],
 )
 def test_unknown_command_names_the_nearest(capsys, argv, needle):
-    """Issue 35, item 9: argparse printed its usage and every choice; one line names the closest."""
+    """An unknown command is one line naming the closest, not argparse's usage and every choice."""
     _error_line(capsys, argv, [needle])
 
 
 def test_data_line_that_is_not_json(cwd, capsys, tiny_model):
-    """Issue 35, item 4: one line naming file, line and the skip setting; with it training reads on."""
+    """A data line that is not JSON: one line naming file, line and the skip setting; with it training reads on."""
     (cwd / "d.jsonl").write_text('{"question": "What is 1 + 1?", "answer": "2"}\n{"question": "What\n')
     argv = ["train", "run_dir=r", "data.task=files", "data.path=d.jsonl"]
     _error_line(capsys, [*argv, f"model.path={tiny_model}"], ["d.jsonl:2: not valid JSON", "data.on_bad_row=skip"])

@@ -1,4 +1,4 @@
-"""Every command that reads a config takes ``--config``/``-c`` as `rlvr train` does (issue 35, item 9):
+"""Every command that reads a config takes ``--config``/``-c`` as `rlvr train` does:
 `rlvr data preview --config my.yaml` was a usage error."""
 
 import json

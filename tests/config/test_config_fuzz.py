@@ -1,4 +1,4 @@
-"""Any override a user can type gives a Config or one UserError line, never a traceback (issue 11, item 5)."""
+"""Any override a user can type gives a Config or one UserError line, never a traceback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The distributed section: defaults, and one-line errors for what Ray cannot run (issue 13, item 1)."""
+"""The distributed section: defaults, and one-line errors for what Ray cannot run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``rlvr data preview`` on files holding every kind of bad row: each is exit 2 and
 one ``error: FILE:LINE: ...`` line that names ``data.on_bad_row=skip``, never a traceback; with
-``data.on_bad_row=skip`` every bad row, a line that is not JSON included (issue 35, item 4), is
+``data.on_bad_row=skip`` every bad row, a line that is not JSON included, is
 dropped and the good row is previewed."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_malformed_csv_json_parquet(suffix, text, needle, tmp_path, preview):
 
 
 def test_skipped_lines_are_one_note_and_counted_in_preview_stats_prepare(tmp_path, preview, capsys, chat_model):
-    """Issue 35, item 4: `data.on_bad_row=skip` stopped at the first torn line; now every command skips it."""
+    """`data.on_bad_row=skip` used to stop at the first torn line; now every command skips it."""
     path = tmp_path / "bad.jsonl"
     lines = [GOOD, '{"question": "2+2', '{"question": "3+3?", "answer": "6"}', "", "", "", "{oops", "7"]
     path.write_text("\n".join(lines) + "\n")

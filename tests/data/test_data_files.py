@@ -295,7 +295,7 @@ def test_skip_counts_bad_rows_and_duplicates(tmp_path):
 
 
 def test_skip_covers_lines_that_are_not_json(tmp_path):
-    """Issue 35, item 4: a torn line stopped the run even with data.on_bad_row=skip."""
+    """data.on_bad_row=skip skips a torn line too (it used to stop the run)."""
     good = json.dumps({"question": "a", "answer": "1"})
     train = tmp_path / "train.jsonl"
     train.write_text("\n".join([good, '{"question": "b', json.dumps({"question": "c", "answer": "3"}), "", "[1,"]))

@@ -1,5 +1,5 @@
 """A Ray worker that dies or hangs mid-step ends the run with one line naming the last checkpoint, which
-stays intact and resumable (issue 30). The worker is lost from inside: its reward plugin SIGKILLs its own
+stays intact and resumable. The worker is lost from inside: its reward plugin SIGKILLs its own
 process (what ``ray.kill`` or the OOM killer does to it) or sleeps, on rank 1, at a chosen step."""
 
 from __future__ import annotations

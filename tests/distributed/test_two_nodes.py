@@ -1,4 +1,4 @@
-"""Two Ray nodes on one machine (issue 30): a head and a second node started with `ray start`, each with
+"""Two Ray nodes on one machine: a head and a second node started with `ray start`, each with
 one `rlvr_node` custom resource, so that each of the two workers lands on its own node. The run joins the
 cluster with `distributed.address=auto`, trains 2 steps, resumes for a third, and both nodes are stopped
 by their PIDs (never `ray stop`, which would stop every Ray cluster on the machine)."""

@@ -1,4 +1,4 @@
-"""Issue 10 item 6: evaluation scores through the Scorer (worker pool, hard time limit, same rules
+"""Evaluation scores through the Scorer (worker pool, hard time limit, same rules
 as training), and an item's time limit times the item's own work, not start-up or imports."""
 
 from __future__ import annotations

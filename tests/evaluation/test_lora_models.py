@@ -1,6 +1,6 @@
 """A LoRA run's checkpoints (an adapter, no full weights) work wherever a model is named: `rlvr eval`,
 `chat`, `generate` merge the adapter into its base, and `rlvr export` writes the merged model as a
-plain Hugging Face directory with base+adapter's logits (issue 13, item 3). Tiny model, CPU."""
+plain Hugging Face directory with base+adapter's logits. Tiny model, CPU."""
 
 from __future__ import annotations
 

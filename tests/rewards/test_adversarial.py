@@ -1,4 +1,4 @@
-"""Adversarial and random text at every extractor and every built-in rule (issue 11, item 5).
+"""Adversarial and random text at every extractor and every built-in rule.
 
 No exception escapes; every extractor returns a string or None quickly; every rule, through the
 trainer's Scorer (worker pool, hard time limit), returns a finite number per item, or the

@@ -1,4 +1,4 @@
-"""Issue 27: one rule for numeric gold answers (rlvr.rewards.extract.denoted_number), checked on a table.
+"""One rule for numeric gold answers (rlvr.rewards.extract.denoted_number), checked on a table.
 
 ``numeric_answers.jsonl`` (beside this file) holds completions in the answer styles of GSM8K and MATH
 solutions, each with its gold and the score every accuracy rule must give: every notation of a number

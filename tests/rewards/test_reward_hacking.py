@@ -1,4 +1,4 @@
-"""Issue 10 item 5: copying the question never pays on a built-in task.
+"""Copying the question never pays on a built-in task.
 
 Every built-in task's rows (arithmetic difficulty 1-4, countdown 1-4) are scored the way the
 trainer scores them (``rule(completions, labels, **fields)`` with the rows' other keys as

@@ -1,4 +1,4 @@
-"""A reward pool interrupted mid-batch must not hand the old batch's replies to the next one (issue 11)."""
+"""A reward pool interrupted mid-batch must not hand the old batch's replies to the next one."""
 
 from __future__ import annotations
 

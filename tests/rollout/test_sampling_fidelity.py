@@ -1,5 +1,5 @@
 """What is sampled is what is trained: precision from the hardware, eval mode outside the update,
-rlvr's own generation settings, and stop strings (issue 10, items 1, 3 and 4)."""
+rlvr's own generation settings, and stop strings."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Seeded sampling: each sequence draws from its own generator, so what it samples depends on its
-seed, not on the batch it is generated in (what N data-parallel workers need; issue 13, item 1)."""
+seed, not on the batch it is generated in (what N data-parallel workers need)."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ def test_rng_state_survives_a_checkpoint(tmp_path, tok):
 @pytest.mark.parametrize("killed_at", ["swap", "rename_into_place", "after_swap"])
 def test_resaving_a_step_never_leaves_last_pointing_nowhere(tmp_path, tok, monkeypatch, killed_at):
     """A kill anywhere in re-saving a step leaves `last` on a complete checkpoint: the old one
-    before the swap, the new one after it (issue 11: `last` must never point nowhere)."""
+    before the swap, the new one after it (`last` must never point nowhere)."""
     import contextlib
 
     from rlvr.training import checkpoint

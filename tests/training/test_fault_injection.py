@@ -1,5 +1,5 @@
 """Kill -9 and SIGTERM at named points and at random moments, resume, and end bit-identical to a
-run that was never interrupted (issue 11's fault-injection acceptance). Every run is a subprocess
+run that was never interrupted (what crash-safe checkpoints and exact resume promise). Every run is a subprocess
 of ``rlvr train``; in-process signal tests are in test_signals.py."""
 
 from __future__ import annotations

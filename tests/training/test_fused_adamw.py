@@ -1,4 +1,5 @@
-"""The trainer's AdamW runs torch's fused kernel (issue 14): the same update as the plain loop, to float rounding."""
+"""The trainer's AdamW runs torch's fused kernel (one kernel for all parameters, for speed): the same
+update as the plain loop, to float rounding."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """LoRA (``model.lora.*``, peft): only the adapter trains, the reference is the base with the adapter
 off (no second copy), a merged adapter gives base+adapter's logits, and a resumed LoRA run is
-bit-exact (issue 13, item 3). Tiny models on CPU, no downloads."""
+bit-exact. Tiny models on CPU, no downloads."""
 
 from __future__ import annotations
 

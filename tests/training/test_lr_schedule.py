@@ -1,4 +1,4 @@
-"""The lr schedule (transformers' schedules where one matches rlvr's, issue 12 item 4): hand values
+"""The lr schedule (transformers' schedules where one matches rlvr's): hand values
 for every schedule and warmup / min_lr_ratio setting, equality with the schedule rlvr had before,
 and a resume through the scheduler's state_dict."""
 

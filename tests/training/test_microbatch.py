@@ -1,5 +1,5 @@
 """Length-bucketed forward passes (rlvr.training.microbatch): every row once, prompts still shared,
-and the same gradient and log-probs as one pass per micro-batch (issue 14: no padding waste)."""
+and the same gradient and log-probs as one pass per micro-batch (so no compute goes to padding)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A NaN/inf loss or gradient skips that update instead of ending the run; too many in a row stop it
-with the last good weights saved (issue 11, numerics)."""
+with the last good weights saved."""
 
 from __future__ import annotations
 

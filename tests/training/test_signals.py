@@ -1,5 +1,5 @@
-"""SIGTERM/SIGINT finish the step, checkpoint, close the sinks and return; resuming is bit-exact
-(issue 11, signals). Time-bounded checkpoints (train.save_every_min)."""
+"""SIGTERM/SIGINT finish the step, checkpoint, close the sinks and return; resuming is bit-exact.
+Time-bounded checkpoints (train.save_every_min)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The trainer keeps a shape a reader (and a Ray worker) can follow: no function in rlvr/training
-runs 60 lines or more (issue 12), ``train`` is a loop over the Trainer's methods, and the metric
+runs 60 lines or more, ``train`` is a loop over the Trainer's methods, and the metric
 names it writes live in one standard-library module."""
 
 from __future__ import annotations
