@@ -131,7 +131,12 @@ class Trainer:
         if checked.nothing_to_do:
             self.printer.note(checked.nothing_to_do_line())
             return False
-        state = self._load_models(checked.train_split)
+        lines = self._prepare_prompts(checked.train_split)  # may still fail: before the summary
+        for line in summary_lines(checked) + checked.notes + lines:
+            self.printer.note(line)
+        if cfg.log.print_config:
+            self.printer.note("resolved config\n" + to_yaml(cfg).rstrip())
+        state = self._load_models()
         self._build_optimizer(state)
         self._begin()
         self.stream = PromptStream(len(self.train_rows), cfg.train.prompts_per_step, cfg.seed)
@@ -150,7 +155,7 @@ class Trainer:
 
     def _check_inputs(self) -> Checked:
         """Config, data, reward, model path, checkpoint and run directory errors (:func:`preflight`),
-        then the summary (rank 0) and the evaluation set-up."""
+        then the evaluation set-up."""
         checked = preflight(self.cfg, shards=self.shards)
         self.cfg = cfg = checked.cfg
         self.device, self.scorer, self.model_path = checked.device, checked.scorer, checked.model_path
@@ -158,11 +163,6 @@ class Trainer:
         self.run_dir = checked.run_dir
         self.run = RunDir(self.run_dir)
         self.printer = StepPrinter(cfg.train.steps, enabled=cfg.log.progress and self.logs, console=self.console)
-        if not checked.nothing_to_do:
-            for line in summary_lines(checked) + checked.notes:
-                self.printer.note(line)
-            if cfg.log.print_config:
-                self.printer.note("resolved config\n" + to_yaml(cfg).rstrip())
         self.evaluator = TrainingEval(
             cfg.eval,
             cfg.data,
@@ -185,7 +185,8 @@ class Trainer:
             if self.resume_from is None and self.cfg.overwrite:
                 self.run.remove_outputs()
             try:
-                self.run.write_config(to_yaml(self.cfg), resumed_from=self.resume_from and self.start_step)
+                resumed_from = None if self.resume_from is None else self.start_step
+                self.run.write_config(to_yaml(self.cfg), resumed_from=resumed_from)
             except OSError as e:
                 raise UserError(
                     f"run_dir={self.run_dir} is not writable ({e.strerror or e}); pick another run_dir="
@@ -200,10 +201,25 @@ class Trainer:
         if self.shards:  # every rank sets up at once (sharding is collective): wait for rank 0's run dir
             self.group.share_run_dir(self.run_dir)
 
+    def _prepare_prompts(self, train_split) -> list[str]:
+        """The tokenizer, the rendered and tokenised prompts, the memory estimate and check, and the
+        packed-weights check; returns the lines to print with the run's summary."""
+        cfg = self.cfg
+        self.tokenizer = load_tokenizer(self.model_path)
+        prepared = prepare_rows(train_split, cfg.data, self.tokenizer)  # rendered prompts + token counts, cached
+        self.train_rows, self.prefix = prepared.rows, prepared.template.assistant_prefix
+        self.memory_estimate, estimate_line = self._estimate_memory()
+        if cfg.model.packed_weights == Switch.ON:  # before any weights load
+            for dtype in dict.fromkeys((cfg.model.dtype, cfg.rollout.dtype)):
+                if (why := dtype_unpackable(getattr(torch, dtype))) is not None:
+                    raise UserError(f"model.packed_weights=true: {why}; set model.packed_weights=auto or false")
+        return [*prepared.notes, estimate_line]
+
     def _estimate_memory(self):
-        """The memory estimate (:mod:`rlvr.estimate`) with the data's longest prompt, printed before any
-        weights load; None if the model's config.json is not one it reads (training goes on). On a GPU,
-        a UserError when it exceeds the device's free memory (unless ``train.skip_memory_check``)."""
+        """(the memory estimate (:mod:`rlvr.estimate`) with the data's longest prompt, its line) before
+        any weights load; the estimate is None if the model's config.json is not one it reads (training
+        goes on). On a GPU, a UserError when it exceeds the device's free memory (unless
+        ``train.skip_memory_check``)."""
         try:
             est = estimate(
                 self.cfg,
@@ -212,24 +228,16 @@ class Trainer:
                 prompt=data_prompt_tokens(self.train_rows),
             )
         except UserError as e:
-            self.printer.note(f"memory estimate: unavailable ({e})")
-            return None
-        self.printer.note(est.summary())
+            return None, f"memory estimate: unavailable ({e})"
         if self.device.type == "cuda" and not self.cfg.train.skip_memory_check:
             free, _ = torch.cuda.mem_get_info(self.device)
             memory_check(est, free, f"{torch.cuda.get_device_name(self.device)} ({self.device})")
-        return est
+        return est, est.summary()
 
-    def _load_models(self, train_split) -> dict | None:
-        """Tokenizer and prompts, the policy (from the last checkpoint when resuming), the reference,
-        the engine; returns the checkpoint's trainer state when resuming."""
+    def _load_models(self) -> dict | None:
+        """The policy (from the last checkpoint when resuming), the reference, the engine; returns the
+        checkpoint's trainer state when resuming."""
         cfg, note = self.cfg, self.printer.note
-        self.tokenizer = load_tokenizer(self.model_path)
-        prepared = prepare_rows(train_split, cfg.data, self.tokenizer)  # rendered prompts + token counts, cached
-        self.train_rows, self.prefix = prepared.rows, prepared.template.assistant_prefix
-        for line in prepared.notes:
-            note(line)
-        self.memory_estimate = self._estimate_memory()
         state = None
         if self.resume_from is not None:
             state = ckpt.load_trainer_state(self.resume_from)
@@ -238,10 +246,6 @@ class Trainer:
                     f"resume={cfg.resume}: {self.resume_from} holds the state of step {state['step']}, not of "
                     f"step {self.start_step} as its name says; resume from an unrenamed checkpoint"
                 )
-        if cfg.model.packed_weights == Switch.ON:  # before any weights load
-            for dtype in dict.fromkeys((cfg.model.dtype, cfg.rollout.dtype)):
-                if (why := dtype_unpackable(getattr(torch, dtype))) is not None:
-                    raise UserError(f"model.packed_weights=true: {why}; set model.packed_weights=auto or false")
         self.policy, self.adapter = self._load_policy()
         if cfg.model.gradient_checkpointing:
             self.policy.gradient_checkpointing_enable()

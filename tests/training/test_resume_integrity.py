@@ -14,7 +14,6 @@ from tiny_run import metrics, tiny_args, tiny_config
 from rlvr import cli
 from rlvr.analysis.report import resume_lines
 from rlvr.analysis.run import load_run
-from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
 from rlvr.training import preflight, train
 
