@@ -11,12 +11,12 @@ from rlvr.commands.common import add_config_args, load_cli_config, quiet_librari
 from rlvr.errors import UserError
 
 EXAMPLES = """examples:
-  rlvr data preview                                   # the quickstart's prompts (built-in arithmetic task)
-  rlvr data preview gsm8k/train.jsonl --n 2           # a file: preset detected from its columns
-  rlvr data preview my.yaml data.template=r1_base     # a run config, with overrides
-  rlvr data preview --config my.yaml data.jsonl       # a run config on another data file
-  rlvr data stats data/math500.jsonl data.max_prompt_tokens=512
-  rlvr data prepare my.yaml                           # tokenise and cache before a run
+  rlvr data preview                                    # the quickstart's prompts (built-in arithmetic task)
+  rlvr data preview examples/gsm8k_train.jsonl --n 2   # a file: preset detected from its columns
+  rlvr data preview examples/my.yaml data.template=r1_base   # a run config, with overrides
+  rlvr data preview --config examples/my.yaml examples/gsm8k_test.jsonl   # a run config on another file
+  rlvr data stats examples/gsm8k_train.jsonl data.max_prompt_tokens=512
+  rlvr data prepare examples/my.yaml                   # tokenise and cache before a run
 """
 
 USAGE_NOTE = """The first argument that is not key=value may be a config (.yaml or preset name, as

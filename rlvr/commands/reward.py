@@ -12,11 +12,11 @@ from rlvr.run_dir import RunDir
 
 EXAMPLES = """examples:
   rlvr reward list
-  rlvr reward score --rules accuracy,format --input completions.jsonl --output scored.jsonl
-  rlvr reward score --rules accuracy,format --weights 1,0.5 --input completions.jsonl
+  rlvr reward score --rules accuracy,format --input examples/completions.jsonl --output scored.jsonl
+  rlvr reward score --rules accuracy,format --weights 1,0.5 --input examples/completions.jsonl
   rlvr reward score --rules accuracy,accuracy_lenient --input tests/rewards/numeric_answers.jsonl
                                                     # rows with "expected": a verdict each, exit 1 on any miss
-  rlvr reward score --rules my_rewards.py:length_penalty,accuracy --input completions.jsonl
+  rlvr reward score --rules my_rewards.py:length_penalty,accuracy --input examples/completions.jsonl
   rlvr reward check runs/quickstart                 # re-score samples.jsonl with today's rules
   rlvr reward check runs/quickstart --rules accuracy,strict_format
 """
