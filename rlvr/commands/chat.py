@@ -36,6 +36,25 @@ def render_chat(tokenizer, template, messages: list[dict]) -> str:
     return text + template.assistant_prefix
 
 
+def until_stop(pieces, stop: list[str]):
+    """The streamed ``pieces`` cut as :func:`rlvr.rollout.base.cut_at_stop` cuts their joined text.
+
+    The token that completes a stop string may carry text after it (BPE merges ``><`` after
+    ``</answer``), and the streamer flushes that token whole when generation ends; what is shown
+    must be what the answer keeps. The rest of ``pieces`` is still read, so the streamer drains.
+    """
+    from rlvr.rollout.base import cut_at_stop
+
+    text, shown = "", 0
+    for piece in pieces:
+        text += piece
+        # until a stop string is complete the cut text is all of `text`, so what was shown is its prefix
+        visible = cut_at_stop(text, stop)
+        if len(visible) > shown:
+            yield visible[shown:]
+            shown = len(visible)
+
+
 class Chat:
     """A conversation with one model: history, system prompt, temperature."""
 
@@ -65,7 +84,6 @@ class Chat:
         import torch
         from transformers import StoppingCriteriaList, TextIteratorStreamer
 
-        from rlvr.rollout.base import cut_at_stop
         from rlvr.rollout.hf import StopStrings
 
         messages = self.messages(question)
@@ -94,14 +112,14 @@ class Chat:
         worker = threading.Thread(target=lambda: self._generate(torch, kwargs, streamer), daemon=True)
         worker.start()
         pieces = []
-        for piece in streamer:
+        for piece in until_stop(streamer, self.stop):
             pieces.append(piece)
             if on_text is not None:
                 on_text(piece)
         worker.join()
         if self._error is not None:
             raise self._error
-        answer = self.template.assistant_prefix + cut_at_stop("".join(pieces), self.stop)
+        answer = self.template.assistant_prefix + "".join(pieces)
         self.history += [messages[-1], {"role": "assistant", "content": answer}]
         return answer
 
