@@ -220,3 +220,67 @@ def render_prompt(
     else:
         template = get_template(template, system_prompt=system_prompt, assistant_prefix=assistant_prefix)
     return render(tokenizer, template, question)
+
+
+def _jinja_str(text: str) -> str:
+    """``text`` as a Jinja string literal (Jinja reads Python's escapes, which JSON's are a subset of)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def chat_template(template: PromptTemplate, base: str | None) -> str:
+    """A Jinja chat template that renders as :func:`render` does, for a tokenizer whose own chat
+    template is ``base`` (None: it has none).
+
+    ``apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True)``
+    then gives ``render(tokenizer, template, question)``: every user message is wrapped in the
+    template's user text, the template's system turn is added unless the messages open with one,
+    and the assistant prefix follows the opened assistant turn. With ``chat=False`` (or ``plain`` and
+    no ``base``) the turns are raw text, as ``rlvr chat`` joins them.
+
+    Raises:
+        UserError: the template needs a chat template and ``base`` is None.
+    """
+    use_chat = bool(base) if template.chat is None else template.chat
+    if use_chat and not base:
+        raise UserError(
+            f"data.template={template.name} needs a chat template, and this tokenizer has none; "
+            "there is no chat template to build on"
+        )
+    head, _, tail = template.user.partition(PLACEHOLDER)
+    user = " + ".join(
+        [*([_jinja_str(head)] if head else []), "message['content']", *([_jinja_str(tail)] if tail else [])]
+    )
+    name = template.name if template.name in TEMPLATES else Path(template.name).name  # no local paths
+    # trim_blocks (as transformers renders) drops the newline after each block tag, so each tag has its line
+    lines = [
+        f"{{#- rlvr data.template={name.replace('#}', '')}: a user message holds the bare question -#}}",
+        "{%- set ns = namespace(messages=[]) %}",
+    ]
+    if template.system:
+        lines += [
+            "{%- if not messages or messages[0]['role'] != 'system' %}",
+            f"{{%- set ns.messages = [{{'role': 'system', 'content': {_jinja_str(template.system)}}}] %}}",
+            "{%- endif %}",
+        ]
+    lines += [
+        "{%- for message in messages %}",
+        "{%- if message['role'] == 'user' %}",
+        f"{{%- set ns.messages = ns.messages + [{{'role': 'user', 'content': {user}}}] %}}",
+        "{%- else %}",
+        "{%- set ns.messages = ns.messages + [message] %}",
+        "{%- endif %}",
+        "{%- endfor %}",
+    ]
+    if use_chat:
+        # Jinja drops one trailing newline of a template's source; inside this one it would be output
+        lines += ["{%- set messages = ns.messages %}", base.removesuffix("\n")]
+    else:
+        lines += [
+            "{%- for message in ns.messages %}",
+            "{{- message['content'] }}{% if message['role'] != 'user' %}{{ '\\n' }}{% endif %}",
+            "{%- endfor %}",
+        ]
+    body = "\n".join(lines)
+    if template.assistant_prefix:
+        body += f"{{% if add_generation_prompt %}}{{{{ {_jinja_str(template.assistant_prefix)} }}}}{{% endif %}}"
+    return body + "\n"
