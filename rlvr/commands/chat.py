@@ -239,6 +239,8 @@ def register(sub) -> None:
     )
     add_model_args(p)
     p.add_argument("--once", default=None, metavar="QUESTION", help="answer one question on stdout and exit")
-    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument(
+        "--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy; default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     p.set_defaults(func=cmd_chat)

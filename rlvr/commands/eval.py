@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
-import time
 from pathlib import Path
 
 from rlvr.errors import UserError
@@ -12,11 +10,8 @@ from rlvr.errors import UserError
 EXAMPLES = """examples:
   rlvr eval --model smollm2-135m-instruct --model runs/quickstart --data arithmetic --limit 200
   rlvr eval --model runs/quickstart/checkpoints/step_000020 --data gsm8k_test.jsonl --preset gsm8k --samples 8
+results: summary.json and predictions.jsonl in runs/eval/DATA-TIME/ (one folder per model when comparing)
 """
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
 
 
 def _progress(console, label: str):
@@ -92,7 +87,7 @@ def cmd_eval(args) -> int:
     resolved = [eval_models.resolve(m) for m in args.model]  # every model checked before any work
     rows = load_eval_rows(args.data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, resolved, template="r1")
-    out = Path(args.output or Path("evals") / f"{_slug(Path(args.data).stem)}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = Path(args.output) if args.output else eval_models.default_output("eval", Path(args.data).stem, stamp=True)
     quiet_libraries()
     from rlvr.rollout import HFRolloutEngine
 
@@ -118,7 +113,7 @@ def cmd_eval(args) -> int:
                 batch_prompts=args.batch,
                 on_batch=on_batch,
             )
-        sub = _slug(r.label) + ("" if r.label not in labels else f"-{len(labels) + 1}")  # two runs' 'last'
+        sub = eval_models.slug(r.label) + ("" if r.label not in labels else f"-{len(labels) + 1}")  # two runs' 'last'
         where = out / sub if len(resolved) > 1 else out
         write_result(
             result,
@@ -156,13 +151,23 @@ def register(sub) -> None:
     p.add_argument(
         "--data", "-d", required=True, help="built-in task (arithmetic: its test split) or a data file/folder"
     )
-    p.add_argument("--preset", default=None, help="dataset preset of the data file, e.g. gsm8k")
-    p.add_argument("--difficulty", type=int, default=1, help="arithmetic difficulty 1..4")
-    p.add_argument("--limit", type=int, default=None, help="evaluate the first N problems")
     p.add_argument(
-        "--samples", "-k", type=int, default=1, help="K samples per problem for pass@k and maj@K (1 = greedy only)"
+        "--preset",
+        default=None,
+        help="dataset preset of the data file, e.g. gsm8k (default: detected from its columns)",
     )
-    p.add_argument("--temperature", type=float, default=1.0, help="temperature of the K samples")
-    p.add_argument("--batch", type=int, default=64, help="problems generated together")
-    p.add_argument("--output", "-o", default=None, help="output folder (default: evals/DATA-TIME)")
+    p.add_argument("--difficulty", type=int, default=1, help="arithmetic difficulty 1..4 (default: %(default)s)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate the first N problems (default: all)")
+    p.add_argument(
+        "--samples",
+        "-k",
+        type=int,
+        default=1,
+        help="K samples per problem for pass@k and maj@K (1 = greedy only; default: %(default)s)",
+    )
+    p.add_argument("--temperature", type=float, default=1.0, help="temperature of the K samples (default: %(default)s)")
+    p.add_argument("--batch", type=int, default=64, help="problems generated together (default: %(default)s)")
+    p.add_argument(
+        "--output", "-o", default=None, help="output folder (default: runs/eval/DATA-TIME, DATA the data's name)"
+    )
     p.set_defaults(func=cmd_eval)

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # `rlvr --help` imports every command module: rlvr.data waits
     from rlvr.data.templates import PromptTemplate
 
 EXAMPLES = """examples:
-  rlvr export runs/quickstart --output exported/smollm2-arith                 # the run's last checkpoint
-  rlvr export runs/quickstart/checkpoints/step_000020 --output out --dtype bfloat16
+  rlvr export runs/quickstart                          # the run's last checkpoint -> runs/export/quickstart
+  rlvr export runs/quickstart/checkpoints/step_000020 --output smollm2-arith --dtype bfloat16
 """
 
 
@@ -142,15 +142,30 @@ def training_prompt(resolved, tokenizer) -> TrainingPrompt | None:
     return TrainingPrompt(template, example, max_new, stop)
 
 
+def default_output(resolved) -> Path:
+    """``runs/export/RUN`` for a run's last checkpoint, ``runs/export/RUN-STEP`` for another of its
+    checkpoints, else ``runs/export/NAME`` after the model given."""
+    from rlvr.evaluation import loading as eval_models
+
+    spec = Path(resolved.spec)
+    if resolved.run_dir is None:
+        name = spec.stem if spec.suffix == ".gguf" else spec.name
+    elif spec.resolve() == resolved.run_dir:
+        name = resolved.run_dir.name
+    else:
+        name = f"{resolved.run_dir.name}-{resolved.path.name}"
+    return eval_models.default_output("export", name or resolved.spec)
+
+
 def cmd_export(args) -> int:
     from rlvr.commands.common import quiet_libraries
     from rlvr.evaluation import loading as eval_models
     from rlvr.models.loading import DTYPES
 
-    out = Path(args.output)
+    resolved = eval_models.resolve(args.checkpoint)
+    out = Path(args.output) if args.output else default_output(resolved)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--output {out} exists and is not empty; give a new folder")
-    resolved = eval_models.resolve(args.checkpoint)
     quiet_libraries()
     from rlvr.rollout.hf import eos_token_ids
 
@@ -192,6 +207,17 @@ def register(sub) -> None:
     p.add_argument(
         "checkpoint", help="run directory (its last checkpoint), checkpoint directory, HF dir, .gguf or built-in name"
     )
-    p.add_argument("--output", "-o", required=True, help="new folder to write")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="weight dtype")
+    p.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        help="new folder to write (default: runs/export/RUN, or runs/export/RUN-STEP for another checkpoint "
+        "than the last, or runs/export/NAME for a model outside a run)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="weight dtype (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_export)

@@ -10,8 +10,10 @@ from pathlib import Path
 from rlvr.errors import UserError
 
 EXAMPLES = """examples:
-  rlvr generate --model runs/quickstart --input prompts.jsonl --output out.jsonl --samples 4 --temperature 0.8
+  rlvr generate --model runs/quickstart --input prompts.jsonl --samples 4 --temperature 0.8
+  rlvr generate --model runs/quickstart --input prompts.jsonl --output answers.jsonl --temperature 0
   # prompts.jsonl: {"question": "What is 3 + 4?"} or {"prompt": "..."} per line; other keys are copied through
+  # without --output the rows go to runs/generate/INPUT-TIME.jsonl
 """
 
 PROMPT_KEYS = ("question", "prompt")
@@ -48,7 +50,11 @@ def cmd_generate(args) -> int:
         raise UserError("--top-p must be in (0, 1] and --top-k >= 0")
     if args.batch < 1:
         raise UserError(f"--batch {args.batch}: must be >= 1")
-    out = Path(args.output)
+    out = (
+        Path(args.output)
+        if args.output
+        else eval_models.default_output("generate", Path(args.input).stem, stamp=True, suffix=".jsonl")
+    )
     if out.is_dir():
         raise UserError(f"--output {out} is a folder; give a .jsonl file path")
     rows = read_prompts(args.input)
@@ -120,12 +126,19 @@ def register(sub) -> None:
     )
     add_model_args(p)
     p.add_argument("--input", "-i", required=True, help='JSONL file with a "question" or "prompt" per line')
-    p.add_argument("--output", "-o", required=True, help="JSONL file to write (input rows + completions)")
-    p.add_argument("--samples", "-k", type=int, default=1, help="completions per prompt")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0 = off)")
+    p.add_argument(
+        "--output",
+        "-o",
+        default=None,
+        help="JSONL file to write, the input rows + completions (default: runs/generate/INPUT-TIME.jsonl)",
+    )
+    p.add_argument("--samples", "-k", type=int, default=1, help="completions per prompt (default: %(default)s)")
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy; default: %(default)s)"
+    )
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off; default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k sampling (0 = off; default: %(default)s)")
     p.add_argument("--raw", action="store_true", help="feed the prompt text as is, without the chat template")
-    p.add_argument("--batch", type=int, default=32, help="prompts generated together")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--batch", type=int, default=32, help="prompts generated together (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     p.set_defaults(func=cmd_generate)

@@ -9,6 +9,8 @@ with exactly as it was trained.
 
 from __future__ import annotations
 
+import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +46,25 @@ class ResolvedModel:
         rollout = self.run_config.get("rollout") or {}
         out.update({k: rollout[k] for k in ("max_new_tokens", "stop") if k in rollout})
         return out
+
+
+OUTPUT_ROOT = Path("runs")
+"""Where eval, export and generate write without ``--output``: beside the training runs (``runs/``,
+which git ignores, as ``rlvr compare`` writes ``runs/compare``), in a folder named after the command."""
+
+
+def default_output(command: str, name: str, *, stamp: bool = False, suffix: str = "") -> Path:
+    """``runs/COMMAND/NAME[-YYYYmmdd-HHMMSS][SUFFIX]``, ``NAME`` reduced to characters safe in a file name.
+
+    Example: ``default_output("eval", "gsm8k_test", stamp=True)`` -> ``runs/eval/gsm8k_test-20250101-120000``.
+    """
+    name = slug(name) + (time.strftime("-%Y%m%d-%H%M%S") if stamp else "")
+    return OUTPUT_ROOT / command / (name + suffix)
+
+
+def slug(text: str) -> str:
+    """``text`` with every run of characters other than letters, digits, ``._-`` made one ``-``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
 
 
 def _is_model_dir(path: Path) -> bool:

@@ -72,9 +72,12 @@ def test_export_prompts_as_training_did(r1_run, tmp_path, capsys):
 
 def test_card_snippet_runs(r1_run, tmp_path):
     """The card's Python example loads the export and generates (stop strings aside: the tiny
-    tokenizer's vocabulary is not one transformers' stop-string matcher can read)."""
-    out = tmp_path / "exported"
-    assert main(["export", str(r1_run), "--output", str(out)]) == 0
+    tokenizer's vocabulary is not one transformers' stop-string matcher can read). Without --output
+    a run exports to runs/export/RUN, one of its checkpoints to runs/export/RUN-STEP."""
+    assert main(["export", "run"]) == 0
+    out = tmp_path / "runs" / "export" / "run"
+    assert main(["export", "run/checkpoints/step_000001"]) == 0
+    assert (tmp_path / "runs" / "export" / "run-step_000001" / "model.safetensors").is_file()
     snippet = re.search(r"```python\n(.*?)```", (out / "README.md").read_text(), re.S).group(1)
     snippet = re.sub(r", stop_strings=.*?, tokenizer=tokenizer", "", snippet)
     exec(snippet, {"PATH": str(out), "print": lambda *a: None})  # noqa: S102 - our own card's example
