@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # `rlvr --help` imports every command module: rlvr.data waits
 
 EXAMPLES = """examples:
   rlvr export runs/quickstart                          # the run's last checkpoint -> runs/export/quickstart
-  rlvr export runs/quickstart/checkpoints/step_000020 --output smollm2-arith --dtype bfloat16
+  rlvr export runs/quickstart/checkpoints/step_000020 --dtype bfloat16   # -> runs/export/quickstart-step_000020
+  rlvr export runs/quickstart --output ~/models/smollm2-arith
 """
 
 

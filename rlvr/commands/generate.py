@@ -11,7 +11,7 @@ from rlvr.errors import UserError
 
 EXAMPLES = """examples:
   rlvr generate --model runs/quickstart --input prompts.jsonl --samples 4 --temperature 0.8
-  rlvr generate --model runs/quickstart --input prompts.jsonl --output answers.jsonl --temperature 0
+  rlvr generate --model runs/quickstart --input prompts.jsonl --temperature 0 --output runs/generate/greedy.jsonl
   # prompts.jsonl: {"question": "What is 3 + 4?"} or {"prompt": "..."} per line; other keys are copied through
   # without --output the rows go to runs/generate/INPUT-TIME.jsonl
 """
