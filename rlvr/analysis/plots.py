@@ -15,6 +15,7 @@ from rlvr import metric_names as M
 from rlvr.analysis.run import Run
 
 DPI = 110
+PAD_INCHES = 0.08  # blank around what is drawn in a saved PNG
 LINESTYLES = ["-", "--", ":", "-."]
 
 
@@ -158,7 +159,8 @@ def panels_for(runs: list[Run]) -> list[Panel]:
 def _figure(width: float = 7.0, height: float = 4.4, **margins):
     """A bare Figure on an Agg canvas with fixed margins (room for the legend under the axes).
 
-    Fixed margins instead of constrained layout: the layout solver doubled the time per PNG.
+    Fixed margins instead of constrained layout: the layout solver doubled the time per PNG. The
+    saved PNG is cut to what is drawn (:func:`_save`), so the margins only need to be large enough.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -167,6 +169,14 @@ def _figure(width: float = 7.0, height: float = 4.4, **margins):
     FigureCanvasAgg(fig)
     fig.subplots_adjust(**{"left": 0.11, "right": 0.97, "top": 0.92, "bottom": 0.28, **margins})
     return fig
+
+
+def _save(fig, path: Path) -> Path:
+    """Write ``fig`` as a PNG cut to what is drawn: no empty band under the legends, and nothing
+    cut at an edge (a wide tick label pushes the y label past the fixed left margin)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight", pad_inches=PAD_INCHES)
+    return path
 
 
 def _style_axes(ax, title: str, ylabel: str, xlabel: str = "training step") -> None:
@@ -215,7 +225,7 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
                     "D",
                     color=color,
                     markersize=6,
-                    label=f"{label}: eval accuracy" if many else "eval accuracy (held-out)",
+                    label=f"{label}: eval accuracy" if many else "held-out eval",
                 )
                 drawn += 1
     if not drawn:
@@ -227,22 +237,31 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
     handles, labels = ax.get_legend_handles_labels()
     if smoothed_any:
         handles.append(Line2D([], [], color="gray", alpha=0.4, marker=".", linewidth=0.8))
-        labels.append(f"faint: per step; solid: mean of {w_used} steps")
+        labels.append(f"faint: per step; bold: {w_used}-step mean")
     _legend_below(ax, handles, labels)
     return drawn
 
 
 def _legend_below(ax, handles, labels) -> None:
-    """Legend under the axes, so it never covers a curve."""
-    ax.legend(
-        handles,
-        labels,
-        fontsize=8,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.16),
-        ncol=min(3, len(labels)),
-        frameon=False,
-    )
+    """Legend just under the x axis's label, so it never covers a curve, in as many columns (up to
+    3) as fit the axes' width, so it never runs past the figure's edge or under the next panel."""
+    renderer = ax.figure.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    below = ax.xaxis.get_tightbbox(renderer)  # tick labels and the axis label, as they will be drawn
+    top = ((below.y0 if below is not None else box.y0) - 4 - box.y0) / box.height  # axes fraction, 4 px apart
+    for ncol in range(min(3, len(labels)), 0, -1):
+        legend = ax.legend(
+            handles,
+            labels,
+            fontsize=8,
+            loc="upper center",
+            bbox_to_anchor=(0.5, top),
+            ncol=ncol,
+            frameon=False,
+            borderaxespad=0.0,
+        )
+        if legend.get_window_extent(renderer).width <= box.width:
+            return
 
 
 def save_panel(panel: Panel, runs: list[tuple[str, Run]], path: Path) -> Path | None:
@@ -251,9 +270,7 @@ def save_panel(panel: Panel, runs: list[tuple[str, Run]], path: Path) -> Path | 
     ax = fig.add_subplot()
     if not draw_panel(ax, panel, runs):
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+    return _save(fig, path)
 
 
 def save_overview(run: Run, path: Path, title: str) -> Path | None:
@@ -264,16 +281,14 @@ def save_overview(run: Run, path: Path, title: str) -> Path | None:
     ][:4]
     if not chosen:
         return None
-    fig = _figure(11, 8, left=0.07, right=0.98, top=0.92, bottom=0.13, hspace=0.62, wspace=0.2)
+    fig = _figure(11, 8, left=0.07, right=0.98, top=0.92, bottom=0.13, hspace=0.45, wspace=0.2)
     axes = fig.subplots(2, 2).flatten()
     for ax, panel in zip(axes, chosen):
         draw_panel(ax, panel, [(run.name, run)])
     for ax in axes[len(chosen) :]:
         ax.set_visible(False)
     fig.suptitle(title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+    return _save(fig, path)
 
 
 def save_aha_curve(curves: list[tuple[str, list[dict]]], path: Path) -> Path | None:
@@ -307,6 +322,4 @@ def save_aha_curve(curves: list[tuple[str, list[dict]]], path: Path) -> Path | N
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     _legend_below(ax, h1 + h2, l1 + l2)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
+    return _save(fig, path)
