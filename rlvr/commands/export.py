@@ -84,7 +84,13 @@ def prompt_section(prompt: TrainingPrompt | None) -> list[str]:
         "",
     ]
     if prompt.stop:
-        lines += [f"Training cut each response after the first of {', '.join(f'`{s}`' for s in prompt.stop)}.", ""]
+        stops = ", ".join(f"`{s}`" for s in prompt.stop)
+        lines += [
+            f"Training cut each response right after the first of {stops}. `generate` stops on the token that "
+            "completes it, which may carry more text (a BPE token such as `><` can complete `</answer>`): cut "
+            "the decoded text after the stop string, as rlvr does.",
+            "",
+        ]
     return lines
 
 
