@@ -66,13 +66,15 @@ class Checked:
         )
 
 
-def preflight(cfg: Config, *, device: bool = True, shards: bool = False) -> Checked:
+def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes: bool = True) -> Checked:
     """Checks a run's inputs; returns what it loaded. Writes and prints nothing.
 
     Args:
         cfg: the run's config.
         device: resolve ``model.device`` (and ``auto`` precision) here; False on a Ray driver.
         shards: this run trains FSDP shards (its checkpoints must be sharded ones to resume).
+        writes: this process writes the run directory (checked: free, writable, room); False on the
+            Ray ranks other than 0, which start while rank 0 is writing it.
 
     Raises:
         UserError: the first problem, in one line that says how to fix it: device, data files and
@@ -92,9 +94,10 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False) -> Chec
     if cfg.resume:
         checked.resume_from = _resume_checkpoint(cfg, shards)
         checked.start_step = step_of(checked.resume_from)
-    else:
+    elif writes:
         _check_new_run_dir(cfg, checked.run_dir)
-    _check_room(cfg, checked.run_dir, model_path)
+    if writes:
+        _check_room(cfg, checked.run_dir, model_path)
     checked.precision, checked.notes = precision, _eval_note(cfg, test_rows) + _load_note()
     return checked
 

@@ -156,7 +156,7 @@ class Trainer:
     def _check_inputs(self) -> Checked:
         """Config, data, reward, model path, checkpoint and run directory errors (:func:`preflight`),
         then the evaluation set-up."""
-        checked = preflight(self.cfg, shards=self.shards)
+        checked = preflight(self.cfg, shards=self.shards, writes=self.logs)
         self.cfg = cfg = checked.cfg
         self.device, self.scorer, self.model_path = checked.device, checked.scorer, checked.model_path
         self.resume_from, self.start_step = checked.resume_from, checked.start_step
