@@ -123,12 +123,12 @@ def add_model_args(p, *, many: bool = False) -> None:
     p.add_argument(
         "--max-new-tokens", type=int, default=None, help="response length limit (default: the run's, else 256)"
     )
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: %(default)s)")
     p.add_argument(
         "--dtype",
         choices=["auto", "bfloat16", "float32"],
         default="auto",
-        help="dtype to generate in (auto: bfloat16 only where the device runs it natively, else float32)",
+        help="dtype to generate in (default: %(default)s: bfloat16 where the device runs it natively, else float32)",
     )
     p.add_argument(
         "--stop",

@@ -15,11 +15,16 @@ def cmd_compare(args) -> int:
 
     from rlvr.analysis.compare import compare_runs, default_output
     from rlvr.errors import UserError
+    from rlvr.run_dir import RunDir
 
     paths = []
     for p in map(Path, args.runs):
-        if (p / "compare.md").is_file():  # an earlier comparison caught by a glob like runs/*
+        # a glob like runs/* also catches an earlier comparison and the eval/export/generate outputs
+        if (p / "compare.md").is_file():
             print(f"skipping {p}: a comparison, not a run")
+            continue
+        if p.is_dir() and not RunDir(p).is_run():
+            print(f"skipping {p}: not a run (no metrics.jsonl or config.yaml)")
             continue
         paths.append(p)
     if not paths:

@@ -438,3 +438,14 @@ def test_bad_input_is_one_error_line(tmp_path, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and message in err, err
+
+
+def test_compare_of_a_glob_skips_folders_that_are_not_runs(tmp_path, capsys):
+    from rlvr.cli import main
+
+    a = make_run(tmp_path / "runs", "a")
+    b = make_run(tmp_path / "runs", "b")
+    (tmp_path / "runs" / "eval" / "arithmetic-1").mkdir(parents=True)  # what `rlvr eval` writes by default
+    code = main(["compare", str(a), str(b), str(tmp_path / "runs" / "eval"), "--output", str(tmp_path / "cmp")])
+    assert code == 0 and "skipping" in capsys.readouterr().out and (tmp_path / "cmp" / "compare.md").is_file()
+    assert main(["compare", str(tmp_path / "runs" / "missing")]) == 2  # a mistyped run stays an error
