@@ -12,6 +12,7 @@ Layout::
     RUN/checkpoints/last -> step_000020
     RUN/tensorboard/, RUN/wandb/       optional sinks
     RUN/report/                        `rlvr report` output
+  RUN/.lock                          held (flock) by the process that trains the run, with its pid
 
 A checkpoint is complete once its trainer state is there: :mod:`rlvr.training.checkpoint`
 writes it under a temporary name and renames it into place. Reading a run trusts nothing:
@@ -21,6 +22,7 @@ the newest complete ``step_N``. Imports no torch (reports read runs without it).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -32,9 +34,14 @@ import yaml
 from rlvr.errors import UserError
 from rlvr.jsonl import read_jsonl
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: runs are not locked there
+    fcntl = None
+
 CONFIG, METRICS, SAMPLES = "config.yaml", "metrics.jsonl", "samples.jsonl"
 EVAL, CHECKPOINTS, TENSORBOARD, WANDB, REPORT = "eval", "checkpoints", "tensorboard", "wandb", "report"
-RESUMES = "resumes"
+RESUMES, LOCK = "resumes", ".lock"
 EVAL_HISTORY, LAST = "history.jsonl", "last"
 STATE_FILE = "trainer_state.pt"
 """The trainer state (optimizer, RNG, data position) beside a checkpoint's weights."""
@@ -65,6 +72,15 @@ def remove_path(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
+
+
+def _try_lock(f) -> bool:
+    """Whether this process got the exclusive lock of the open file ``f`` (never waits)."""
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _step_dirs(root: Path) -> list[Path]:
@@ -213,6 +229,47 @@ class RunDir:
                 f"resume={self.path}: the run has no checkpoint yet (set train.save_every to save during training)"
             )
         return found
+
+    # -- one process trains a run at a time ---------------------------------------------------
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / LOCK
+
+    def check_unlocked(self) -> None:
+        """A UserError when another process trains this run now; reads the lock, changes nothing."""
+        if fcntl is None or not self.lock_file.is_file():
+            return
+        with open(self.lock_file, "rb") as f:
+            if not _try_lock(f):
+                raise self._busy(f)
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+    def lock(self):
+        """Takes the run's lock for this process and writes its pid there; returns the open lock file
+        (the lock goes when it is closed or the process ends, however it ends). Creates the run directory.
+
+        Raises:
+            UserError: another process holds it (two processes would interleave one run's files).
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        f = open(self.lock_file, "a+b")  # noqa: SIM115 - held open for the run's life
+        if fcntl is not None and not _try_lock(f):
+            f.close()
+            with open(self.lock_file, "rb") as held:
+                raise self._busy(held)
+        f.truncate(0)
+        f.write(f"{os.getpid()}\n".encode())
+        f.flush()
+        return f
+
+    def _busy(self, f) -> UserError:
+        f.seek(0)
+        pid = f.read().decode(errors="replace").strip() or "unknown"
+        return UserError(
+            f"{self.path} is being trained by another process (pid {pid}) right now; wait for it to end or "
+            f"stop it (Ctrl-C, or kill {pid}: it saves a checkpoint), then resume={self.path}"
+        )
 
     # -- writing -----------------------------------------------------------------------------
 

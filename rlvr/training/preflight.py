@@ -91,6 +91,8 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     get_reward(cfg.reward.accuracy_rule)
     model_path = resolve_model_path(cfg.model.path)
     checked = Checked(cfg, Path(cfg.resume or cfg.run_dir), model_path, train_split, test_rows, scorer, device=where)
+    if writes:
+        RunDir(checked.run_dir).check_unlocked()
     if cfg.resume:
         checked.resume_from = _resume_checkpoint(cfg, shards)
         checked.start_step = step_of(checked.resume_from)

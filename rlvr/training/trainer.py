@@ -112,6 +112,8 @@ class Trainer:
         """This rank holds a shard of the policy, reference and AdamW state (FSDP), not a replica."""
         self.logs = self.group.rank == 0
         """This process writes the run directory: metrics, samples, evaluations, checkpoints."""
+        self.lock = None
+        """The run's lock file while this process trains it (rank 0), see :meth:`RunDir.lock`."""
         self.samples: list[dict] = []
         """The last step's rows for samples.jsonl (only on steps that ``log.samples_every`` picks)."""
 
@@ -182,6 +184,7 @@ class Trainer:
         ``RUN/resumes/`` and its metrics and samples past the checkpoint removed. The other ranks
         start after rank 0 has done this, and only read it."""
         if self.logs:
+            self.lock = self.run.lock()  # another process that passed the checks meanwhile stops here
             if self.resume_from is None and self.cfg.overwrite:
                 self.run.remove_outputs()
             try:
@@ -694,8 +697,11 @@ class Trainer:
         return final
 
     def close(self) -> None:
-        """Closes the metrics and samples sinks and the progress bar."""
+        """Closes the metrics and samples sinks and the progress bar, and lets go of the run's lock."""
         if self.metrics_log is not None:
             self.metrics_log.close()
             self.samples_log.close()
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
         self.printer.stop()

@@ -157,3 +157,17 @@ def test_preflight_writes_nothing(tiny_dir, tmp_path):
     checked = preflight.preflight(tiny_config(tiny_dir, tmp_path / "new" / "run"))
     assert checked.start_step == 0 and checked.resume_from is None
     assert not (tmp_path / "new").exists()
+
+
+def test_a_run_being_trained_is_not_trained_twice(finished, capsys):
+    held = RunDir(finished).lock()  # as the process that trains it holds it
+    try:
+        before = snapshot(finished)
+        code, out, err = _cli([f"resume={finished}", "train.steps=3"], capsys)
+        assert code == 2 and out == ""
+        assert f"is being trained by another process (pid {os.getpid()}) right now" in err
+        assert snapshot(finished) == before
+    finally:
+        held.close()
+    code, _, err = _cli([f"resume={finished}", "train.steps=3"], capsys)
+    assert code == 0, err
