@@ -131,15 +131,15 @@ class DataConfig:
     task: str = "arithmetic"
     """Where prompts come from: 'arithmetic' or 'countdown' (built-in, offline, seeded) or 'files' (data.path)."""
     path: str | None = None
-    """Training data when data.task=files: a file (.jsonl .json .parquet .csv .arrow), a folder, a save_to_disk folder, a glob, or several separated by commas."""
+    """Training data when data.task=files: a Hugging Face data set name, org/name[:config][@revision] (e.g. openai/gsm8k:main: fetched into the Hugging Face cache when online, the cache alone with HF_HUB_OFFLINE=1; the run's config.yaml records the commit read), a file (.jsonl .json .parquet .csv .arrow), a folder, a save_to_disk folder, a glob, or several separated by commas. A local path of the same name wins."""
     test_path: str | None = None
-    """Test data (same forms); null = the test split of data.path when it is a folder that has one."""
+    """Test data (same forms, e.g. HuggingFaceH4/MATH-500); null = the test split of data.path when it is a data set or folder that has one."""
     format: str = "auto"
     """File format: auto (by extension), jsonl, json, parquet, csv or arrow."""
     train_split: str = "train"
-    """Split read from data.path when it is a save_to_disk DatasetDict or a folder of split-named files."""
+    """Split read from data.path when it is a Hugging Face data set, a save_to_disk DatasetDict or a folder of split-named files."""
     test_split: str = "test"
-    """Split read for test rows from such folders."""
+    """Split read for test rows from such data sets and folders."""
     preset: str = "auto"
     """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca or custom."""
     question_key: str | None = None
@@ -476,7 +476,7 @@ class EvalConfig:
     every_steps: int = 0
     """Also evaluate every N steps (0 = only at start/end)."""
     data: str = ""
-    """What to evaluate on: empty = the run's test split (arithmetic test set or data.test_path), else a built-in task name or a data file."""
+    """What to evaluate on: empty = the run's test split (arithmetic test set, data.test_path or data.path's test split), else a built-in task name, a data file or a Hugging Face data set name (e.g. HuggingFaceH4/MATH-500; its commit is recorded as for data.path)."""
     limit: int = 50
     """Evaluate on the first N problems (0 = all). The quickstart's 50 greedy problems take seconds on 2 CPU cores."""
     samples: int = 1

@@ -1,6 +1,8 @@
-"""Reading records from local data files and folders. Never a hub download.
+"""Reading records from data files and folders: local ones, and the files of Hugging Face Hub data sets.
 
-``data.path`` is a file, a folder, a glob, or several of these separated by commas.
+``data.path`` is a file, a folder, a glob, a Hub data set name (``org/name[:config][@revision]``,
+fetched into the Hugging Face cache by :mod:`rlvr.data.hub`), or several of these separated by commas.
+A name that is also a local path is the local path.
 
 - ``.jsonl`` / ``.ndjson``: one JSON object per line (blank lines skipped);
 - ``.json``: a list of objects (or of ORZ-style turn lists), an object of equal-length
@@ -8,7 +10,10 @@
 - ``.parquet``, ``.csv``, ``.arrow``: through Hugging Face ``datasets`` (CSV cells are read as text);
 - a ``save_to_disk`` folder (``Dataset`` or ``DatasetDict``; the split is chosen by name);
 - any other folder: its data files; files whose name contains the split name (``train``,
-  ``test``) belong to that split, and when no file names a split all of them are train.
+  ``test``, e.g. ``train-00000-of-00001.parquet``) belong to that split, and when no file names a
+  split all of them are train;
+- a Hub data set: the files of the split asked for, as ``datasets.load_dataset`` would pick them
+  (the README's ``configs:`` or the Hub's file-name patterns), read as the local files above.
 
 JSON and JSONL are parsed with the standard library rather than pyarrow: values stay exactly
 as written (an answer ``42`` never becomes ``42.0`` because another row has ``4.5``), rows
@@ -24,14 +29,16 @@ import glob
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
+from rlvr.data import hub
 from rlvr.errors import UserError
 from rlvr.jsonl import parse_lines
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only, before `datasets` is imported
+# `datasets` reads local files only (Hub data sets come through huggingface_hub): set before it is imported
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 # appended to the error for a bad line or record of a data file: the setting that skips it instead
 SKIP_HINT = "; fix it or set data.on_bad_row=skip"
@@ -60,12 +67,15 @@ class Source:
         lines: for JSONL, the 1-based line of each record (blank lines skipped), else None.
         skipped: reason (:data:`NOT_JSON`, :data:`NOT_OBJECT`) -> the 1-based lines (JSONL) or
             rows (JSON) that ``data.on_bad_row=skip`` left out of ``records``.
+        dataset: the Hub data set the file belongs to (``openai/gsm8k``), '' for a local file;
+            presets are detected by it (:func:`rlvr.data.presets.detect`).
     """
 
     name: str
     records: list
     lines: list[int] | None = None
     skipped: dict[str, list[int]] = field(default_factory=dict)
+    dataset: str = ""
 
     def where(self, index: int) -> str:
         """``FILE:LINE`` for JSONL, ``FILE row N`` otherwise (1-based)."""
@@ -78,9 +88,19 @@ def _is_saved_dataset(folder: Path) -> bool:
     return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
-def expand(spec: str, *, key: str = "data.path") -> list[Path]:
-    """The files and ``save_to_disk`` folders named by ``spec`` (comma-separated files, folders, globs)."""
-    out: list[Path] = []
+def hub_name(part: str) -> hub.HubName | None:
+    """The Hub data set that one part of ``data.path`` names, or None for a local path: an existing path
+    always wins, and a glob or a name ending in a data file extension (``data/train.jsonl``) is local."""
+    part = part.strip()
+    if any(c in part for c in "*?[") or Path(part).exists():
+        return None
+    name = hub.parse(part)
+    return None if name is None or Path(name.repo).suffix.lower() in FORMATS else name
+
+
+def _entries(spec: str, key: str) -> list[Path | hub.Snapshot]:
+    """The local files and folders, and the Hub snapshots, that ``spec`` names, in order."""
+    out: list[Path | hub.Snapshot] = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue
@@ -91,13 +111,42 @@ def expand(spec: str, *, key: str = "data.path") -> list[Path]:
                 raise UserError(f"{key}={part}: the pattern matches no data file ({', '.join(FORMATS)})")
             out += matches
             continue
+        name = hub_name(part)
+        if name is not None:
+            out.append(hub.resolve(name, label=f"{key}={part}"))
+            continue
         path = Path(part)
         if not path.exists():
-            raise UserError(f"data file {part} not found; set {key} to an existing file, folder or glob")
+            raise UserError(
+                f"data file {part} not found; set {key} to an existing file, folder or glob, "
+                "or a Hugging Face data set name (org/name[:config])"
+            )
         out.append(path)
     if not out:
         raise UserError(f"{key} is empty; give a data file, folder or glob")
     return out
+
+
+def expand(spec: str, *, key: str = "data.path") -> list[Path]:
+    """The files and folders named by ``spec`` (comma-separated files, folders, globs, Hub data sets:
+    a data set's snapshot folder in the Hugging Face cache, whose name is its commit)."""
+    return [e.folder if isinstance(e, hub.Snapshot) else e for e in _entries(spec, key)]
+
+
+def pin(spec: str | None, *, key: str = "data.path") -> str | None:
+    """``spec`` with each Hub data set in it named at the commit it resolves to now
+    (``openai/gsm8k:main`` -> ``openai/gsm8k:main@<commit>``); local parts unchanged.
+
+    Raises:
+        UserError: a data set that cannot be resolved (see :func:`rlvr.data.hub.resolve`).
+    """
+    if not spec:
+        return spec
+    parts = [p.strip() for p in spec.split(",")]
+    names = [hub_name(p) if p else None for p in parts]
+    if not any(names):
+        return spec
+    return ",".join(hub.resolve(n, label=f"{key}={p}").pinned if n is not None else p for p, n in zip(parts, names))
 
 
 def fingerprint(paths: list[Path]) -> list:
@@ -289,11 +338,14 @@ def read_sources(
             JSON(L) records that are not objects (see :attr:`Source.skipped`) instead of raising.
 
     Raises:
-        UserError: missing file, unknown format, unreadable or non-UTF-8 file, malformed JSON.
+        UserError: missing file, unknown format, unreadable or non-UTF-8 file, malformed JSON; a Hub
+            data set that is neither cached nor downloadable, or lacks the config or split asked for.
     """
     sources: list[Source] = []
-    for path in expand(spec, key=key):
-        if path.is_dir():
+    for path in _entries(spec, key):
+        if isinstance(path, hub.Snapshot):
+            sources += _read_snapshot(path, split, required=required, fmt=fmt, on_bad_row=on_bad_row)
+        elif path.is_dir():
             if _is_saved_dataset(path):
                 sources += _read_saved(path, split, required=required)
                 continue
@@ -309,6 +361,20 @@ def read_sources(
         elif required:  # a plain file holds only the split it was given for
             sources.append(read_file(path, fmt, on_bad_row=on_bad_row))
     return sources
+
+
+def _read_snapshot(snap: hub.Snapshot, split: str, *, required: bool, fmt: str, on_bad_row: str) -> list[Source]:
+    """The records of ``split``'s files in a Hub data set's snapshot, as local files are read."""
+    files = snap.splits.get(split)
+    if files is None:
+        if not required:
+            return []
+        only_test = "; a test set such as this one goes in data.test_path or eval.data" if split == "train" else ""
+        raise UserError(
+            f"the data set {snap.name} has no split '{split}' (it has: {', '.join(snap.splits) or 'none'}); "
+            f"set data.train_split / data.test_split{only_test}"
+        )
+    return [replace(read_file(f, fmt, on_bad_row=on_bad_row), dataset=snap.name.repo) for f in files]
 
 
 def stable_hash(obj) -> str:

@@ -15,11 +15,13 @@ rendered text) and ``"prompt_tokens"``.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rlvr.data.files import expand, fingerprint, read_sources, stable_hash
+from rlvr.data import hub
+from rlvr.data.files import expand, fingerprint, hub_name, pin, read_sources, stable_hash
 from rlvr.data.presets import PRESETS, BadRow, Preset, bad_row_message, custom_preset, detect, map_record
 from rlvr.data.tasks import arithmetic, countdown
 from rlvr.errors import UserError
@@ -56,10 +58,10 @@ def _extra_keys(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _preset(data, records: list) -> tuple[Preset, str]:
+def _preset(data, records: list, dataset: str = "") -> tuple[Preset, str]:
     why = ""
     if data.preset == "auto" and not (data.question_key or data.answer_key):
-        preset, how = detect(records)
+        preset, how = detect(records, dataset)
         why = f"preset auto -> {preset.name} ({how})"
     else:
         base = None if data.preset in ("auto", "custom") else PRESETS[data.preset]
@@ -156,7 +158,7 @@ def load_split(data, split: str = "train") -> Split:
         raise UserError(
             f"no usable rows in {names} ({_counts(dropped)} left out)" if dropped else f"{names} holds no rows"
         )
-    preset, note = _preset(data, records)
+    preset, note = _preset(data, records, next((s.dataset for s in sources if s.dataset), ""))
     notes += [f"{split}: {note}"] if note else []
     if preset.note:
         notes.append(f"{split}: {preset.name}: {preset.note}")
@@ -202,6 +204,51 @@ def _skipped_note(source, reason: str, numbers: list[int], *, shown: int = 20) -
 
 def _counts(counter: Counter) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in counter.most_common()) or "none"
+
+
+def pin_hub_data(cfg, *, earlier: dict | None = None):
+    """``cfg`` (a :class:`rlvr.config.Config`) with every Hugging Face data set named in ``data.path``,
+    ``data.test_path`` and ``eval.data`` pinned to the commit it resolves to now
+    (``openai/gsm8k:main`` -> ``openai/gsm8k:main@<commit>``): the config a run saves then names
+    the exact data, and a resume or a repeat reads the same commit (from the cache, offline).
+
+    Args:
+        cfg: the run's config.
+        earlier: the config a resumed run recorded (a plain dict), or None; a data set it pinned
+            is read at that commit when ``cfg`` names it without a revision (``--config PRESET
+            resume=RUN``). An explicit ``@revision`` is taken as given.
+
+    Raises:
+        UserError: a data set that is neither cached nor downloadable, with how to fetch it.
+    """
+    was_data, was_eval = ((earlier or {}).get(k) or {} for k in ("data", "eval"))
+    data = dataclasses.replace(
+        cfg.data,
+        path=pin(_pinned_before(cfg.data.path, was_data.get("path"))),
+        test_path=pin(_pinned_before(cfg.data.test_path, was_data.get("test_path")), key="data.test_path"),
+    )
+    spec = pin(_pinned_before(cfg.eval.data, was_eval.get("data")), key="eval.data")
+    return dataclasses.replace(cfg, data=data, eval=dataclasses.replace(cfg.eval, data=spec))
+
+
+def _pinned_before(spec: str | None, saved) -> str | None:
+    """``saved`` when it is ``spec`` with commits added to the Hub data sets ``spec`` names without a
+    revision; else ``spec``."""
+    if not spec or not isinstance(saved, str):
+        return spec
+    now, was = [p.strip() for p in spec.split(",")], [p.strip() for p in saved.split(",")]
+    if len(now) != len(was):
+        return spec
+    for a, b in zip(now, was):
+        name, before = hub_name(a), hub.parse(b)
+        if a != b and not (
+            name is not None
+            and name.revision is None
+            and before is not None
+            and (before.repo, before.config) == (name.repo, name.config)
+        ):
+            return spec
+    return saved
 
 
 def load_rows(data) -> tuple[list[dict], list[dict]]:

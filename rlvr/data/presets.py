@@ -17,6 +17,8 @@ kept for reward functions (the preset's own plus ``data.extra_keys``).
 | ``custom`` | ``data.question_key`` (question) | ``data.answer_key`` (answer) | |
 
 Dotted paths reach into nested records: ``reward_model.ground_truth``, ``prompt.0.content``.
+``data.preset=auto`` detects the preset from the columns (:func:`detect`), and for the published data
+sets of :data:`HUB_PRESETS` read by their Hub name, from that name.
 """
 
 from __future__ import annotations
@@ -135,13 +137,41 @@ def custom_preset(question_key: str | None, answer_key: str | None, base: Preset
     )
 
 
-def detect(records: list) -> tuple[Preset, str]:
+HUB_PRESETS = {
+    "openai/gsm8k": "gsm8k",
+    "hendrycks/competition_math": "math",
+    "EleutherAI/hendrycks_math": "math",
+    "HuggingFaceH4/MATH-500": "math500",
+    "agentica-org/DeepScaleR-Preview-Dataset": "deepscaler",
+    "pe-nlp/orz_math_57k": "orz",
+    "BytedTsinghua-SIA/DAPO-Math-17k": "dapo_math",
+}
+"""The published data sets each preset was written for, by Hub name: the name decides where the
+columns cannot (MATH-500 has MATH's columns; DeepScaleR and ORZ share problem/answer)."""
+
+
+def _fits(preset: Preset, record) -> bool:
+    """Whether ``record`` has the problem where ``preset`` looks for it."""
+    if isinstance(record, list) and preset.list_form is not None:
+        preset = preset.list_form
+    return get_path(record, preset.question) is not MISSING
+
+
+def detect(records: list, dataset: str = "") -> tuple[Preset, str]:
     """The preset whose schema the first records match, and why (for the user).
+
+    Args:
+        records: the data's records (the first 20 are looked at).
+        dataset: the Hub data set they come from (``openai/gsm8k``), '' for local files; a data set
+            of :data:`HUB_PRESETS` gets its preset when its first record has that preset's problem key.
 
     Raises:
         UserError: no preset fits (the message lists the keys seen).
     """
     sample = records[:20]
+    known = {name.lower(): preset for name, preset in HUB_PRESETS.items()}.get(dataset.lower())
+    if known and sample and _fits(PRESETS[known], sample[0]):
+        return PRESETS[known], f"the Hub data set {dataset}"
     if sample and all(isinstance(r, list) for r in sample):
         return PRESETS["orz"], "records are ORZ turn lists"
     keys: set[str] = set()

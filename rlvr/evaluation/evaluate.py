@@ -15,6 +15,7 @@ from pathlib import Path
 from rlvr.choices import BUILTIN_TASKS
 from rlvr.config import DataConfig
 from rlvr.data import load_split, render_prompt
+from rlvr.data.files import hub_name, pin
 from rlvr.data.templates import get_template
 from rlvr.errors import UserError
 from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
@@ -87,8 +88,9 @@ def load_eval_rows(
     """Problems ``{"question", "answer", ...}`` to evaluate on, through :func:`rlvr.data.load_split`.
 
     Args:
-        data: a built-in task name (its test split) or a data file/folder/glob (its test split
-            when it has one, else all of it).
+        data: a built-in task name (its test split), or a data file/folder/glob or Hugging Face data
+            set name (``HuggingFaceH4/MATH-500``, ``openai/gsm8k:main``): its test split when it has
+            one, else all of it.
         preset: dataset preset of the files (default: detected).
         limit: keep the first ``limit`` problems.
         difficulty: for the built-in task.
@@ -100,11 +102,13 @@ def load_eval_rows(
         size = max(limit or 0, DataConfig().test_size)  # the generator is prefix-stable: any size agrees on the first N
         rows = load_split(DataConfig(task=data, difficulty=difficulty, test_size=size), "test").rows
     else:
-        if not any(Path(part.strip()).exists() or any(c in part for c in "*?[") for part in data.split(",")):
+        parts = [part.strip() for part in data.split(",")]
+        if not any(Path(p).exists() or any(c in p for c in "*?[") or hub_name(p) for p in parts):
             raise UserError(
-                f"--data {data}: no such file or folder, and not a built-in task ({', '.join(BUILTIN_TASKS)})"
+                f"--data {data}: no such file or folder, not a built-in task ({', '.join(BUILTIN_TASKS)}) "
+                "and not a Hugging Face data set name (org/name[:config])"
             )
-        cfg = DataConfig(task="files", path=data, preset=preset or "auto")
+        cfg = DataConfig(task="files", path=pin(data, key="--data"), preset=preset or "auto")
         try:
             rows = load_split(cfg, "test").rows or load_split(cfg, "train").rows
         except UserError as e:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config import Config
-from rlvr.data.loading import load_split
+from rlvr.data.loading import load_split, pin_hub_data
 from rlvr.errors import UserError
 from rlvr.models import lora, resolve_device, resolve_model_path
 from rlvr.models.precision import needs_resolving, resolve_precision
@@ -37,7 +37,9 @@ class Checked:
     """What :func:`preflight` found: the config to train with and what the checks already loaded."""
 
     cfg: Config
-    """The run's config, with ``auto`` precision resolved where a device was given."""
+    """The run's config, with ``auto`` precision resolved where a device was given, and Hub data sets
+    pinned to the commit they are read at (``data.path=openai/gsm8k:main@<commit>``,
+    :func:`rlvr.data.loading.pin_hub_data`)."""
     run_dir: Path
     model_path: Path
     train_split: object
@@ -86,6 +88,7 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
         where = resolve_device(cfg.model.device)
         if needs_resolving(cfg):
             cfg, precision = resolve_precision(cfg, where)
+    cfg = pin_hub_data(cfg, earlier=RunDir(Path(cfg.resume)).read_config() if cfg.resume else None)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
     get_reward(cfg.reward.accuracy_rule)
@@ -159,7 +162,8 @@ def _eval_note(cfg: Config, test_rows: list[dict]) -> list[str]:
         return []
     return [
         f"note: no evaluation in this run: data.path={cfg.data.path} has no test split; give one with "
-        "data.test_path=FILE, or evaluate on eval.data=arithmetic (a built-in task) or eval.data=FILE"
+        "data.test_path=FILE, or evaluate on eval.data=arithmetic (a built-in task), eval.data=FILE or a Hub data set "
+        "(eval.data=HuggingFaceH4/MATH-500)"
     ]
 
 

@@ -1,0 +1,224 @@
+"""Data sets on the Hugging Face Hub, by name: ``org/name``, ``org/name:config``, either with ``@revision``.
+
+``openai/gsm8k:main``, ``HuggingFaceH4/MATH-500``, ``agentica-org/DeepScaleR-Preview-Dataset@<commit>``
+are resolved in two steps:
+
+1. ``huggingface_hub.snapshot_download(repo_type="dataset")`` brings the repository's files into the
+   Hugging Face cache (``$HF_HUB_CACHE``, by default ``$HF_HOME/hub`` = ``~/.cache/huggingface/hub``)
+   and returns the folder of one commit: downloaded when online, the cache alone with
+   ``HF_HUB_OFFLINE=1``. The folder's name is that commit, which the run records
+   (``openai/gsm8k:main@<commit>``) so that a repeat or a resume reads the same bytes.
+2. ``datasets.load_dataset_builder`` on that local folder says which files form which split of the
+   chosen config, exactly as ``load_dataset(name, config)`` would: the README's YAML ``configs:``
+   (``data_files`` per split, ``data_dir``, ``default: true``) where it has them, else the Hub's
+   default patterns (``train-00000-of-00001.parquet``, ``data/test.jsonl``, ``train/…``). It reads
+   no data.
+
+rlvr then reads those files with its own readers (:mod:`rlvr.data.files`), as it reads local files.
+Not ``datasets.load_dataset``: that converts every file to Arrow in a second cache, where an answer
+``42`` becomes ``42.0`` when another row has ``4.5``, a broken JSONL line loses its line number, and
+``data.on_bad_row=skip`` could not skip it; here the Hub cache is the only copy, one folder a user
+can copy to a machine without a network, and presets, split names and bad-row handling are the ones
+local files get.
+
+A name that is also a local path is the local path. The whole repository at that commit is fetched,
+as ``hf download`` would.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlvr.errors import UserError
+
+_PART = r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?"  # the Hub's rule for an org or a repo name
+NAME = re.compile(
+    rf"(?P<repo>{_PART}/{_PART})(?::(?P<config>[\w.-]+))?(?:@(?P<revision>[\w./-]+))?",
+    re.ASCII,
+)
+"""``org/name[:config][@revision]``: a Hub repository id, a config name, a branch, tag or commit."""
+
+
+@dataclass(frozen=True)
+class HubName:
+    """A parsed ``org/name[:config][@revision]``."""
+
+    repo: str
+    config: str | None = None
+    revision: str | None = None
+
+    def __str__(self) -> str:
+        return self.repo + (f":{self.config}" if self.config else "") + (f"@{self.revision}" if self.revision else "")
+
+
+def parse(text: str) -> HubName | None:
+    """``text`` as a Hub data set name, or None when it does not have that form.
+
+    Example: ``parse("openai/gsm8k:main")`` -> ``HubName("openai/gsm8k", "main", None)``.
+    """
+    m = NAME.fullmatch(text.strip())
+    if m is None or ".." in m["repo"] or "--" in m["repo"]:
+        return None
+    return HubName(m["repo"], m["config"], m["revision"])
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A data set at one commit, in the local cache.
+
+    Attributes:
+        name: as given.
+        folder: the snapshot folder (``.../datasets--org--name/snapshots/<commit>``).
+        splits: split name -> its data files, in the order ``load_dataset`` reads them (of the config
+            named, else of the data set's only or default one).
+    """
+
+    name: HubName
+    folder: Path
+    splits: dict[str, list[Path]] = field(default_factory=dict)
+
+    @property
+    def commit(self) -> str:
+        return self.folder.name
+
+    @property
+    def pinned(self) -> str:
+        """The name at this snapshot's commit: ``org/name:config@<commit>``."""
+        return str(HubName(self.name.repo, self.name.config, self.commit))
+
+
+def hub_cache() -> Path:
+    """The Hugging Face cache folder: ``$HF_HUB_CACHE``, by default ``$HF_HOME/hub``."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def fetch_hint(name: HubName) -> str:
+    """How to put ``name`` into the cache on a machine with a network, and carry it here."""
+    revision = f" --revision {name.revision}" if name.revision else ""
+    return (
+        f"fetch it where there is a network with `hf download {name.repo} --repo-type dataset{revision}` "
+        "and copy that cache folder here (docs/data.md)"
+    )
+
+
+def resolve(name: HubName, *, label: str | None = None) -> Snapshot:
+    """The snapshot of ``name``: from the cache, or downloaded into it when online.
+
+    Resolved once per process and cache folder, so a run's train and test splits (and the config it
+    records) come from one commit.
+
+    Args:
+        name: the data set.
+        label: how errors quote it (``data.path=openai/gsm8k``); the name alone by default.
+
+    Raises:
+        UserError: one line naming the data set, the cache folder and how to fetch it (not cached
+            while offline or unreachable); or the data set, config, split or revision does not exist.
+    """
+    key = (name, str(hub_cache()))
+    if key not in _RESOLVED:
+        folder = _download(name, key[1], label or str(name))
+        kwargs = _config(name, folder, label or str(name))
+        _RESOLVED[key] = Snapshot(name, folder, _split_files(folder, kwargs, label or str(name)))
+    return _RESOLVED[key]
+
+
+_RESOLVED: dict[tuple[HubName, str], Snapshot] = {}
+"""(name, cache folder) -> its snapshot, for this process."""
+
+
+def _download(name: HubName, cache: str, label: str) -> Path:
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    repo = name.repo
+    where = f"{label}: no local file or folder of that name, and the Hugging Face data set {repo}"
+    try:
+        return Path(snapshot_download(repo, repo_type="dataset", revision=name.revision, cache_dir=cache))
+    except IncompleteSnapshotError:
+        raise UserError(f"{where} is only partly in the cache {cache}; {fetch_hint(name)}") from None
+    except LocalEntryNotFoundError as e:
+        why = "HF_HUB_OFFLINE is set" if constants.is_offline_mode() else _reason(e.__cause__ or e)
+        raise UserError(f"{where} is not in the cache {cache} ({why}); {fetch_hint(name)}") from None
+    except GatedRepoError:
+        raise UserError(
+            f"{where} is gated: accept its terms at https://huggingface.co/datasets/{repo}, "
+            "then log in here with `hf auth login` (or set HF_TOKEN)"
+        ) from None
+    except RepositoryNotFoundError:
+        raise UserError(
+            f"{where} does not exist (or is private: log in with `hf auth login` or set HF_TOKEN); "
+            "check the name, e.g. openai/gsm8k:main"
+        ) from None
+    except RevisionNotFoundError:
+        raise UserError(
+            f"{label}: the data set {repo} has no revision {name.revision}; give a branch, tag or commit it has"
+        ) from None
+    except HFValidationError as e:
+        raise UserError(f"{label}: not a local path nor a valid Hugging Face data set name ({_reason(e)})") from None
+    except Exception as e:  # an HTTP error of the Hub, a proxy that refuses, a full disk
+        raise UserError(f"{label}: could not fetch the data set into {cache} ({_reason(e)})") from None
+
+
+def _reason(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
+
+
+def _card_configs(folder: Path) -> dict[str, dict]:
+    """Config name -> its entry in the README's YAML ``configs:`` list ({} without one)."""
+    from huggingface_hub.repocard import metadata_load
+
+    readme = folder / "README.md"
+    try:
+        meta = metadata_load(readme) if readme.is_file() else None
+    except (ValueError, OSError, UnicodeDecodeError):  # a broken card: the default patterns apply
+        meta = None
+    configs = (meta or {}).get("configs") or []
+    return {str(c["config_name"]): c for c in configs if isinstance(c, dict) and "config_name" in c}
+
+
+def _config(name: HubName, folder: Path, label: str) -> dict:
+    """The ``load_dataset_builder`` arguments that select the config ``name`` asks for."""
+    configs = _card_configs(folder)
+    if name.config is None:
+        default = [n for n, c in configs.items() if c.get("default")]
+        if len(configs) > 1 and not default:
+            raise UserError(
+                f"{label}: the data set has several configs ({', '.join(configs)}); name one, "
+                f"e.g. {HubName(name.repo, next(iter(configs)), name.revision)}"
+            )
+        return {}  # the only config, the default one, or the file patterns
+    if name.config in configs:
+        return {"name": name.config}
+    if (folder / name.config).is_dir():  # not in the card: a folder of that name holds the config's files
+        return {"data_dir": name.config}
+    have = f"its configs: {', '.join(configs)}" if configs else "it has no configs and no folder of that name"
+    raise UserError(f"{label}: the data set {name.repo} has no config '{name.config}' ({have})")
+
+
+def _split_files(folder: Path, kwargs: dict, label: str) -> dict[str, list[Path]]:
+    """Split -> files, as ``load_dataset`` picks them from the snapshot (no data is read)."""
+    import datasets
+
+    from rlvr.models.loading import cache_dir
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    try:
+        builder = datasets.load_dataset_builder(str(folder), cache_dir=str(cache_dir() / "datasets"), **kwargs)
+    except Exception as e:  # no data files, an unknown layout: datasets says which
+        raise UserError(f"{label}: cannot tell which files of {folder} form the data set ({_reason(e)})") from None
+    files = builder.config.data_files or {}
+    return {str(split): [Path(f) for f in paths] for split, paths in files.items() if paths}
