@@ -104,7 +104,7 @@ class LoRAConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     path: str = "smollm2-135m-instruct"
-    """Built-in model name, local Hugging Face model directory, or .gguf file."""
+    """Built-in model name, local Hugging Face model directory, Hugging Face hub id (org/name or org/name@revision, fetched into the hub cache; HF_HUB_OFFLINE=1 reads the cache alone; a local folder of that name wins), or .gguf file. A run records a hub id pinned to the commit it loaded (org/name@COMMIT)."""
     dtype: str = "float32"
     """Dtype of the trained (master) weights: float32 or bfloat16. Keep float32: ~1e-6 updates vanish in bf16."""
     device: str = "auto"

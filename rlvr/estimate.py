@@ -193,22 +193,33 @@ def model_shape(spec: str) -> tuple[ModelShape, str]:
     """The shape of ``model.path`` and where it came from; reads config.json only.
 
     A built-in name or a .gguf resolves as training does (converted into the cache once); a
-    directory needs only its config.json; a path that does not exist is looked up in
-    :data:`KNOWN_MODELS` by its last part (``models/Qwen2.5-7B`` -> ``Qwen/Qwen2.5-7B``)."""
-    from rlvr.models.loading import BUILTIN_MODELS
+    directory needs only its config.json; a hub id (``org/name[@revision]``) fetches its config.json
+    alone (or reads it from the Hugging Face cache). A spec found neither here nor on the hub is
+    looked up in :data:`KNOWN_MODELS` by its last part (``models/Qwen2.5-7B`` -> ``Qwen/Qwen2.5-7B``),
+    so a preset is estimated on a machine without its model or a network."""
+    from rlvr.models import hub
+    from rlvr.models.loading import BUILTIN_MODELS, resolve_model_path
 
     path = Path(spec).expanduser()
-    if spec not in BUILTIN_MODELS and path.suffix != ".gguf" and not path.exists():
+    remote = hub.parse_hub_id(spec)
+    if remote is not None:
+        try:
+            config_file = hub.config_file(remote, f"model.path={spec}")
+        except UserError as e:
+            known = _known(remote.repo_id)
+            if known is None:
+                raise UserError(f"{e}; and it is not a known architecture ({', '.join(KNOWN_MODELS)})") from None
+            return known[1], f"the published config of {known[0]} ({spec}: no config.json here or from the hub)"
+    elif spec not in BUILTIN_MODELS and path.suffix != ".gguf" and not path.exists():
         known = _known(spec)
         if known is None:
             raise UserError(
                 f"model.path={spec} not found, and not a known architecture ({', '.join(KNOWN_MODELS)}); "
-                "give a model directory (config.json alone is enough), a .gguf file or a built-in name"
+                "give a model directory (config.json alone is enough), a hub id, a .gguf file or a built-in name"
             )
         return known[1], f"the published config of {known[0]} ({spec} is not here)"
-    from rlvr.models.loading import resolve_model_path
-
-    config_file = resolve_model_path(spec) / "config.json"
+    else:
+        config_file = resolve_model_path(spec) / "config.json"
     try:
         data = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:

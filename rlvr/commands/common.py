@@ -94,7 +94,8 @@ def add_model_args(p, *, many: bool = False) -> None:
             action="append",
             required=True,
             metavar="M",
-            help="built-in name, HF directory, .gguf file, run directory or checkpoint (repeat to compare)",
+            help="built-in name, HF directory, hub id (org/name[@rev]), .gguf file, run directory or checkpoint "
+            "(repeat to compare)",
         )
     else:
         p.add_argument(
@@ -102,7 +103,7 @@ def add_model_args(p, *, many: bool = False) -> None:
             "-m",
             required=True,
             metavar="M",
-            help="built-in name, HF directory, .gguf file, run directory or checkpoint",
+            help="built-in name, HF directory, hub id (org/name[@rev]), .gguf file, run directory or checkpoint",
         )
     p.add_argument(
         "--template",

@@ -52,7 +52,7 @@ def _config(args):
 def _tokenizer(cfg):
     from rlvr.models import load_tokenizer, resolve_model_path
 
-    return load_tokenizer(resolve_model_path(cfg.model.path))
+    return load_tokenizer(resolve_model_path(cfg.model.path, weights=False))  # a hub id: no weights fetched
 
 
 def _prepared(cfg, split: str, tokenizer=None):

@@ -22,9 +22,16 @@ def data_prompt_length(cfg):
     try:
         from rlvr.data import load_split, prepare_rows
         from rlvr.estimate import data_prompt_tokens
-        from rlvr.models import load_tokenizer, resolve_model_path
+        from rlvr.models import hub, load_tokenizer, resolve_model_path
 
-        tokenizer = load_tokenizer(resolve_model_path(cfg.model.path))
+        remote = hub.parse_hub_id(cfg.model.path)
+        if remote is None:
+            folder = resolve_model_path(cfg.model.path)
+        else:  # estimate fetches config.json alone: a hub model's tokenizer only where the cache has it
+            folder = hub.cached(remote, weights=False)
+            if folder is None:
+                return None, f"the tokenizer of {remote.spec} is not in the Hugging Face cache {hub.cache_folder()}"
+        tokenizer = load_tokenizer(folder)
         return data_prompt_tokens(prepare_rows(load_split(cfg.data, "train"), cfg.data, tokenizer).rows), None
     except (UserError, OSError, ValueError) as e:
         return None, str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -212,7 +212,9 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "checkpoint", help="run directory (its last checkpoint), checkpoint directory, HF dir, .gguf or built-in name"
+        "checkpoint",
+        help="run directory (its last checkpoint), checkpoint directory, HF dir, hub id (org/name), .gguf or "
+        "built-in name",
     )
     p.add_argument(
         "--output",

@@ -58,6 +58,7 @@ class RayTrainer:
         fsdp = self.cfg.distributed.strategy == Strategy.FSDP
         # the checks that need no device, before Ray starts: a bad input is the first line a user sees
         checked = preflight(self.cfg, device=False, shards=fsdp)
+        self.cfg = checked.cfg  # a hub model pinned to the commit resolved here: every worker loads that one
         if checked.nothing_to_do:
             self.printer.note(checked.nothing_to_do_line())
             return False

@@ -1,7 +1,7 @@
 """What ``--model`` may name for eval/chat/generate/export, and the prompt settings it was trained with.
 
-A model spec is a built-in name, an HF directory, a ``.gguf`` file (see
-:func:`rlvr.models.resolve_model_path`), a run directory (its ``checkpoints/last``), or a
+A model spec is a built-in name, an HF directory, a hub id (``org/name[@revision]``), a ``.gguf``
+file (see :func:`rlvr.models.resolve_model_path`), a run directory (its ``checkpoints/last``), or a
 checkpoint directory. For the last two, the run's ``config.yaml`` supplies the prompt
 template, system prompt and assistant prefix, so a trained model is evaluated and chatted
 with exactly as it was trained.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlvr.errors import UserError
 from rlvr.evaluation.evaluate import PromptStyle
-from rlvr.models import BUILTIN_MODELS, load_model, load_tokenizer, lora, resolve_device, resolve_model_path
+from rlvr.models import BUILTIN_MODELS, hub, load_model, load_tokenizer, lora, resolve_device, resolve_model_path
 from rlvr.models.precision import bf16_support, choose_dtype
 from rlvr.run_dir import RunDir
 
@@ -88,12 +88,12 @@ def resolve(spec: str) -> ResolvedModel:
         return ResolvedModel(spec, ckpt, path.resolve(), run.read_config() or {})
     if path.is_dir() and run.config_file.is_file():
         raise UserError(f"--model {spec}: the run has no checkpoint yet")
-    if not path.exists() and spec not in BUILTIN_MODELS:
+    if not path.exists() and spec not in BUILTIN_MODELS and hub.parse_hub_id(spec) is None:
         raise UserError(
             f"--model {spec}: not found; give a built-in name ({', '.join(BUILTIN_MODELS)}), a Hugging Face "
-            "model directory, a .gguf file, a run directory or a checkpoint directory"
+            "model directory or hub id (org/name), a .gguf file, a run directory or a checkpoint directory"
         )
-    return ResolvedModel(spec, resolve_model_path(spec))
+    return ResolvedModel(spec, resolve_model_path(spec, label=f"--model {spec}"))
 
 
 def load(resolved: ResolvedModel, *, dtype: str = "float32", device: str = "cpu"):

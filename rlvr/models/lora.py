@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.errors import UserError
+from rlvr.models import hub
 from rlvr.models.loading import BUILTIN_MODELS, load_model, resolve_device, resolve_model_path
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -29,9 +30,12 @@ def is_adapter_dir(path: Path) -> bool:
 
 
 def base_spec(spec: str) -> str:
-    """What a checkpoint records as its base model: a built-in name as is, a path made absolute,
-    so that eval/export find it from any working directory."""
-    return spec if spec in BUILTIN_MODELS else str(Path(spec).expanduser().resolve())
+    """What a checkpoint records as its base model: a built-in name or a hub id as is (a run's
+    ``model.path`` pins a hub id to its commit, ``org/name@<commit>``), a path made absolute, so that
+    eval/export find it from any working directory."""
+    if spec in BUILTIN_MODELS or hub.parse_hub_id(spec) is not None:
+        return spec
+    return str(Path(spec).expanduser().resolve())
 
 
 def _peft():
@@ -78,7 +82,8 @@ def add_adapter(model, *, rank: int, alpha: float, dropout: float, target_module
 
     Args:
         base: the base model spec the adapter records (``adapter_config.json``'s
-            ``base_model_name_or_path``), see :func:`base_spec`.
+            ``base_model_name_or_path``), see :func:`base_spec`. A hub id's revision goes to peft's
+            own ``revision`` field, so that peft and other tools read ``org/name`` as the hub id it is.
     """
     peft = _peft()
     config = peft.LoraConfig(
@@ -97,7 +102,10 @@ def add_adapter(model, *, rank: int, alpha: float, dropout: float, target_module
             f"model.lora.target_modules={list(target_modules)}: {str(e).splitlines()[0]} "
             "(name the model's linear layers, e.g. q_proj, v_proj)"
         ) from None
-    wrapped.peft_config["default"].base_model_name_or_path = base
+    remote = hub.parse_hub_id(base)
+    saved = wrapped.peft_config["default"]
+    saved.base_model_name_or_path = base if remote is None else remote.repo_id
+    saved.revision = None if remote is None else remote.revision
     return Adapted(wrapped.get_base_model(), wrapped)
 
 
@@ -136,16 +144,18 @@ def load_adapter(
 
 def adapter_base(adapter_dir: Path, fallback: str | None = None) -> Path:
     """The local HF directory of an adapter's base model: the one ``adapter_config.json`` records,
-    else ``fallback`` (the run's ``model.path``); built-in names resolve to their converted copy."""
-    recorded = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text(encoding="utf-8")).get(
-        "base_model_name_or_path"
-    )
+    else ``fallback`` (the run's ``model.path``); built-in names resolve to their converted copy, hub
+    ids (at the recorded ``revision``) to their snapshot in the Hugging Face cache."""
+    saved = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    recorded, revision = saved.get("base_model_name_or_path"), saved.get("revision")
+    if recorded and revision and hub.parse_hub_id(recorded) is not None and "@" not in recorded:
+        recorded = f"{recorded}@{revision}"
     tried = []
     for spec in (recorded, fallback):
         if not spec or spec in tried:
             continue
         tried.append(spec)
-        if spec in BUILTIN_MODELS or Path(spec).expanduser().exists():
+        if spec in BUILTIN_MODELS or Path(spec).expanduser().exists() or hub.parse_hub_id(spec) is not None:
             return resolve_model_path(spec)
     raise UserError(
         f"LoRA checkpoint {adapter_dir}: its base model ({' or '.join(tried) or 'none recorded'}) is not found; "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -20,7 +20,7 @@ import torch
 from rlvr.config import Config
 from rlvr.data.loading import load_split, pin_hub_data
 from rlvr.errors import UserError
-from rlvr.models import lora, resolve_device, resolve_model_path
+from rlvr.models import hub, lora, resolve_device, resolve_model_path
 from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer
 from rlvr.rewards import get as get_reward
@@ -37,9 +37,9 @@ class Checked:
     """What :func:`preflight` found: the config to train with and what the checks already loaded."""
 
     cfg: Config
-    """The run's config, with ``auto`` precision resolved where a device was given, and Hub data sets
-    pinned to the commit they are read at (``data.path=openai/gsm8k:main@<commit>``,
-    :func:`rlvr.data.loading.pin_hub_data`)."""
+    """The run's config, with ``auto`` precision resolved where a device was given, and a hub model's
+    revision pinned to the commit it loads (``model.path=org/name@<commit>``, :func:`_model`); Hub data
+    sets likewise (``data.path=openai/gsm8k:main@<commit>``, :func:`rlvr.data.loading.pin_hub_data`)."""
     run_dir: Path
     model_path: Path
     train_split: object
@@ -92,7 +92,7 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
     get_reward(cfg.reward.accuracy_rule)
-    model_path = resolve_model_path(cfg.model.path)
+    model_path, cfg = _model(cfg)
     checked = Checked(cfg, Path(cfg.resume or cfg.run_dir), model_path, train_split, test_rows, scorer, device=where)
     if writes:
         RunDir(checked.run_dir).check_unlocked()
@@ -105,6 +105,26 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
         _check_room(cfg, checked.run_dir, model_path)
     checked.precision, checked.notes = precision, _eval_note(cfg, test_rows) + _load_note()
     return checked
+
+
+def _model(cfg: Config) -> tuple[Path, Config]:
+    """(the model's local directory, ``cfg`` with a hub id's revision pinned to the commit that directory
+    holds). config.yaml then records ``model.path=org/name@<commit>`` rather than a new key: the spec
+    alone says what to load, so eval, export, a LoRA checkpoint's base and a resume read it as is, and
+    a run repeated from its config.yaml loads the same files whatever ``main`` holds later. A resume
+    that names the run's repo without a revision (``--config PRESET resume=RUN``) loads the commit the
+    run recorded; an explicit ``@revision`` is taken as given."""
+    spec = cfg.model.path
+    named = hub.parse_hub_id(spec)
+    if cfg.resume and named is not None and named.revision is None:
+        saved = ((RunDir(Path(cfg.resume)).read_config() or {}).get("model") or {}).get("path")
+        was = hub.parse_hub_id(saved) if isinstance(saved, str) else None
+        if was is not None and was.repo_id == named.repo_id and was.revision:
+            spec = saved
+    path = resolve_model_path(spec)
+    if hub.pinned(spec, path) != cfg.model.path:
+        cfg = replace(cfg, model=replace(cfg.model, path=hub.pinned(spec, path)))
+    return path, cfg
 
 
 def _resume_checkpoint(cfg: Config, shards: bool) -> Path:

@@ -78,7 +78,10 @@ def test_the_reference_is_the_base_model_at_init_and_with_the_adapter_off(group_
     assert torch.equal(_logprobs(adapted.model, batch, group_size), moved)  # on again after the block
 
 
-def test_only_adapter_parameters_require_grad_and_the_recorded_base(tmp_path):
+def test_only_adapter_parameters_require_grad_and_the_recorded_base(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rel" / "dir").mkdir(parents=True)  # a relative path that does not exist would be a hub id
+    assert lora.base_spec("org/name@abc") == "org/name@abc"  # a hub id stays one
     adapted = lora.add_adapter(tiny_model(seed=1), **LORA, base=lora.base_spec("rel/dir"))
     trainable = [n for n, p in adapted.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_A" in n or "lora_B" in n for n in trainable)
@@ -86,7 +89,7 @@ def test_only_adapter_parameters_require_grad_and_the_recorded_base(tmp_path):
     adapted.save_pretrained(tmp_path / "a", safe_serialization=True)
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
     saved = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
-    assert saved["base_model_name_or_path"] == str((tmp_path.cwd() / "rel" / "dir").resolve())
+    assert saved["base_model_name_or_path"] == str((tmp_path / "rel" / "dir").resolve())
     assert lora.saved_settings(tmp_path / "a") == {**LORA, "target_modules": sorted(LORA["target_modules"])}
     assert lora.is_adapter_dir(tmp_path / "a")
 
