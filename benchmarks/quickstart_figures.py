@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import platform
 import re
@@ -232,10 +233,16 @@ def main() -> None:
     kind = r["cpu_capability"] + ("-AMX" if r["amx"] else "")
     stem = args.results / f"quickstart_{r['date']}_{kind}"
     args.results.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(r, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(r))
     title = f"make quickstart, {r['date']}, {kind} ({r['rollout_dtype']}): training overview"
     save_overview(run, args.image, title)
+    # the figure's digest beside the numbers: tests/test_readme_numbers.py checks that the README's
+    # figure and its quoted numbers come from this one run
+    r["figure"] = (
+        str(args.image.resolve().relative_to(ROOT)) if args.image.resolve().is_relative_to(ROOT) else str(args.image)
+    )
+    r["figure_sha256"] = hashlib.sha256(args.image.read_bytes()).hexdigest()
+    stem.with_suffix(".json").write_text(json.dumps(r, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(r))
     print(markdown(r))
     print(f"wrote {stem}.json, {stem}.md and {args.image}")
 
