@@ -20,12 +20,15 @@ EXAMPLES = """examples:
 """
 
 USAGE_NOTE = """The first argument that is not key=value may be a config (.yaml or preset name, as
-with --config) or a data file, folder or glob (read as data.task=files data.path=IT)."""
+with --config) or a data file, folder, glob or Hub data set like openai/gsm8k:main (read as
+data.task=files data.path=IT)."""
 
 
 def _config(args):
     """The Config for ``[--config CONFIG] [CONFIG-or-FILE] [key=value ...]``, read as `rlvr train` reads
-    ``--config`` and overrides; a data file or folder becomes data.task=files."""
+    ``--config`` and overrides; a data file, folder or Hub data set becomes data.task=files."""
+    from rlvr.data.files import hub_name
+
     sources = [a for a in args.overrides if "=" not in a]
     overrides = [a for a in args.overrides if "=" in a]
     if len(sources) > 1:
@@ -35,15 +38,17 @@ def _config(args):
     config = args.config
     if sources:
         src = sources[0]
-        path = Path(src)
+        path, on_hub = Path(src), hub_name(src) is not None  # org/name[:config]: a Hub data set
         # a bare word that is no file is a preset name, unless --config already named the config
-        is_config = path.suffix in (".yaml", ".yml") or (config is None and not path.exists() and not path.suffix)
+        is_config = path.suffix in (".yaml", ".yml") or (
+            config is None and not path.exists() and not path.suffix and not on_hub
+        )
         if is_config and config is not None:
             raise UserError(f"two configs: --config {config} and {src}; give one")
         if is_config:
             config = src
         else:
-            if not path.exists() and not any(c in src for c in "*?[,"):
+            if not path.exists() and not on_hub and not any(c in src for c in "*?[,"):
                 raise UserError(f"{src} not found: give a config (.yaml or preset name) or a data file, folder or glob")
             overrides = ["data.task=files", f"data.path={src}", *overrides]
     return load_cli_config(argparse.Namespace(config=config, overrides=overrides))

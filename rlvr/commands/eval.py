@@ -73,6 +73,7 @@ def cmd_eval(args) -> int:
     from rich.console import Console
 
     from rlvr.commands.common import model_settings, quiet_libraries
+    from rlvr.data.files import pin
     from rlvr.evaluation import evaluate, load_eval_rows, write_result
     from rlvr.evaluation import loading as eval_models
 
@@ -85,7 +86,8 @@ def cmd_eval(args) -> int:
     if args.batch < 1:
         raise UserError(f"--batch {args.batch}: must be >= 1")
     resolved = [eval_models.resolve(m) for m in args.model]  # every model checked before any work
-    rows = load_eval_rows(args.data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
+    data = pin(args.data, key="--data")  # a Hub data set at the commit it resolves to: summary.json names it
+    rows = load_eval_rows(data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, resolved, template="r1")
     out = Path(args.output) if args.output else eval_models.default_output("eval", Path(args.data).stem, stamp=True)
     quiet_libraries()
@@ -120,7 +122,7 @@ def cmd_eval(args) -> int:
             where,
             model=r.spec,
             checkpoint=str(r.path),
-            data=args.data,
+            data=data,
             template=style.template,
             system_prompt=style.system_prompt,
             assistant_prefix=style.assistant_prefix,

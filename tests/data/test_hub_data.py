@@ -195,9 +195,20 @@ def test_train_and_eval_on_a_cached_data_set(hf_hub, tiny_model, capsys):
     plain = ["--template", "plain", "--system", "", "--max-new-tokens", "4", "--device", "cpu"]
     rc = main(["eval", "--model", str(tiny_model), "--data", "org/data:main", "--limit", "2", "-o", "ev", *plain])
     assert rc == 0, capsys.readouterr().err
-    assert json.loads(Path("ev/summary.json").read_text())["n"] == 2
+    summary = json.loads(Path("ev/summary.json").read_text())
+    assert summary["n"] == 2 and summary["data"] == f"org/data:main@{commit}"  # the data it read, pinned
 
     capsys.readouterr()
     assert main(["eval", "--model", str(tiny_model), "--data", "org/missing"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "org/missing" in err and str(hf_hub) in err, err
+
+
+def test_data_preview_takes_a_hub_name_as_its_argument(hf_hub, capsys):
+    from rlvr.cli import main
+
+    hub_cache.gsm8k(hf_hub)
+    assert main(["data", "preview", "openai/gsm8k:main", "--n", "1"]) == 0
+    assert "main train 0: what is 0 + 0?" in capsys.readouterr().out
+    assert main(["data", "preview", "org/missing", "--n", "1"]) == 2  # a Hub name, not a preset: the cache error
+    assert "org/missing" in capsys.readouterr().err
