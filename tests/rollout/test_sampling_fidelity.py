@@ -97,7 +97,8 @@ def test_aten_avx2_dispatch_reads_as_no_native_bf16():
     assert out.startswith("False ") and "AVX2" in out, out
 
 
-def test_train_prints_the_choice_first_and_saves_it(tiny_dir, tmp_path, capsys, cpu_without_bf16):
+def test_train_prints_the_choice_first_and_saves_it(tiny_dir, tmp_path, capsys, cpu_without_bf16, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # rich wraps at 80 columns on a console that is not a terminal
     run = tmp_path / "run"
     rc = main(
         [
@@ -117,7 +118,10 @@ def test_train_prints_the_choice_first_and_saves_it(tiny_dir, tmp_path, capsys, 
         ]
     )
     assert rc == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith("rollout dtype: float32, training autocast bf16: off")
+    lines = capsys.readouterr().err.splitlines()  # in the run's summary, before any step
+    precision = next(i for i, line in enumerate(lines) if line.startswith("  precision  "))
+    assert lines[precision].startswith("  precision  rollout dtype: float32, training autocast bf16: off")
+    assert precision < next(i for i, line in enumerate(lines) if line.startswith("step "))
     saved = load_config(run / "config.yaml", [])
     assert saved.rollout.dtype == "float32" and saved.model.autocast_bf16 is Switch.OFF
 
