@@ -29,6 +29,7 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "algos": (1, {"choices"}, {"torch"}),
     "rewards": (1, {"errors", "choices"}, {"math_verify"}),
     "jsonl": (1, {"errors"}, set()),  # the one JSONL reader/writer
+    "hub": (1, {"errors"}, {"huggingface_hub"}),  # Hub names: cache, offline, one-line errors (models, data)
     "metric_names": (1, set(), set()),  # every metric key, named once
     "models": (2, None, None),  # -> config, errors
     "run_dir": (2, {"errors", "jsonl"}, {"yaml"}),  # a run's files; no torch

@@ -31,13 +31,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr import hub
 from rlvr.errors import UserError
+from rlvr.hub import PART, REVISION, valid_repo
 
-_PART = r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?"  # the Hub's rule for an org or a repo name
-NAME = re.compile(
-    rf"(?P<repo>{_PART}/{_PART})(?::(?P<config>[\w.-]+))?(?:@(?P<revision>[\w./-]+))?",
-    re.ASCII,
-)
+NAME = re.compile(rf"(?P<repo>{PART}/{PART})(?::(?P<config>[\w.-]+))?(?:@(?P<revision>{REVISION}))?", re.ASCII)
 """``org/name[:config][@revision]``: a Hub repository id, a config name, a branch, tag or commit."""
 
 
@@ -59,7 +57,7 @@ def parse(text: str) -> HubName | None:
     Example: ``parse("openai/gsm8k:main")`` -> ``HubName("openai/gsm8k", "main", None)``.
     """
     m = NAME.fullmatch(text.strip())
-    if m is None or ".." in m["repo"] or "--" in m["repo"]:
+    if m is None or not valid_repo(m["repo"]):
         return None
     return HubName(m["repo"], m["config"], m["revision"])
 
@@ -89,22 +87,6 @@ class Snapshot:
         return str(HubName(self.name.repo, self.name.config, self.commit))
 
 
-def hub_cache() -> Path:
-    """The Hugging Face cache folder: ``$HF_HUB_CACHE``, by default ``$HF_HOME/hub``."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def fetch_hint(name: HubName) -> str:
-    """How to put ``name`` into the cache on a machine with a network, and carry it here."""
-    revision = f" --revision {name.revision}" if name.revision else ""
-    return (
-        f"fetch it where there is a network with `hf download {name.repo} --repo-type dataset{revision}` "
-        "and copy that cache folder here (docs/data.md)"
-    )
-
-
 def resolve(name: HubName, *, label: str | None = None) -> Snapshot:
     """The snapshot of ``name``: from the cache, or downloaded into it when online.
 
@@ -119,7 +101,7 @@ def resolve(name: HubName, *, label: str | None = None) -> Snapshot:
         UserError: one line naming the data set, the cache folder and how to fetch it (not cached
             while offline or unreachable); or the data set, config, split or revision does not exist.
     """
-    key = (name, str(hub_cache()))
+    key = (name, str(hub.cache_folder()))
     if key not in _RESOLVED:
         folder = _download(name, key[1], label or str(name))
         kwargs = _config(name, folder, label or str(name))
@@ -132,48 +114,12 @@ _RESOLVED: dict[tuple[HubName, str], Snapshot] = {}
 
 
 def _download(name: HubName, cache: str, label: str) -> Path:
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HFValidationError,
-        IncompleteSnapshotError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub import snapshot_download
 
-    repo = name.repo
-    where = f"{label}: no local file or folder of that name, and the Hugging Face data set {repo}"
     try:
-        return Path(snapshot_download(repo, repo_type="dataset", revision=name.revision, cache_dir=cache))
-    except IncompleteSnapshotError:
-        raise UserError(f"{where} is only partly in the cache {cache}; {fetch_hint(name)}") from None
-    except LocalEntryNotFoundError as e:
-        why = "HF_HUB_OFFLINE is set" if constants.is_offline_mode() else _reason(e.__cause__ or e)
-        raise UserError(f"{where} is not in the cache {cache} ({why}); {fetch_hint(name)}") from None
-    except GatedRepoError:
-        raise UserError(
-            f"{where} is gated: accept its terms at https://huggingface.co/datasets/{repo}, "
-            "then log in here with `hf auth login` (or set HF_TOKEN)"
-        ) from None
-    except RepositoryNotFoundError:
-        raise UserError(
-            f"{where} does not exist (or is private: log in with `hf auth login` or set HF_TOKEN); "
-            "check the name, e.g. openai/gsm8k:main"
-        ) from None
-    except RevisionNotFoundError:
-        raise UserError(
-            f"{label}: the data set {repo} has no revision {name.revision}; give a branch, tag or commit it has"
-        ) from None
-    except HFValidationError as e:
-        raise UserError(f"{label}: not a local path nor a valid Hugging Face data set name ({_reason(e)})") from None
-    except Exception as e:  # an HTTP error of the Hub, a proxy that refuses, a full disk
-        raise UserError(f"{label}: could not fetch the data set into {cache} ({_reason(e)})") from None
-
-
-def _reason(e: BaseException) -> str:
-    first = (str(e).strip().splitlines() or [""])[0]
-    return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
+        return Path(snapshot_download(name.repo, repo_type="dataset", revision=name.revision, cache_dir=cache))
+    except Exception as e:  # an HTTP error of the Hub, a proxy that refuses, a full disk: one line each
+        raise hub.hub_error(e, label=label, repo=name.repo, revision=name.revision, dataset=True) from None
 
 
 def _card_configs(folder: Path) -> dict[str, dict]:
@@ -219,6 +165,6 @@ def _split_files(folder: Path, kwargs: dict, label: str) -> dict[str, list[Path]
     try:
         builder = datasets.load_dataset_builder(str(folder), cache_dir=str(cache_dir() / "datasets"), **kwargs)
     except Exception as e:  # no data files, an unknown layout: datasets says which
-        raise UserError(f"{label}: cannot tell which files of {folder} form the data set ({_reason(e)})") from None
+        raise UserError(f"{label}: cannot tell which files of {folder} form the data set ({hub.reason(e)})") from None
     files = builder.config.data_files or {}
     return {str(split): [Path(f) for f in paths] for split, paths in files.items() if paths}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.errors import UserError
+from rlvr.hub import PART, REVISION, cache_folder, fetch_hint, hub_error, offline, valid_repo
 
 CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = (
@@ -43,8 +44,7 @@ SAFETENSORS = ("model.safetensors", "model.safetensors.index.json", "model-*-of-
 PYTORCH_BIN = ("pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin")
 """The weight files transformers' ``from_pretrained`` reads, one file or an index and its shards."""
 
-_NAME = r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?"
-_HUB_ID = re.compile(rf"(?P<repo>{_NAME}/{_NAME})(?:@(?P<revision>[\w./-]+))?", re.ASCII)
+_HUB_ID = re.compile(rf"(?P<repo>{PART}/{PART})(?:@(?P<revision>{REVISION}))?", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -65,22 +65,9 @@ def parse_hub_id(spec: str | None) -> HubId | None:
     if not spec or Path(spec).expanduser().exists() or spec.endswith(".gguf"):
         return None
     found = _HUB_ID.fullmatch(spec)
-    if found is None or ".." in found["repo"] or "--" in found["repo"] or found["repo"].endswith(".git"):
+    if found is None or not valid_repo(found["repo"]) or found["repo"].endswith(".git"):
         return None
     return HubId(found["repo"], found["revision"])
-
-
-def cache_folder() -> str:
-    """The hub cache huggingface_hub reads and writes (``HF_HUB_CACHE``)."""
-    from huggingface_hub import constants
-
-    return constants.HF_HUB_CACHE
-
-
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    return constants.is_offline_mode()
 
 
 def pinned(spec: str, path: Path) -> str:
@@ -94,53 +81,13 @@ def pinned(spec: str, path: Path) -> str:
     return f"{hub.repo_id}@{path.name}"
 
 
-def _how_to_fetch(hub: HubId) -> str:
-    revision = f" --revision {hub.revision}" if hub.revision else ""
-    return (
-        f"run `hf download {hub.repo_id}{revision}` on a connected machine and copy its hub cache "
-        f"(~/.cache/huggingface/hub) to {cache_folder()}, or give a local folder"
-    )
-
-
 def _user_error(hub: HubId, label: str, error: Exception) -> UserError:
-    """One line for a huggingface_hub error: what is wrong with the repo, the cache folder, the fix."""
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        LocalEntryNotFoundError,
-        RemoteEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    """One line for a huggingface_hub error (:func:`rlvr.hub.hub_error`)."""
+    from huggingface_hub.errors import RemoteEntryNotFoundError
 
-    repo, cache = hub.repo_id, cache_folder()
-    if isinstance(error, GatedRepoError):
-        return UserError(
-            f"{label}: the hub repo {repo} is gated: accept its terms on https://huggingface.co/{repo}, log in "
-            f"with `hf auth login` (or set HF_TOKEN) and run again; it is fetched into {cache}"
-        )
-    if isinstance(error, RepositoryNotFoundError):
-        return UserError(
-            f"{label} not found: no local folder of that name, and no hub repo {repo} (check the name; a private repo "
-            f"needs `hf auth login` or HF_TOKEN); nothing was fetched into {cache}"
-        )
-    if isinstance(error, RevisionNotFoundError):
-        return UserError(
-            f"{label}: the hub repo {repo} has no revision {hub.revision}; give a branch, tag or commit it has "
-            f"(or drop @{hub.revision} for main); nothing was fetched into {cache}"
-        )
     if isinstance(error, RemoteEntryNotFoundError):
-        return UserError(f"{label}: the hub repo {repo} has no config.json: it is not a transformers model")
-    if isinstance(error, LocalEntryNotFoundError):
-        if _offline():
-            why = "HF_HUB_OFFLINE=1: unset it where the hub is reachable to fetch it, or"
-        else:
-            why = "and the hub could not be reached: check the network, or"
-        return UserError(
-            f"{label} not found: no local folder of that name, and the hub repo {hub.spec} is not in the Hugging "
-            f"Face cache {cache} "
-            f"({why} {_how_to_fetch(hub)})"
-        )
-    return UserError(f"{label}: could not fetch {hub.spec} into {cache} ({type(error).__name__}: {error})")
+        return UserError(f"{label}: the Hugging Face model {hub.repo_id} has no config.json: not a transformers model")
+    return hub_error(error, label=label, repo=hub.repo_id, revision=hub.revision, dataset=False)
 
 
 def _wanted(files: list[str], weights: bool) -> list[str]:
@@ -195,7 +142,7 @@ def snapshot(hub: HubId, label: str, *, weights: bool = True) -> Path:
 
     cache = cache_folder()
     try:
-        if _offline():
+        if offline():
             folder = Path(snapshot_download(hub.repo_id, revision=hub.revision, local_files_only=True))
         else:
             try:
@@ -226,7 +173,9 @@ def snapshot(hub: HubId, label: str, *, weights: bool = True) -> Path:
         raise _user_error(hub, label, e) from None
     missing = missing_files(folder, weights=weights)
     if missing:
-        how = ("unset HF_HUB_OFFLINE to fetch the rest, or " if _offline() else "") + _how_to_fetch(hub)
+        how = ("unset HF_HUB_OFFLINE to fetch the rest, or " if offline() else "") + fetch_hint(
+            hub.repo_id, hub.revision
+        )
         raise UserError(
             f"{label}: the Hugging Face cache {cache} holds only part of {hub.spec} (missing {', '.join(missing)}); "
             + how
@@ -252,7 +201,7 @@ def config_file(hub: HubId, label: str) -> Path:
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     cached = try_to_load_from_cache(hub.repo_id, "config.json", revision=hub.revision)
-    if not isinstance(cached, str) and not _offline():
+    if not isinstance(cached, str) and not offline():
         print(f"fetching {hub.spec}'s config.json from the Hugging Face hub into {cache_folder()}", flush=True)
     try:
         return Path(hf_hub_download(hub.repo_id, "config.json", revision=hub.revision))

@@ -231,7 +231,7 @@ def test_online_a_repo_is_fetched_once_with_one_line(online, hub_cache, capsys):
 @pytest.mark.parametrize(
     "spec, error, needles",
     [
-        ("org/name", _http_error(RepositoryNotFoundError, 404), ["no hub repo org/name", "hf auth login"]),
+        ("org/name", _http_error(RepositoryNotFoundError, 404), ["no Hugging Face model org/name", "hf auth login"]),
         ("org/name@v9", _http_error(RevisionNotFoundError, 404), ["has no revision v9", "drop @v9"]),
         ("org/name", httpx2.ConnectError("no route to host"), ["could not be reached", "hf download org/name"]),
     ],
