@@ -180,7 +180,8 @@ def test_lora_training_moves_only_the_adapter_and_the_reference_stays_the_base(t
         batch = _batch(trainer.policy)
     finally:
         trainer.close()
-    base = load_model(tiny_dir).requires_grad_(False)  # the reference a full fine-tuning run loads
+    # the reference a full fine-tuning run loads, on the run's device (`pytest --device cuda`)
+    base = load_model(tiny_dir, device=str(trainer.device)).requires_grad_(False)
     got, want = _base_params(trainer.policy), _base_params(base)
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want)  # base weights bit-identical

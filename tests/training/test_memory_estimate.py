@@ -11,12 +11,16 @@ from rlvr.training import train
 pytestmark = pytest.mark.slow
 
 
-def test_trainer_prints_estimate_then_measured_peak(tiny_dir, tmp_path):
+def test_trainer_prints_estimate_then_measured_peak(tiny_dir, tmp_path, device):
     cfg = tiny_config(tiny_dir, tmp_path / "run", "train.steps=1", "eval.at_start=false", "eval.at_end=false")
     out = io.StringIO()
     train(cfg, console=Console(file=out, width=300))
     text = out.getvalue()
-    assert "memory estimate:" in text and "peak RSS" in text, text
+    # what is measured follows the device (`pytest --device cuda`): the process's RSS, or CUDA's allocator
+    estimated, measured = (
+        ("CUDA allocated", "torch.cuda.max_memory_allocated") if device.type == "cuda" else ("RSS",) * 2
+    )
+    assert "memory estimate:" in text and f"peak {estimated}" in text, text
     line = next(l for l in text.splitlines() if l.startswith("memory: measured peak"))
-    assert "(RSS) beside the estimate" in line, line
+    assert f"({measured}) beside the estimate" in line, line
     assert text.index("memory estimate:") < text.index("memory: measured peak")
