@@ -203,11 +203,19 @@ def check_same_config(run: PlannedRun, expected: dict) -> None:
     for key in sorted(set(a) | set(b)):
         if key in ("run_dir", "resume"):
             continue
-        if a.get(key) != b.get(key):
+        if _unpinned(a.get(key), b.get(key)) != b.get(key):
             raise UserError(
                 f"{run.run_dir} holds a run with {key}={a.get(key)!r}, but this sweep asks for {b.get(key)!r}; "
                 "use another --sweep-dir or delete that run directory"
             )
+
+
+def _unpinned(saved, asked):
+    """``saved`` without the commits a run pinned its Hub names to (``org/name@<commit>``), when the sweep
+    names them without one: the run read what the sweep asks for."""
+    if not isinstance(saved, str) or not isinstance(asked, str) or "@" in asked:
+        return saved
+    return re.sub(r"@[\w./-]+(?=,|$)", "", saved)
 
 
 def subprocess_runner(base: str | None, overrides: list[str]) -> int:

@@ -189,7 +189,9 @@ class Trainer:
                 self.run.remove_outputs()
             try:
                 resumed_from = None if self.resume_from is None else self.start_step
-                self.run.write_config(to_yaml(self.cfg), resumed_from=resumed_from)
+                # settings only: `--config RUN/resumes/step_N.yaml run_dir=NEW` then starts a new run
+                saved = dataclasses.replace(self.cfg, resume=None)
+                self.run.write_config(to_yaml(saved), resumed_from=resumed_from)
             except OSError as e:
                 raise UserError(
                     f"run_dir={self.run_dir} is not writable ({e.strerror or e}); pick another run_dir="

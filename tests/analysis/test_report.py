@@ -324,6 +324,25 @@ def test_sweep_resumes_a_run_saved_before_a_config_key_was_added(tmp_path):
         run_sweep(other, runner=fake_trainer([]), note=lambda s: None)
 
 
+def test_sweep_resumes_a_run_that_pinned_its_hub_names(tmp_path):
+    """A run records Hub names at the commit it read (org/name@<commit>); the sweep names them without."""
+    import yaml
+
+    hub = ["data.task=files", "data.path=org/data:main,extra.jsonl"]
+    sweep = Sweep(None, [("train.steps", [2])], sweep_dir=tmp_path / "sw", overrides=hub)
+    (run,) = [r.run_dir for r in run_sweep(sweep, runner=fake_trainer([]), note=lambda s: None)[0]]
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    saved["data"]["path"] = "org/data:main@0123abc,extra.jsonl"
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    (run / "checkpoints" / "step_000002").rename(run / "checkpoints" / "step_000001")
+    calls = []
+    run_sweep(sweep, runner=fake_trainer(calls), note=lambda s: None)
+    assert calls[0][-1] == f"resume={run}"
+    other = Sweep(None, [("train.steps", [2])], sweep_dir=tmp_path / "sw", overrides=[hub[0], "data.path=org/other"])
+    with pytest.raises(UserError, match="holds a run with data.path="):  # another data set still counts
+        run_sweep(other, runner=fake_trainer([]), note=lambda s: None)
+
+
 def test_sweep_failure_goes_on_with_the_next_run(tmp_path):
     sweep = Sweep(None, [("train.steps", [2, 3])], sweep_dir=tmp_path / "sw")
     seen = []
