@@ -16,7 +16,7 @@ from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackabl
 from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
-from rlvr.rollout.static import StaticBuffers, decode_static
+from rlvr.rollout.static import decode_static
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -123,12 +123,6 @@ class HFRolloutEngine:
     True = required, :class:`~rlvr.cpu.lean.LeanUnavailable` where it cannot run) runs the decode
     steps by :class:`~rlvr.cpu.lean.LeanDecoder` instead of the model's forward (the prefill stays
     the model's): the same logits up to float rounding, faster sampling (``benchmarks/NOTES.md``).
-
-    ``static_decode`` (None = on a GPU) decodes on a static cache (:mod:`rlvr.rollout.static`), the step
-    compiled on a GPU. The engine keeps one cache of ``static_capacity`` positions (the longest prompt
-    plus the longest response it will be asked for; 0 = the first chunk's) by ``batch_seqs`` rows and
-    reuses it in every rollout, so the step compiles once; a chunk that needs more positions grows it
-    once (rounded up to 64 positions, one more compile).
     """
 
     def __init__(
@@ -147,7 +141,6 @@ class HFRolloutEngine:
         packed_weights: bool | None = None,
         lean_decode: bool | None = None,
         static_decode: bool | None = None,
-        static_capacity: int = 0,
         gathered: bool = False,
     ) -> None:
         self.logprobs = logprobs
@@ -177,25 +170,10 @@ class HFRolloutEngine:
         on_gpu = next(self.model.parameters()).device.type == "cuda"
         self.static = (on_gpu if static_decode is None else static_decode) and lean_decode is not True
         """Decode on a static cache (:mod:`rlvr.rollout.static`), compiled on a GPU; else the dynamic decode."""
-        self.static_compile = "inductor" if on_gpu else None
-        """The static decode's ``torch.compile`` backend (None = the step runs eagerly); read at the first
-        static rollout."""
-        self.static_capacity = static_capacity
-        self._buffers: StaticBuffers | None = None
         want_lean = lean_decode is True or (
             not self.static and lean_decode is None and not lean_unsupported(self.model, self.packed)
         )
         self.lean = LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot
-
-    def _static_buffers(self) -> StaticBuffers:
-        """The static decode's cache, mask and step, one set for the engine's life: ``static_capacity``
-        positions (grown, rounded up, when a chunk's prompt + response needs more) by ``batch_seqs`` rows
-        (a chunk's whole groups, padded: ``batch_seqs // G * G`` rows or fewer, and G where G is larger)."""
-        if self._buffers is None:
-            self._buffers = StaticBuffers(
-                self.model, capacity=self.static_capacity, rows=self.batch_seqs, compile=self.static_compile
-            )
-        return self._buffers
 
     def _stopped(self, responses: torch.Tensor) -> torch.Tensor:
         return self._stop.hits(responses)
@@ -290,7 +268,8 @@ class HFRolloutEngine:
             ids, mask = enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk]
             with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
                 if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
-                    chunks.append(decode_static(self.model, ids, mask, G, buffers=self._static_buffers(), **common))
+                    compile_with = "inductor" if device.type == "cuda" else None
+                    chunks.append(decode_static(self.model, ids, mask, G, compile=compile_with, **common))
                 else:
                     chunks.append(decode(self.model, ids, mask, G, lean=self.lean, **common))
         T = max(c.response.shape[1] for c in chunks)

@@ -1,25 +1,22 @@
 """The static-cache decode (rlvr.rollout.static) gives what the dynamic decode gives: greedy token for token,
 seeded samples draw for draw, stop strings, log-probs and token accounting; its step compiles to one graph
-with no breaks (what CUDA graphs need), and sees weights changed in place. An engine keeps one cache for its
-life: rollouts of any prompt length compile the step once (twice where a prompt outgrows the cache), reuse
-the cache and decode what a fresh cache decodes. On a CPU the step runs eagerly or under torch.compile's
-eager backend; on a GPU (``pytest --device cuda``) the engine compiles it."""
+with no breaks (what CUDA graphs need), and sees weights changed in place. On a CPU the step runs eagerly
+or under torch.compile's eager backend; on a GPU (``pytest --device cuda``) the engine compiles it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from tiny_run import metrics, tiny_config
-from torch._dynamo.utils import counters
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
 from rlvr.models.forward import output_cache
 from rlvr.models.tiny import tiny_model, tiny_qwen2, tiny_tokenizer
-from rlvr.rollout import HFRolloutEngine, static
+from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.decode import GreedyPicker, decode
 from rlvr.rollout.hf import eos_token_ids, sample_seed
-from rlvr.rollout.static import StaticBuffers, _step_fn, decode_static, static_cache
+from rlvr.rollout.static import _step_fn, decode_static, static_cache
 
 PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?"]
 
@@ -86,94 +83,13 @@ def test_the_compiled_step_decodes_what_the_dynamic_decode_does_and_sees_new_wei
     model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
     enc = tok(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
     kw = dict(max_new_tokens=10, pick=GreedyPicker(), eos_ids=eos_token_ids(model, tok), pad_id=tok.pad_token_id)
-    buffers = StaticBuffers(model, compile="eager")  # one cache and one compiled step for both rollouts
     for _ in range(2):
         want = decode(model, enc.input_ids, enc.attention_mask, 2, **kw)
-        got = decode_static(model, enc.input_ids, enc.attention_mask, 2, buffers=buffers, **kw)
+        got = decode_static(model, enc.input_ids, enc.attention_mask, 2, compile="eager", **kw)
         assert torch.equal(got.response, want.response) and torch.equal(got.stop_at, want.stop_at)
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.5)  # in place: the same tensors, new values
-
-
-def _prompt(words: int) -> str:
-    return "what is 3 + 4 ?" + " 7 and" * words
-
-
-def _record_caches(monkeypatch) -> list[tuple]:
-    """Has every eager decode step record (its cache, the first layer's keys' address, the mask's address)."""
-    seen, real = [], static._step_fn
-
-    def step_fn(model):
-        step = real(model)
-
-        def recorded(tokens, mask, positions, cache):
-            seen.append((cache, cache.layers[0].keys.data_ptr(), mask.data_ptr()))
-            return step(tokens, mask, positions, cache)
-
-        return recorded
-
-    monkeypatch.setattr(static, "_step_fn", step_fn)
-    return seen
-
-
-def test_rollouts_of_any_prompt_length_compile_the_step_at_most_twice():
-    """One cache shape for the run (the longest prompt + response, ``batch_seqs`` rows, a small last chunk
-    padded): 19 rollouts of 2 to 130-token prompts in 1 to 5 groups compile once; a 20th longer than the
-    capacity grows it once (dynamo would run the step eagerly from a 9th shape on)."""
-    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
-    lengths = [(i * 7) % 20 for i in range(19)]
-    longest = max(len(tok(_prompt(n), add_special_tokens=False).input_ids) for n in lengths)
-    engine = HFRolloutEngine(
-        model, tok, max_new_tokens=6, batch_seqs=6, packed_weights=False, static_decode=True,
-        static_capacity=longest + 6,
-    )  # fmt: skip
-    engine.static_compile = "eager"
-    torch._dynamo.reset()
-    counters.clear()
-    for i, n in enumerate([*lengths, 35]):
-        engine.generate([_prompt(n - k) for k in range(i % 5 + 1)], 2, greedy=i % 2 == 0)
-    assert 1 <= counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])  # compiled, and at most twice
-    torch._dynamo.reset()
-
-
-def test_the_engine_reuses_one_cache_and_mask_across_rollouts(monkeypatch):
-    seen = _record_caches(monkeypatch)
-    engine = HFRolloutEngine(
-        tiny_model(seed=5), tiny_tokenizer(), max_new_tokens=6, batch_seqs=6, packed_weights=False, static_decode=True
-    )
-    for words, count, G in [(12, 3, 2), (1, 1, 2), (6, 5, 1), (0, 2, 3)]:  # the longest prompt first
-        engine.generate([_prompt(words)] * count, G, greedy=True)
-    assert len({id(cache) for cache, _, _ in seen}) == 1
-    assert len({(keys, mask) for _, keys, mask in seen}) == 1
-
-
-@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "seeded"])
-def test_a_reused_cache_decodes_what_a_fresh_one_does(sampled, monkeypatch):
-    """Short prompts after long ones (stale keys past a short prompt), the weights changed in place between
-    rollouts: the engine that keeps its cache gives, token for token and draw for draw, what an engine
-    built for each rollout gives on the same shape."""
-    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
-    kw = dict(
-        max_new_tokens=10, batch_seqs=6, packed_weights=False, static_decode=True, static_capacity=128,
-        temperature=0.9, top_k=30, stop=["</answer>", "7"], logprobs=True,
-    )  # fmt: skip
-    seen = _record_caches(monkeypatch)
-    kept = HFRolloutEngine(model, tok, **kw)
-    for r, words in enumerate([20, 2, 9, 0]):
-        prompts = [_prompt(words), _prompt(words // 2), "the answer"]
-        how = dict(seeds=[sample_seed(r, i) for i in range(len(prompts) * 2)]) if sampled else dict(greedy=True)
-        got = kept.generate(prompts, 2, **how)
-        ours = len(seen)
-        want = HFRolloutEngine(model, tok, **kw).generate(prompts, 2, **how)
-        del seen[ours:]  # the fresh engine's steps
-        _same(want, got)
-        if sampled:
-            assert torch.equal(want.logprobs, got.logprobs)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn_like(p) * 0.3)  # in place, as an optimizer step
-    assert len({id(cache) for cache, _, _ in seen}) == 1  # the kept engine's steps: one cache throughout
 
 
 def test_static_and_lean_decode_together_are_one_config_error():
