@@ -72,6 +72,15 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture
+def cwd(tmp_path, monkeypatch):
+    """The test runs in its own ``tmp_path``, with a private model cache (nothing is converted or fetched
+    into the real one). A test module may override it to lay files there first."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.fixture
 def tiny_dir(tmp_path, monkeypatch):
     """A tiny model directory of this test's own, the `sevens` reward registered, and a private model cache."""
     monkeypatch.setitem(registry.REWARDS, "sevens", sevens)

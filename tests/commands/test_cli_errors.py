@@ -8,13 +8,6 @@ import pytest
 from rlvr.cli import main
 
 
-@pytest.fixture
-def cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))  # never convert/download into the real cache
-    return tmp_path
-
-
 def _error_line(capsys, argv, needles):
     rc = main(argv)
     err = capsys.readouterr().err

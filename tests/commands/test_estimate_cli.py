@@ -6,13 +6,6 @@ import pytest
 from rlvr.cli import main
 
 
-@pytest.fixture
-def cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
-    return tmp_path
-
-
 def test_estimate_table(cwd, capsys, tiny_model):
     assert main(["estimate", f"model.path={tiny_model}", "model.device=cpu"]) == 0
     out = capsys.readouterr().out

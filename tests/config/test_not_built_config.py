@@ -37,13 +37,6 @@ NOT_BUILT = [
 ]
 
 
-@pytest.fixture
-def cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
-    return tmp_path
-
-
 def test_defaults_are_what_rlvr_runs():
     cfg = load_config(None, [])
     assert cfg.rollout.engine == Engine.HF and str(cfg.rollout.engine) == "hf"

@@ -14,13 +14,6 @@ pytestmark = pytest.mark.slow
 PLAIN = ["--template", "plain", "--system", "", "--max-new-tokens", "4", "--device", "cpu"]
 
 
-@pytest.fixture
-def cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
-    return tmp_path
-
-
 def _questions(path, *, answers: bool):
     rows = [{"question": f"what is {i} + {i} ?", **({"answer": f"#### {2 * i}"} if answers else {})} for i in range(2)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -18,13 +18,6 @@ pytestmark = pytest.mark.slow
 PLAIN = ["--template", "plain", "--system", "", "--max-new-tokens", "6", "--device", "cpu"]
 
 
-@pytest.fixture
-def cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
-    return tmp_path
-
-
 def gsm8k_file(path, n=5, *, answers=True):
     with open(path, "w") as f:
         for i in range(n):
