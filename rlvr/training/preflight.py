@@ -99,10 +99,8 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     if cfg.resume:
         checked.resume_from = _resume_checkpoint(cfg, shards)
         checked.start_step = step_of(checked.resume_from)
-    elif writes:
-        _check_new_run_dir(cfg, checked.run_dir)
     if writes:
-        _check_room(cfg, checked.run_dir, model_path)
+        _check_run_dir(cfg, checked.run_dir, model_path)
     checked.precision, checked.notes = precision, _eval_note(cfg, test_rows) + _load_note()
     return checked
 
@@ -146,9 +144,10 @@ def _resume_checkpoint(cfg: Config, shards: bool) -> Path:
     return found
 
 
-def _check_new_run_dir(cfg: Config, run_dir: Path) -> None:
-    """A new run needs a writable run directory that holds no other run (unless ``overwrite=true``)."""
-    if RunDir(run_dir).metrics_file.exists() and not cfg.overwrite:
+def _check_run_dir(cfg: Config, run_dir: Path, model_path: Path) -> None:
+    """The run directory: a new run's must hold no other run (unless ``overwrite=true``); it must be
+    writable, with room for two checkpoints."""
+    if not cfg.resume and RunDir(run_dir).metrics_file.exists() and not cfg.overwrite:
         raise UserError(
             f"{run_dir} already holds a run; continue it with resume={run_dir}, start a new one with "
             f"run_dir=runs/NEW_NAME, or replace it with overwrite=true"
@@ -158,15 +157,10 @@ def _check_new_run_dir(cfg: Config, run_dir: Path) -> None:
         raise UserError(f"run_dir={run_dir} is not writable ({existing} is a file); pick another run_dir=")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"run_dir={run_dir} is not writable (permission denied on {existing}); pick another run_dir=")
-
-
-def _check_room(cfg: Config, run_dir: Path, model_path: Path) -> None:
-    """Room for two checkpoints where the run writes them."""
     adapter = cfg.model.lora  # a LoRA checkpoint holds the adapter alone
     need = 2 * ckpt.checkpoint_bytes(
         model_path, cfg.model.dtype, lora_rank=adapter.rank, lora_targets=adapter.target_modules
     )
-    existing = next(p for p in (run_dir, *run_dir.parents) if p.is_dir() or p == Path(p.anchor))
     free = shutil.disk_usage(existing).free
     if free < need:
         raise UserError(
