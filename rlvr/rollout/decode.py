@@ -221,6 +221,10 @@ class Decoded:
     logprobs: Tensor | None
     """[B, T] log-softmax(z / T) of the sampled tokens (full vocabulary, before top-k/top-p), 0 after the end;
     None unless asked."""
+    steps: int = 0
+    """Decode steps run after the prefill (each a forward of one new token per row in the batch)."""
+    row_steps: int = 0
+    """Rows computed, summed over those steps: the work done, against the tokens kept (``benchmarks/decode.py``)."""
 
 
 @torch.no_grad()
@@ -275,7 +279,7 @@ def decode(
     logprobs = torch.zeros(B, max_new_tokens, device=device) if logprob_temperature is not None else None
     stop_at = torch.full((B,), -1, dtype=torch.long, device=device)
     eos = torch.tensor(eos_ids, device=device)
-    T = 0
+    T = steps = row_steps = 0
     for t in range(max_new_tokens):
         tokens = pick(logits, live)  # [b]
         response[live, t] = tokens
@@ -297,6 +301,7 @@ def decode(
                 break
             live, tokens, mask = live[keep], tokens[keep], mask[keep]
             cache.select(keep) if lean is not None else cache.batch_select_indices(keep)
+        steps, row_steps = steps + 1, row_steps + tokens.shape[0]
         if lean is not None:
             logits = lean.step(tokens, prompt_len[live] + t, cache)
             continue
@@ -312,4 +317,4 @@ def decode(
         )
         cache = output_cache(out)
         logits = out.logits[:, -1].float()
-    return Decoded(response[:, :T], stop_at, None if logprobs is None else logprobs[:, :T])
+    return Decoded(response[:, :T], stop_at, None if logprobs is None else logprobs[:, :T], steps, row_steps)

@@ -174,6 +174,9 @@ class HFRolloutEngine:
             not self.static and lean_decode is None and not lean_unsupported(self.model, self.packed)
         )
         self.lean = LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot
+        self.last_stats: dict[str, int] = {}
+        """The last :meth:`generate`'s work: ``rows``, ``decode_steps`` (forwards after the prefills, all
+        chunks), ``row_steps`` (rows computed over those steps) and ``tokens`` (response tokens kept)."""
 
     def _stopped(self, responses: torch.Tensor) -> torch.Tensor:
         return self._stop.hits(responses)
@@ -284,6 +287,12 @@ class HFRolloutEngine:
         if record:
             logprobs = torch.cat([F.pad(c.logprobs, (0, T - c.logprobs.shape[1])) for c in chunks])
             logprobs = torch.where(response_mask.bool(), logprobs, torch.zeros_like(logprobs))
+        self.last_stats = {
+            "rows": B,
+            "decode_steps": sum(c.steps for c in chunks),
+            "row_steps": sum(c.row_steps for c in chunks),
+            "tokens": int(response_mask.sum()),
+        }
         prompt_ids, prompt_mask = (
             enc.input_ids.repeat_interleave(G, dim=0),
             enc.attention_mask.repeat_interleave(G, dim=0),
