@@ -35,11 +35,19 @@ beside it at the end. Every item is a formula over the model shape and the confi
   All of this × 1.4 for backward's temporary buffers and the allocator's slack.
 - **KV cache** of the rollout: ``2 × layers × kv_heads × head_dim × rows × (prompt + new tokens)
   × bytes(rollout dtype)``, rows = min(``rollout.batch_seqs``, the step's sequences), or the
-  evaluation's rows when larger.
+  evaluation's rows when larger. The dynamic decode (a CPU's) frees it before the update.
+- **static KV cache** of the static decode (:func:`static_decodes`: a CUDA device unless
+  ``rollout.static_decode=false``, a CPU with ``true``): one cache kept for the whole run and reused by
+  every rollout and evaluation, so that the compiled CUDA graphs keep their addresses; it therefore
+  stays allocated through the update (resident). ``2 × layers × kv_heads × head_dim × rows × capacity
+  × bytes(rollout dtype)``, rows = ``(rollout.batch_seqs // G) × G`` (at least G), capacity = prompt +
+  the longer of the rollout's and the evaluation's new tokens, rounded up to
+  :data:`STATIC_CAPACITY_MULTIPLE`; plus its boolean attention mask (rows × capacity) and int64
+  response (rows × new tokens). The rollout then holds no other cache.
 - **runtime** (CPU only): Python, torch, transformers, the tokenizer and the prompts.
 
-The peak is the resident items (runtime, parameters, rollout copy, reference, AdamW) plus the
-larger of the update (gradients + activations) and the rollout (KV cache).
+The peak is the resident items (runtime, parameters, rollout copy, reference, AdamW, the static KV
+cache) plus the larger of the update (gradients + activations) and the rollout (KV cache).
 
 Calibration (README "Memory estimate"): the factors 9/4, 3.3 and 4 bytes were read off the
 tensors autograd saves for SmolLM2-135M (``benchmarks/memory_estimate.py``); 1.4 and the
@@ -78,6 +86,8 @@ BACKWARD_FACTOR = 1.4
 DEFAULT_PROMPT_TOKENS = {"arithmetic": 128, "countdown": 160, "files": 512}
 """Assumed rendered prompt length when ``data.max_prompt_tokens`` is 0 (the r1 template's
 system prompt makes a built-in task's prompt ~126 tokens with SmolLM2's tokenizer)."""
+STATIC_CAPACITY_MULTIPLE = 256
+"""The static decode rounds its cache's positions up to a multiple of this (:mod:`rlvr.rollout.static`)."""
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -344,6 +354,13 @@ def _precision(cfg: Config, device: str) -> tuple[str, bool]:
     return rollout, autocast
 
 
+def static_decodes(cfg: Config, device: str) -> bool:
+    """Whether the rollout decodes on the static cache, as ``HFRolloutEngine`` decides: ``rollout.static_decode``
+    auto = on a CUDA device, true = anywhere; never with ``rollout.lean_decode=true``."""
+    on = cfg.rollout.static_decode == Switch.ON or (cfg.rollout.static_decode == Switch.AUTO and device == "cuda")
+    return on and cfg.rollout.lean_decode != Switch.ON
+
+
 def lora_settings(cfg: Config) -> tuple[int, object]:
     """(rank, target_modules) of ``model.lora``; rank 0 = full fine-tuning (also before LoRA exists)."""
     lora = getattr(cfg.model, "lora", None)
@@ -441,6 +458,14 @@ def estimate(
     eval_T = cfg.eval.max_new_tokens or T
     kv_tokens = max(rows * (Lp + T), eval_rows * (Lp + eval_T))
     kv = 2 * L * shape.kv_dim * kv_tokens * BYTES[rollout_dtype]
+    # the static decode keeps one cache for the run (fixed addresses for its CUDA graphs): resident, even
+    # through the update; sized for whole groups of batch_seqs and the longest prompt + response of either
+    static = static_decodes(cfg, device)
+    static_rows = max(G, cfg.rollout.batch_seqs // G * G)
+    new_tokens = max(T, eval_T)
+    capacity = -(-(Lp + new_tokens) // STATIC_CAPACITY_MULTIPLE) * STATIC_CAPACITY_MULTIPLE
+    static_kv = 2 * L * shape.kv_dim * static_rows * capacity * BYTES[rollout_dtype]
+    static_kv += static_rows * (capacity + 8 * new_tokens)  # the bool attention mask (1 B), the int64 response
 
     items = []
     if device == "cpu":
@@ -518,14 +543,26 @@ def estimate(
             + f"; logits {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
         )
     )
-    items.append(
-        Item(
-            "KV cache",
-            kv,
-            "rollout",
-            f"{max(rows, eval_rows)} rows x up to {Lp + max(T, eval_T)} tokens, {rollout_dtype}",
+    if static:
+        items.append(
+            Item(
+                "static KV cache",
+                static_kv,
+                "resident",
+                f"{static_rows} rows x {capacity} positions ({Lp} prompt + {new_tokens} response, rounded up), "
+                f"{rollout_dtype}, + mask and response; kept through the update (rollout.static_decode)",
+            )
         )
-    )
+        items.append(Item("KV cache", 0, "rollout", "none besides the static KV cache"))
+    else:
+        items.append(
+            Item(
+                "KV cache",
+                kv,
+                "rollout",
+                f"{max(rows, eval_rows)} rows x up to {Lp + new_tokens} tokens, {rollout_dtype}; freed for the update",
+            )
+        )
     notes = [f"prompt length {Lp} tokens: {why_prompt}"]
     if n > 1:
         notes.append(
@@ -548,6 +585,8 @@ def data_prompt_tokens(rows: list[dict]) -> tuple[int, str]:
 REDUCE = {
     "activations": "train.micro_batch_seqs (smaller) or model.gradient_checkpointing=true",
     "KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller)",
+    "static KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller); it stays allocated through the update "
+    "(rollout.static_decode=false decodes dynamically and frees it, at the cost of the compiled step)",
     "AdamW state": "model.lora.rank (LoRA) or offload.optimizer=true",
     "gradients": "model.lora.rank (LoRA)",
     "parameters": "model.lora.rank (LoRA) with a bfloat16 model.dtype",

@@ -94,10 +94,56 @@ def test_tiny_shape_arithmetic_by_hand(monkeypatch):
 
 
 def test_no_reference_without_kl_and_no_runtime_on_cuda():
-    est = estimate(load_config(None, [*TINY_RUN, "algo.kl_coef=0"]), TINY, device="cuda")
+    est = estimate(load_config(None, [*TINY_RUN, "algo.kl_coef=0", "rollout.static_decode=false"]), TINY, device="cuda")
     got = _items(est)
     assert got["reference"] == 0 and "runtime" not in got
     assert est.total == 90752 + 181504 + 90752 + 550502
+
+
+def test_the_static_decode_cache_is_resident_through_the_update():
+    """On CUDA the static decode keeps one cache for the run (its CUDA graphs keep their addresses), so
+    it stays allocated through the update: counted resident, sized by whole groups of rollout.batch_seqs
+    and the longest prompt + response of rollout or evaluation, rounded up to 256 positions."""
+    run = [*TINY_RUN, "rollout.batch_seqs=5", "eval.max_new_tokens=24"]
+    est = estimate(load_config(None, run), TINY, device="cuda")  # rollout.static_decode=auto: on for CUDA
+    got, phase = _items(est), {i.name: i.phase for i in est.items}
+    # rows: whole groups of G=2 in batch_seqs 5 -> 4; capacity: 16 prompt + max(8, 24) new = 40 -> 256
+    # cache 2 (K, V) * 2 layers * 16 kv dims * 4 rows * 256 * 4 B (float32 rollout) = 262144
+    #   + bool mask 4 * 256 * 1 = 1024 + int64 response 4 * 24 * 8 = 768 -> 263936
+    assert got["static KV cache"] == 263936 and phase["static KV cache"] == "resident"
+    assert got["KV cache"] == 0  # the rollout holds no other cache
+    # resident: parameters 90752 + reference 90752 + AdamW 181504 + cache 263936; update: 90752 + 550502
+    assert est.total == 90752 + 90752 + 181504 + 263936 + 90752 + 550502
+    line = next(l for l in est.lines() if "static KV cache" in l)
+    assert "resident" in line and "4 rows x 256 positions (16 prompt + 24 response" in line, line
+    # past 256 positions: 250 + 24 = 274 -> 512; batch_seqs 1 < G: one group's 2 rows
+    # 2 * 2 * 16 * 2 rows * 512 * 4 B = 262144 + mask 2 * 512 * 1 = 1024 + response 2 * 24 * 8 = 384
+    long = estimate(
+        load_config(None, [*run, "data.max_prompt_tokens=250", "rollout.batch_seqs=1"]), TINY, device="cuda"
+    )
+    assert _items(long)["static KV cache"] == 263552
+    # bf16 rollout: the cache's keys and values at 2 B, the mask and response unchanged: 131072 + 1024 + 768
+    bf16 = estimate(load_config(None, [*run, "rollout.dtype=bfloat16"]), TINY, device="cuda")
+    assert _items(bf16)["static KV cache"] == 132864
+
+
+@pytest.mark.parametrize(
+    "overrides, device, static",
+    [
+        ([], "cpu", False),  # auto: dynamic on a CPU
+        (["rollout.static_decode=true"], "cpu", True),  # forced: static (eager) on a CPU too
+        (["rollout.static_decode=false"], "cuda", False),
+        (["rollout.lean_decode=true"], "cuda", False),  # lean decode takes auto's place
+    ],
+)
+def test_the_static_decode_cache_line_only_where_the_run_decodes_statically(overrides, device, static):
+    est = estimate(load_config(None, [*TINY_RUN, *overrides]), TINY, device=device)
+    table = "\n".join(est.lines())
+    assert ("static KV cache" in table) is static, table
+    got = _items(est)
+    if not static:  # the dynamic decode's cache lives during the rollout only: 4 rows x 24 tokens, float32
+        assert got["KV cache"] == 24576 and "static KV cache" not in got
+        assert next(i.phase for i in est.items if i.name == "KV cache") == "rollout"
 
 
 def test_bf16_rollout_copy_and_autocast():
@@ -234,6 +280,18 @@ def test_a_run_that_does_not_fit_the_gpu_is_refused_with_the_keys_that_shrink_it
         k in line for k in ("model.lora.rank", "train.micro_batch_seqs", "offload.reference", "rollout.batch_seqs")
     )
     assert largest[0].name in line or largest[0].name == "runtime"
+
+
+def test_a_run_whose_static_decode_cache_does_not_fit_names_what_lowers_it():
+    from rlvr.estimate import memory_check
+
+    # 64 rows x 512 positions: the static cache (8.4 MB) dwarfs the tiny model's weights
+    est = estimate(load_config(None, [*TINY_RUN, "data.max_prompt_tokens=300"]), TINY, device="cuda")
+    with pytest.raises(UserError) as err:
+        memory_check(est, est.total - 1, "GPU 0")
+    line = str(err.value)
+    assert line.count("static KV cache") == 1 and "rollout.batch_seqs or rollout.max_new_tokens" in line, line
+    assert "rollout.static_decode=false" in line, line
 
 
 def test_rlvr_estimate_reads_the_prompt_lengths_from_the_data(tiny_dir, capsys):

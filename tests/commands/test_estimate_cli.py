@@ -59,6 +59,7 @@ def test_r1_zero_7b_preset_fits_80_gb_gpus_under_fsdp(cwd, capsys):
     sharded, _ = estimate_config(cfg, device="cuda")
     replica, _ = estimate_config(load_config("r1_zero_qwen25_7b", ["distributed.strategy=ddp"]), device="cuda")
     assert sharded.total <= 70 * GiB < replica.total
+    assert "static KV cache" in out  # on a GPU the static decode's cache is counted through the update
     item = lambda est, name: next(i.bytes for i in est.items if i.name == name)  # noqa: E731
     for name in ("parameters", "reference", "AdamW state", "gradients"):
         assert item(sharded, name) == item(replica, name) // 8, name
@@ -83,3 +84,22 @@ def test_r1_zero_7b_lora_preset_fits_one_80_gb_gpu(cwd, capsys):
     assert "Qwen/Qwen2.5-7B" in out and "LoRA rank 64" in out and "fits one 80 GiB GPU" in out
     est, _ = estimate_config(load_config("r1_zero_qwen25_7b_lora"), device="cuda")
     assert est.total < 70 * GiB
+
+
+def test_every_gpu_preset_counts_the_static_decode_cache_through_the_update():
+    """The presets that name a CUDA device decode statically: their estimate holds the static cache
+    resident (the budgets above are met with it counted), the dynamic decode's rollout-only cache none."""
+    from pathlib import Path
+
+    import rlvr
+    from rlvr.config import load_config
+    from rlvr.estimate import estimate_config
+
+    presets = sorted(Path(rlvr.__file__).parent.glob("configs/*.yaml"))
+    gpu = [p.stem for p in presets if load_config(p.stem).model.device.startswith("cuda")]
+    assert {"r1_zero_qwen25_7b", "r1_zero_qwen25_7b_lora", "r1_zero_qwen25_0.5b"} <= set(gpu), gpu
+    for name in gpu:
+        est, _ = estimate_config(load_config(name))
+        items = {i.name: i for i in est.items}
+        assert items["static KV cache"].phase == "resident" and items["static KV cache"].bytes > 0, name
+        assert items["KV cache"].bytes == 0, name
