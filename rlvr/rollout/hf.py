@@ -16,7 +16,7 @@ from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackabl
 from rlvr.models.loading import eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
-from rlvr.rollout.static import decode_static
+from rlvr.rollout.static import Sampler, StaticDecoder
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -141,6 +141,7 @@ class HFRolloutEngine:
         packed_weights: bool | None = None,
         lean_decode: bool | None = None,
         static_decode: bool | None = None,
+        static_capacity: int = 0,
         gathered: bool = False,
     ) -> None:
         self.logprobs = logprobs
@@ -174,6 +175,12 @@ class HFRolloutEngine:
             not self.static and lean_decode is None and not lean_unsupported(self.model, self.packed)
         )
         self.lean = LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot
+        self.decoder = None
+        """The :class:`~rlvr.rollout.static.StaticDecoder` (static decode): one cache for the engine's life."""
+        if self.static:
+            self.decoder = StaticDecoder(
+                self.model, compile="inductor" if on_gpu else None, rows=batch_seqs, capacity=static_capacity
+            )
         self.last_stats: dict[str, int] = {}
         """The last :meth:`generate`'s work: ``rows``, ``decode_steps`` (forwards after the prefills, all
         chunks), ``row_steps`` (rows computed over those steps) and ``tokens`` (response tokens kept)."""
@@ -223,9 +230,10 @@ class HFRolloutEngine:
         Args:
             greedy: decode greedily (argmax) instead of sampling, e.g. for evaluation.
             seeds: one seed per sampled sequence (``len(prompts) * samples_per_prompt``, grouped
-                by prompt): each sequence draws from its own generator (:class:`~rlvr.rollout.decode.SeededPicker`),
-                so what it samples does not depend on the batch it is in. Default: the global
-                torch RNG.
+                by prompt): a sequence's t-th draw is a function of its seed and t alone
+                (:func:`~rlvr.rollout.sampling.counter_uniform`), so what it samples does not depend on
+                the batch it is in or the decoder. Default: the global torch RNG (which, for the static
+                decode, draws the row seeds).
             temperature: sampling temperature for this call only (default: the engine's).
             max_new_tokens: response length limit for this call only (default: the engine's).
 
@@ -250,8 +258,23 @@ class HFRolloutEngine:
         record = self.logprobs and not greedy
         per_chunk = max(1, self.batch_seqs // G)  # whole groups: a prompt is prefilled once for its G samples
         chunks = []
+        if self.static and not greedy and not seeded:  # the global RNG gives the row seeds
+            seeds = torch.randint(0, 2**62, (B,)).tolist()
         for first in range(0, len(prompts), per_chunk):
             rows = slice(first * G, (first + per_chunk) * G)
+            ids, mask = enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk]
+            common = dict(
+                max_new_tokens=how.max_new_tokens,
+                eos_ids=self.eos_ids,
+                pad_id=tok.pad_token_id,
+                stopped=self._stopped if self.stop else None,
+            )
+            if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
+                sampler = Sampler(greedy, temp, how.top_k, how.top_p, temp if record else None)
+                row_seeds = None if greedy else torch.tensor(seeds[rows], dtype=torch.long)
+                with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
+                    chunks.append(self.decoder.decode(ids, mask, G, how=sampler, seeds=row_seeds, **common))
+                continue
             if greedy:
                 pick = GreedyPicker()
             elif seeded:
@@ -260,21 +283,13 @@ class HFRolloutEngine:
                 )
             else:
                 pick = GlobalRNGPicker(temp, how.top_k, how.top_p)
-            common = dict(
-                max_new_tokens=how.max_new_tokens,
-                pick=pick,
-                eos_ids=self.eos_ids,
-                pad_id=tok.pad_token_id,
-                stopped=self._stopped if self.stop else None,
-                logprob_temperature=temp if record else None,
-            )
-            ids, mask = enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk]
             with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
-                if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
-                    compile_with = "inductor" if device.type == "cuda" else None
-                    chunks.append(decode_static(self.model, ids, mask, G, compile=compile_with, **common))
-                else:
-                    chunks.append(decode(self.model, ids, mask, G, lean=self.lean, **common))
+                chunks.append(
+                    decode(
+                        self.model, ids, mask, G, pick=pick, logprob_temperature=temp if record else None,
+                        lean=self.lean, **common,
+                    )
+                )  # fmt: skip
         T = max(c.response.shape[1] for c in chunks)
         pad = tok.pad_token_id
         F = torch.nn.functional

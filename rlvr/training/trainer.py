@@ -296,9 +296,12 @@ class Trainer:
 
     def _build_engine(self) -> HFRolloutEngine:
         """The rollout engine (rollout.engine=hf, the one engine built: config rejects vllm) on the policy,
-        with a line for each CPU-speed choice it made."""
+        with a line for each CPU-speed choice it made. Its static cache (a GPU's decode) holds the data's
+        longest prompt plus the longer of the rollout's and the evaluation's responses: one set of buffers
+        for the run (a longer evaluation prompt grows it once)."""
         cfg, note = self.cfg, self.printer.note
         r = cfg.rollout
+        longest = data_prompt_tokens(self.train_rows)[0] + max(r.max_new_tokens, self.evaluator.max_new_tokens)
         try:
             engine = HFRolloutEngine(
                 self.policy, self.tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
@@ -306,7 +309,7 @@ class Trainer:
                 logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
                 stop=r.stop, packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=r.lean_decode.as_bool(), static_decode=r.static_decode.as_bool(),
-                gathered=self.shards,
+                static_capacity=longest, gathered=self.shards,
             )  # fmt: skip
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e

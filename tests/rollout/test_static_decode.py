@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_run import metrics, tiny_config
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
-from rlvr.models.forward import output_cache
 from rlvr.models.tiny import tiny_model, tiny_qwen2, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.decode import GreedyPicker, decode
 from rlvr.rollout.hf import eos_token_ids, sample_seed
-from rlvr.rollout.static import _step_fn, decode_static, static_cache
+from rlvr.rollout.static import Sampler, StaticDecoder
 
 PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?"]
 
@@ -61,19 +61,136 @@ def test_seeded_samples_stop_strings_and_logprobs_equal_the_dynamic_decode(arch,
     assert (a.response_mask.sum(-1) < 14).any()  # rows ended early: the static decode kept stepping them
 
 
+def _decoder_inputs(model, tok, prompts=PROMPTS, G=2, greedy=True, new=10):
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    seeds = None if greedy else torch.tensor([sample_seed(7, i) for i in range(len(prompts) * G)])
+    how = Sampler(greedy, temperature=0.9)
+    kw = dict(max_new_tokens=new, how=how, seeds=seeds, eos_ids=eos_token_ids(model, tok), pad_id=tok.pad_token_id)
+    return (enc.input_ids, enc.attention_mask, G), kw
+
+
 def test_the_step_compiles_to_one_graph_without_breaks():
-    """CUDA graphs capture a whole step only when dynamo traces it as one graph."""
+    """CUDA graphs capture a whole step (forward, sampling, bookkeeping) only when dynamo traces it as one graph."""
     model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
-    enc = tok(PROMPTS[:2], return_tensors="pt", padding=True, add_special_tokens=False)
+    decoder = StaticDecoder(model)
+    args, kw = _decoder_inputs(model, tok, greedy=False)
+    decoder.decode(*args, **kw)  # allocates the buffers
+    step, _ = decoder._compiled(kw["how"], kw["eos_ids"])
+    decoder.t.fill_(1)  # a token position the response buffer holds
     with torch.no_grad():
-        out = model(**enc, use_cache=True, logits_to_keep=1)
-        cache = static_cache(model, output_cache(out), 2, 64)
-        mask = torch.zeros(4, 64, dtype=torch.long)
-        mask[:, : enc.input_ids.shape[1] + 1] = 1
-        explained = torch._dynamo.explain(_step_fn(model))(
-            torch.zeros(4, 1, dtype=torch.long), mask, torch.full((4, 1), 5), cache
-        )
+        explained = torch._dynamo.explain(step)(decoder._view(8, 256))
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts what makes a GPU's host wait: scalar reads, nonzero, and copies into the decoder's host
+    buffers (on a CPU every tensor is on the host, so the copies are told apart by their destination)."""
+
+    SYNCS = {
+        torch.ops.aten._local_scalar_dense.default,
+        torch.ops.aten.nonzero.default,
+        torch.ops.aten.is_nonzero.default,
+    }
+
+    def __init__(self, decoder):
+        super().__init__()
+        self.decoder, self.count = decoder, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in self.SYNCS:
+            self.count += 1
+        elif func is torch.ops.aten.copy_.default and self.decoder.rows:
+            ptrs = {s.untyped_storage().data_ptr() for s in self.decoder.staging}
+            self.count += args[0].untyped_storage().data_ptr() in ptrs
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_host_reads_the_device_once_per_sync_interval():
+    """Issue 36: at most one host sync per 16 decode steps. Counted as the extra syncs of a longer decode
+    (the prefill's are the same in both), on a model that never ends a row."""
+    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
+    counts = {}
+    for new in (64, 256):
+        decoder = StaticDecoder(model)
+        args, kw = _decoder_inputs(model, tok, greedy=False, new=new)
+        kw["eos_ids"] = [tok.vocab_size + 10]  # no token ends a row
+        with _HostReads(decoder) as reads:
+            out = decoder.decode(*args, **kw)
+        assert out.response.shape[1] == new and out.steps == new - 1
+        counts[new] = reads.count
+    per_step = (counts[256] - counts[64]) / (256 - 64)
+    assert 0 < per_step <= 1 / 16, counts
+
+
+def test_seeded_rows_draw_the_same_alone_or_in_any_batch():
+    """A row's samples depend on its seed and position only: alone, beside other rows, or after others are
+    compacted away, it draws the same tokens."""
+    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
+    decoder = StaticDecoder(model)
+    args, kw = _decoder_inputs(model, tok, greedy=False, G=6, new=24)
+    ids, mask, G = args
+    both = decoder.decode(ids, mask, G, **kw)
+    for p in range(len(PROMPTS)):
+        kw1 = dict(kw, seeds=kw["seeds"][p * G : (p + 1) * G])
+        alone = decoder.decode(ids[p : p + 1], mask[p : p + 1], G, **kw1)
+        rows = both.response[p * G : (p + 1) * G]
+        n = alone.response.shape[1]
+        assert torch.equal(alone.response, rows[:, :n]) and (rows[:, n:] == tok.pad_token_id).all()
+
+
+def test_finished_rows_are_compacted_away_and_the_output_is_unchanged():
+    """64 rows, most ending early (a stop string and EOS): the batch shrinks down the ladder, the row-steps
+    fall far below rows x steps, and the result is the dynamic decode's."""
+    model, tok = tiny_model(seed=5), tiny_tokenizer()
+    common = dict(max_new_tokens=96, batch_seqs=64, packed_weights=False, stop=["7"], temperature=1.3)
+    dynamic = HFRolloutEngine(model, tok, static_decode=False, lean_decode=False, **common)
+    static = HFRolloutEngine(model, tok, static_decode=True, **common)
+    static.decoder.sync_every = 4  # responses of a few tokens: look often enough to see rows end
+    seeds = [sample_seed(11, i) for i in range(64)]
+    prompts = [PROMPTS[i % 3] for i in range(16)]
+    a, b = (e.generate(prompts, 4, seeds=seeds) for e in (dynamic, static))
+    _same(a, b)
+    stats = static.last_stats
+    assert stats["row_steps"] < 0.6 * stats["decode_steps"] * 64, stats
+    assert {b for b, _ in static.decoder.views} >= {64, 8}
+
+
+def test_the_cache_is_kept_for_the_run_and_the_window_follows_the_filled_part():
+    """One set of buffers serves every rollout (fixed addresses for the CUDA graphs); the step attends a
+    window holding the filled positions, not the whole capacity."""
+    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
+    decoder = StaticDecoder(model, rows=8, capacity=1000)
+    args, kw = _decoder_inputs(model, tok, new=20)
+    decoder.decode(*args, **kw)
+    ptrs = [k.data_ptr() for k in decoder.keys]
+    assert decoder.capacity == 1024 and decoder.rows == 8
+    for _ in range(2):
+        decoder.decode(*args, **kw)
+    assert [k.data_ptr() for k in decoder.keys] == ptrs
+    assert {W for _, W in decoder.views} == {256}  # 1024 positions allocated, 256 attended
+    args, kw = _decoder_inputs(model, tok, new=300)
+    decoder.decode(*args, **kw)
+    assert {W for _, W in decoder.views} == {256, 512} and [k.data_ptr() for k in decoder.keys] == ptrs
+
+
+def _compiles() -> int:
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def test_twenty_rollouts_of_different_prompt_lengths_compile_the_step_at_most_twice():
+    """Batch and window are dynamic: new prompt lengths, batch sizes and windows reuse the compiled step
+    (dynamo counts each compiled graph; the prefill is not compiled)."""
+    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
+    decoder = StaticDecoder(model, compile="eager", rows=16, capacity=600)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    words = "one two three four five six seven eight nine ten".split()
+    for i in range(20):
+        prompts = [" ".join(words[: 1 + (i + j) % 10] * (1 + i % 4)) for j in range(1 + i % 4)]
+        args, kw = _decoder_inputs(model, tok, prompts, G=2 + i % 3, greedy=False, new=8 + 13 * (i % 5))
+        decoder.decode(*args, **kw)
+    assert len(decoder.views) > 3  # several (batch, window) pairs were met
+    assert _compiles() <= 2, dict(torch._dynamo.utils.counters["stats"])
 
 
 @pytest.mark.slow
@@ -81,11 +198,14 @@ def test_the_compiled_step_decodes_what_the_dynamic_decode_does_and_sees_new_wei
     """torch.compile (eager backend on a CPU: the capture without a code generator) over two rollouts, with
     the weights changed in place between them, as an optimizer step changes them."""
     model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
+    decoder = StaticDecoder(model, compile="eager")
     enc = tok(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
-    kw = dict(max_new_tokens=10, pick=GreedyPicker(), eos_ids=eos_token_ids(model, tok), pad_id=tok.pad_token_id)
+    eos, pad = eos_token_ids(model, tok), tok.pad_token_id
     for _ in range(2):
-        want = decode(model, enc.input_ids, enc.attention_mask, 2, **kw)
-        got = decode_static(model, enc.input_ids, enc.attention_mask, 2, compile="eager", **kw)
+        want = decode(model, enc.input_ids, enc.attention_mask, 2, max_new_tokens=10, pick=GreedyPicker(),
+                      eos_ids=eos, pad_id=pad)  # fmt: skip
+        got = decoder.decode(enc.input_ids, enc.attention_mask, 2, max_new_tokens=10, how=Sampler(True), seeds=None,
+                             eos_ids=eos, pad_id=pad)  # fmt: skip
         assert torch.equal(got.response, want.response) and torch.equal(got.stop_at, want.stop_at)
         with torch.no_grad():
             for p in model.parameters():
