@@ -239,3 +239,24 @@ def test_training_with_the_static_decode_takes_the_steps_the_dynamic_decode_take
         )
         runs[how] = metrics(tmp_path / how, timings=False)
     assert runs["true"] == runs["false"]
+
+
+@pytest.mark.extended
+def test_the_inductor_compiled_step_samples_what_the_dynamic_decode_samples_with_one_compile():
+    """The code generator a GPU uses (inductor; on a CPU without CUDA graphs): seeded samples, stop strings
+    and log-probs equal to the dynamic decode over batches of 4, 8 and 12 rows, one compiled graph."""
+    model, tok = tiny_qwen2().eval(), tiny_tokenizer()
+    common = dict(
+        max_new_tokens=60, batch_seqs=12, packed_weights=False, stop=["7"], temperature=0.9, top_k=30, logprobs=True
+    )
+    dynamic = HFRolloutEngine(model, tok, static_decode=False, lean_decode=False, **common)
+    static = HFRolloutEngine(model, tok, static_decode=True, **common)
+    static.decoder = StaticDecoder(static.model, compile="inductor", rows=12)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    for i in range(4):
+        prompts = PROMPTS[: 1 + i % 3]
+        seeds = [sample_seed(i, j) for j in range(len(prompts) * 4)]
+        _same(*(e.generate(prompts, 4, seeds=seeds) for e in (dynamic, static)), logprobs=True)
+    assert {b for b, _ in static.decoder.views} >= {4, 8, 12}
+    assert _compiles() == 1
