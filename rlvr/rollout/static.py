@@ -177,7 +177,8 @@ class StaticDecoder:
         self.out_tokens = torch.zeros(rows + 1, new_tokens, dtype=torch.long, device=device)  # + the scratch row
         self.out_logprobs = torch.zeros(rows + 1, new_tokens, device=device)
         pin = device.type == "cuda"
-        self.staging = [torch.zeros(rows, new_tokens, dtype=torch.long, pin_memory=pin) for _ in range(2)]
+        # flat: each copy lands contiguous (a strided destination would not copy asynchronously)
+        self.staging = [torch.zeros(rows * new_tokens, dtype=torch.long, pin_memory=pin) for _ in range(2)]
         for buf in (*self.keys, *self.values, self.mask, self.tokens, self.plen, self.live, self.row, self.seeds):
             torch._dynamo.mark_static_address(buf)
         for buf in (self.pos, self.t, self.out_tokens, self.out_logprobs):
@@ -362,7 +363,7 @@ class StaticDecoder:
         def examine(upto: int, host: Tensor) -> None:
             """Finds each unfinished row's end among positions [checked, upto) of its host copy."""
             nonlocal checked
-            tok = host.numpy()[:B, :upto]
+            tok = host.numpy()
             for i in range(checked, upto):
                 open_rows = np.flatnonzero(ended < 0)
                 if open_rows.size == 0:
@@ -377,8 +378,9 @@ class StaticDecoder:
 
         def snapshot() -> None:
             """Copies the picked tokens to the host (non-blocking into pinned memory on a GPU)."""
-            host = self.staging[self.host_reads % 2]  # at most two copies are pending: they alternate
-            host[:B, :t].copy_(self.out_tokens[:B, :t], non_blocking=host.is_pinned())
+            flat = self.staging[self.host_reads % 2]  # at most two copies are pending: they alternate
+            host = flat[: B * t].view(B, t)
+            host.copy_(self.out_tokens[:B, :t], non_blocking=flat.is_pinned())
             event = None
             if self.out_tokens.device.type == "cuda":
                 event = torch.cuda.Event()
@@ -399,7 +401,7 @@ class StaticDecoder:
                 return False
             newly = [s for s, r in enumerate(slots) if r >= 0 and ended[r] >= 0 and before[r] < 0]
             if newly and stopped is not None:  # rows that ended by EOS are dead on the device already
-                self.live[torch.tensor(newly).to(self.live.device, non_blocking=True)] = False
+                self.live[self._to_device(newly)] = False
             open_slots = [s for s, r in enumerate(slots) if r >= 0 and ended[r] < 0]
             smaller = self._ladder(len(open_slots))
             if smaller < b:
@@ -430,12 +432,19 @@ class StaticDecoder:
         self.stats = {"steps": steps, "row_steps": row_steps, "host_reads": self.host_reads}
         return Decoded(response, torch.from_numpy(stop_at).to(end.device), logprobs, steps, row_steps)
 
+    def _to_device(self, values: list[int]) -> Tensor:
+        """An index tensor on the device without waiting for it: from pinned memory, a host-to-device copy
+        is queued behind the steps (from pageable memory CUDA would first drain the stream)."""
+        host = torch.tensor(values, dtype=torch.long)
+        if self.tokens.device.type != "cuda":
+            return host
+        return host.pin_memory().to(self.tokens.device, non_blocking=True)
+
     def _compact(self, open_slots: list[int], size: int, window: int) -> None:
         """Moves the open slots to the front of every buffer (the first ``window`` cache positions: the
         filled ones); the rest of the first ``size`` slots become padding."""
-        device = self.tokens.device
         n = len(open_slots)
-        src = torch.tensor(open_slots + [open_slots[0]] * (size - n)).to(device, non_blocking=True)
+        src = self._to_device(open_slots + [open_slots[0]] * (size - n))
         for buf in (*self.keys, *self.values):
             buf[:size, :, :window] = buf[src, :, :window]  # advanced indexing copies first: overlap is safe
         for buf in (self.mask, self.tokens, self.plen, self.live, self.row, self.seeds):
