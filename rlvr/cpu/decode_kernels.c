@@ -426,7 +426,7 @@ static inline vf scaled(const float *p, int cols, float T) {
     return T != 1.0f ? v / T : v;
 }
 
-/* The sampled token of each of b rows, by inverse CDF as rollout/decode.py's inverse_cdf: with
+/* The sampled token of each of b rows, by inverse CDF as rollout/sampling.py's inverse_cdf: with
  * z = logits / T (float32, as transformers' temperature warper divides) and w = exp(z - max z), the
  * first token v with CDF(v) > u * CDF(V), CDF the cumsum of w in float64 taken in two levels (block
  * sums of `block` tokens, then the chosen block's own cumsum). logits [b, V] float32, u [b] in [0, 1);

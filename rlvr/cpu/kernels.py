@@ -182,7 +182,7 @@ class DecodeKernels:
 
     def pick(self, logits: Tensor, u: Tensor, temperature: float = 1.0, block: int = 256) -> Tensor:
         """[b] tokens sampled by inverse CDF from ``logits`` [b, V] (float32) at ``temperature``, with the
-        uniform draws ``u`` [b] (float64): what :func:`rlvr.rollout.decode.inverse_cdf` picks on
+        uniform draws ``u`` [b] (float64): what :func:`rlvr.rollout.sampling.inverse_cdf` picks on
         ``logits / temperature``, up to the exp's rounding (``decode_kernels.c``'s ``lean_pick``).
         Raises ValueError for a row with a NaN logit or no finite one, as ``torch.multinomial`` does."""
         if block % self.width or block <= 0:

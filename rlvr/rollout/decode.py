@@ -21,8 +21,8 @@ The plain implementation it must equal is ``model.generate`` on the P·G repeate
 same token picker as a logits processor (``tests/rollout/test_decode.py`` checks tokens, stop
 positions and log-probs against it). A row's logits do not depend on which other rows share its
 batch (up to float rounding of the matmuls), and each picker draws a row's t-th token from that
-row's own logits (:class:`SeededPicker`: the row's own generator), so the same completions come
-out.
+row's own logits (:class:`SeededPicker`: at counter_uniform(the row's seed, t)), so the same
+completions come out.
 """
 
 from __future__ import annotations
@@ -33,20 +33,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 from transformers.cache_utils import DynamicLayer
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from rlvr.models.forward import cache_kwargs, output_cache
-
-
-def warpers(temperature: float, top_k: int, top_p: float) -> list:
-    """``generate``'s own warper classes in its order: temperature (1 = off: z / 1 is z), top-k (0 = off),
-    top-p (1 = off)."""
-    out = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
-    if top_k:
-        out.append(TopKLogitsWarper(top_k=top_k))
-    if top_p < 1.0:
-        out.append(TopPLogitsWarper(top_p=top_p))
-    return out
+from rlvr.rollout.sampling import counter_uniform, draw, warpers
+from rlvr.rollout.sampling import inverse_cdf as inverse_cdf  # re-exported: callers import it from here
 
 
 class GreedyPicker:
@@ -57,23 +47,25 @@ class GreedyPicker:
 
 
 class SeededPicker:
-    """Samples each row from its own ``torch.Generator`` by inverse CDF.
+    """Samples each row by inverse CDF at a counter-based uniform keyed by (the row's seed, the position).
 
-    Math: with p = softmax(z / T) after top-k / top-p have set the cut logits to −inf, draw
-    u ~ U[0, 1) from the row's generator and take the first token v with CDF(v) > u · CDF(V)
-    (inverse-transform sampling).
+    Math: with p = softmax(z / T) after top-k / top-p have set the cut logits to −inf, the t-th
+    draw of row r is u = counter_uniform(seed_r, t) (:func:`~rlvr.rollout.sampling.counter_uniform`),
+    and the token is the first v with CDF(v) > u · CDF(V) (inverse-transform sampling,
+    :func:`~rlvr.rollout.sampling.inverse_cdf`). The naive equivalent is
+    ``torch.multinomial(p_r, 1)`` row by row (same distribution, other draws).
 
-    How: the unnormalised weights w = exp(z/T − max) are summed in blocks of :attr:`BLOCK` tokens
-    (float64), the block holding u · CDF(V) is found on the block sums' cumsum, and the token on
-    that block's own cumsum: the same token a full float64 cumsum over the vocabulary finds, up
-    to the rounding of the partial sums, for about a tenth of the work (a float64 softmax and
-    cumsum over a 49k-token vocabulary was a visible share of a decode step: ``benchmarks/NOTES.md``).
-
-    Why: with one generator per sequence, seeded from the sequence's key, sequence r's t-th token
+    Why: u depends only on the row's seed and the response position, so sequence r's t-th token
     depends only on its own seed and logits, not on which rows share its batch, whether finished
-    rows were dropped, or how many processes split the step. The naive equivalent is
-    ``torch.multinomial(p_r, 1, generator=g_r)`` row by row (same distribution, other draws). The
-    generators live on the CPU, so a GPU samples what a CPU samples.
+    rows were dropped, how many processes split the step, or the device the draw is computed on.
+    The rule is pure integer arithmetic on tensors, so a static decoder computes the same draws
+    inside a captured CUDA graph (:meth:`uniform` and :func:`~rlvr.rollout.sampling.draw`).
+
+    How: every decoder calls the picker once per decode position with all its live rows, position
+    0 first; the picker counts its calls in :attr:`position` (so one picker serves one decode).
+    ``rows`` index :attr:`seeds`. A decoder that samples by itself draws, for position t,
+    ``draw(logits, picker.uniform(rows, t), picker.temperature, picker.top_k, picker.top_p,
+    picker.BLOCK)``: the tokens the picker returns.
 
     With ``kernel`` (the compiled decode kernels, :mod:`rlvr.cpu.kernels`) and no top-k / top-p,
     the temperature, the weights, both levels of sums and the search run in one compiled call
@@ -82,7 +74,7 @@ class SeededPicker:
     the neighbour (``tests/cpu/test_lean.py`` finds none in 30,000 draws).
 
     Args:
-        seeds: one seed per sequence of the batch (row ``r`` of the first step is sequence ``r``).
+        seeds: one seed in [0, 2^63) per sequence of the batch (row ``r`` is sequence ``r``).
         kernel: a :class:`~rlvr.cpu.kernels.DecodeKernels` to pick with, or None.
     """
 
@@ -91,40 +83,31 @@ class SeededPicker:
     def __init__(
         self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0, *, kernel=None
     ) -> None:
-        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
-        self.warpers = warpers(temperature, top_k, top_p)
-        self.temperature = temperature
+        bad = [s for s in seeds if not 0 <= s < 2**63]
+        if bad:
+            raise ValueError(f"seed {bad[0]} is outside [0, 2^63): make seeds with rlvr.rollout.hf.sample_seed")
+        # cpu: the seeds' home copy; uniform() moves them to the rows' device once
+        self.seeds = torch.tensor(seeds, dtype=torch.int64)
+        """[B] int64, the row seeds the draws are keyed by."""
+        self.position = 0
+        """The response position of the next call's draws (the number of calls so far)."""
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.kernel = kernel if not top_k and top_p >= 1.0 else None
+        self._seeds_on = {self.seeds.device: self.seeds}
+
+    def uniform(self, rows: Tensor, t: Tensor | int) -> Tensor:
+        """[b] float64 on ``rows``' device: counter_uniform(seeds[rows], t), the draws of those rows at
+        response position ``t`` (an int, or an int64 device scalar inside a captured step)."""
+        if rows.device not in self._seeds_on:
+            self._seeds_on[rows.device] = self.seeds.to(rows.device)
+        return counter_uniform(self._seeds_on[rows.device][rows], t)
 
     def __call__(self, logits: Tensor, rows: Tensor) -> Tensor:
-        # cpu: the generators live on the CPU, so a GPU samples what a CPU samples
-        u = torch.cat([torch.rand(1, generator=self.gens[r], dtype=torch.float64) for r in rows.tolist()])
+        u = self.uniform(rows, self.position)
+        self.position += 1
         if self.kernel is not None and logits.device.type == "cpu" and logits.dtype == torch.float32:
             return self.kernel.pick(logits, u, self.temperature, self.BLOCK)
-        for warp in self.warpers:
-            logits = warp(None, logits)
-        return inverse_cdf(logits, u.to(logits.device), self.BLOCK)
-
-
-def inverse_cdf(logits: Tensor, u: Tensor, block: int = 256) -> Tensor:
-    """[b] the first token v of each row with CDF(v) > u · CDF(V), CDF the cumsum of exp(logits − max).
-
-    Two levels: block sums, then one block's tokens (see :class:`SeededPicker`). A token whose
-    logit is −inf has weight 0 and is never picked."""
-    b, V = logits.shape
-    w = torch.exp(logits.float() - logits.amax(-1, keepdim=True)).double()  # [b, V], max 1
-    pad = -V % block
-    blocks = torch.nn.functional.pad(w, (0, pad)).view(b, -1, block)  # [b, n, block]
-    csum = blocks.sum(-1).cumsum(-1)  # [b, n]
-    target = u * csum[:, -1]  # [b]
-    # right=True: the first block whose cumsum exceeds the target (one with weight in it)
-    k = torch.searchsorted(csum, target[:, None], right=True)[:, 0].clamp(max=csum.shape[1] - 1)  # [b]
-    before = torch.where(k > 0, csum.gather(1, (k - 1).clamp(min=0)[:, None])[:, 0], torch.zeros_like(target))
-    inner = blocks[torch.arange(b, device=logits.device), k].cumsum(-1)  # [b, block]
-    j = torch.searchsorted(inner, (target - before)[:, None], right=True)[:, 0]  # [b]
-    # rounding can put the target just past the block's last weight: take its last token with weight
-    last = (inner < inner[:, -1:]).sum(-1)  # index of the first position reaching the block's total
-    return (k * block + torch.minimum(j, last)).clamp(max=V - 1)
+        return draw(logits, u, self.temperature, self.top_k, self.top_p, self.BLOCK)
 
 
 class GlobalRNGPicker:

@@ -10,10 +10,12 @@ computed by integer operations on whatever device holds the logits.
 How: :func:`counter_uniform` hashes (seed, position) with Chris Wellons' ``lowbias32`` mixer, a
 bijection of 32-bit words with good avalanche (https://nullprogram.com/blog/2018/07/31/), into two
 32-bit words and joins 53 of their bits into a float64 in [0, 1). Every intermediate value stays
-below 2^49, so int64 arithmetic never overflows on any device or compiler: products by the
-mixer's 32-bit constants are taken in two 16-bit halves. For one seed, distinct positions give
-distinct first words (each stage is a bijection). :func:`draw` then picks the token by inverse
-CDF on the warped logits (:func:`rlvr.rollout.decode.inverse_cdf`).
+below 2^53 (the products by the mixer's 32-bit constants, taken in two 16-bit halves, below
+2^49), so int64 arithmetic never overflows on any device or compiler, and the float64 division is
+exact. For one seed, distinct positions give distinct first words (each stage is a bijection).
+:func:`draw` then picks the token by inverse CDF (:func:`inverse_cdf`) on the logits after
+``generate``'s warpers (:func:`warp`). ``tests/rollout/test_counter_sampling.py`` checks the
+uniformity, the independence of neighbouring keys, pinned values and the int64 bound.
 
 torch's own Philox (``torch.rand`` on CUDA) is counter-based too, but it is keyed per generator,
 not per row, and its CPU and CUDA streams differ; NumPy's ``Philox`` runs on the host only.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 _MASK32 = 0xFFFFFFFF
 
@@ -48,7 +51,8 @@ def counter_uniform(seed: Tensor, position: Tensor | int) -> Tensor:
     Args:
         seed: [b] int64 row seeds (:func:`rlvr.rollout.hf.sample_seed`).
         position: the response index of the token being drawn, an int or an int64 tensor
-            broadcastable to ``seed`` (a device scalar inside a captured decode step).
+            broadcastable to ``seed`` (a device scalar inside a captured decode step); taken
+            mod 2^32.
     """
     seed = seed.long()
     lo, hi = seed & _MASK32, (seed >> 32) & _MASK32
@@ -58,18 +62,60 @@ def counter_uniform(seed: Tensor, position: Tensor | int) -> Tensor:
     return ((a >> 5) * 67108864 + (b >> 6)).double() / 9007199254740992.0  # (27 bits · 2^26 + 26 bits) / 2^53
 
 
+def warpers(temperature: float, top_k: int, top_p: float) -> list:
+    """``generate``'s own warper classes in its order: temperature (1 = off: z / 1 is z), top-k (0 = off),
+    top-p (1 = off)."""
+    out = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
+    if top_k:
+        out.append(TopKLogitsWarper(top_k=top_k))
+    if top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=top_p))
+    return out
+
+
 def warp(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     """``generate``'s warpers in its order: temperature (1 = off), top-k (0 = off), top-p (1 = off).
     Cut logits become −inf. Traceable: no host reads, so it runs inside a captured step."""
-    from rlvr.rollout.decode import warpers
-
     for w in warpers(temperature, top_k, top_p):
         logits = w(None, logits)
     return logits
 
 
-def draw(logits: Tensor, u: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0, block: int = 256) -> Tensor:
-    """[b] tokens: inverse CDF of softmax(warped logits) at ``u`` [b] (see :class:`~rlvr.rollout.decode.SeededPicker`)."""
-    from rlvr.rollout.decode import inverse_cdf
+def inverse_cdf(logits: Tensor, u: Tensor, block: int = 256) -> Tensor:
+    """[b] the first token v of each row with CDF(v) > u · CDF(V), CDF the cumsum of exp(logits − max).
 
+    Math: inverse-transform sampling of p = softmax(logits) at u ~ U[0, 1). The naive equivalent is
+    one float64 cumsum over the whole vocabulary and a search in it
+    (``tests/rollout/test_seeded_sampling.py`` checks they pick the same tokens).
+
+    How: the unnormalised weights w = exp(logits − max) are summed in blocks of ``block`` tokens
+    (float64), the block holding u · CDF(V) is found on the block sums' cumsum, and the token on
+    that block's own cumsum: the same token the full cumsum finds, up to the rounding of the partial
+    sums, for about a tenth of the work (a float64 softmax and cumsum over a 49k-token vocabulary
+    was a visible share of a decode step: ``benchmarks/NOTES.md``). A token whose logit is −inf has
+    weight 0 and is never picked.
+
+    Args:
+        logits: [b, V] (after the warpers).
+        u: [b] float64 uniforms in [0, 1), on the logits' device.
+    """
+    b, V = logits.shape
+    w = torch.exp(logits.float() - logits.amax(-1, keepdim=True)).double()  # [b, V], max 1
+    pad = -V % block
+    blocks = torch.nn.functional.pad(w, (0, pad)).view(b, -1, block)  # [b, n, block]
+    csum = blocks.sum(-1).cumsum(-1)  # [b, n]
+    target = u * csum[:, -1]  # [b]
+    # right=True: the first block whose cumsum exceeds the target (one with weight in it)
+    k = torch.searchsorted(csum, target[:, None], right=True)[:, 0].clamp(max=csum.shape[1] - 1)  # [b]
+    before = torch.where(k > 0, csum.gather(1, (k - 1).clamp(min=0)[:, None])[:, 0], torch.zeros_like(target))
+    inner = blocks[torch.arange(b, device=logits.device), k].cumsum(-1)  # [b, block]
+    j = torch.searchsorted(inner, (target - before)[:, None], right=True)[:, 0]  # [b]
+    # rounding can put the target just past the block's last weight: take its last token with weight
+    last = (inner < inner[:, -1:]).sum(-1)  # index of the first position reaching the block's total
+    return (k * block + torch.minimum(j, last)).clamp(max=V - 1)
+
+
+def draw(logits: Tensor, u: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0, block: int = 256) -> Tensor:
+    """[b] tokens: inverse CDF of softmax(warped logits) at ``u`` [b] (:func:`warp`, :func:`inverse_cdf`).
+    The draws of :class:`~rlvr.rollout.decode.SeededPicker`, which a static decoder computes itself."""
     return inverse_cdf(warp(logits, temperature, top_k, top_p), u.to(logits.device), block)

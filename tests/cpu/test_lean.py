@@ -352,10 +352,10 @@ def test_compiled_step_requires_padded_lengths():
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the torch sampler runs")
 def test_compiled_sampler_picks_what_inverse_cdf_picks():
     """lean_pick (temperature, exp, two-level float64 CDF and search in one call) against
-    rollout/decode.py's inverse_cdf on z / T: the same token in 30,000 draws over a vocabulary with a
+    rollout/sampling.py's inverse_cdf on z / T: the same token in 30,000 draws over a vocabulary with a
     partial last block and vector, peaked and flat rows, -inf logits and the extreme draws."""
     from rlvr.cpu import kernels
-    from rlvr.rollout.decode import inverse_cdf
+    from rlvr.rollout.sampling import inverse_cdf
 
     k = kernels.load()
     assert k is not None, kernels.why_not
@@ -408,6 +408,6 @@ def test_the_kernels_assume_no_cpu_feature_beyond_their_build_target(march):
     x = torch.linspace(-87.0, 80.0, 10_001)
     torch.testing.assert_close(k.exp(x), torch.exp(x), rtol=3e-7, atol=0)
     logits, u = torch.randn(4, 1000, generator=g), torch.rand(4, generator=g, dtype=torch.float64)
-    from rlvr.rollout.decode import inverse_cdf
+    from rlvr.rollout.sampling import inverse_cdf
 
     assert torch.equal(k.pick(logits, u, 0.9), inverse_cdf(logits / 0.9, u))

@@ -72,7 +72,8 @@ def test_decode_samples_what_generate_samples(stop, top_k, top_p, lean_decode, d
         batch_seqs=8,  # 2 prompts per chunk: chunks of whole groups
         lean_decode=lean_decode,
     )
-    seeds = [sample_seed(7, i) for i in range(len(PROMPTS) * G)]
+    # key 8: under these seeds rows both end early and run to the limit in every case (checked below)
+    seeds = [sample_seed(8, i) for i in range(len(PROMPTS) * G)]
     got = responses(engine.generate(PROMPTS, G, seeds=seeds))
     want = plain_generate(engine, PROMPTS, G, SeededPicker(seeds, 0.9, top_k, top_p), n)
     assert got == want

@@ -1,5 +1,6 @@
-"""Seeded sampling: each sequence draws from its own generator, so what it samples depends on its
-seed, not on the batch it is generated in (what N data-parallel workers need)."""
+"""Seeded sampling: a sequence's t-th draw is counter_uniform(its seed, t), so what it samples depends
+on its seed, not on the batch it is generated in (what N data-parallel workers need), and a decoder
+can compute the draws itself (a static decode inside a captured CUDA graph)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.decode import SeededPicker
 from rlvr.rollout.hf import sample_seed
+from rlvr.rollout.sampling import counter_uniform, draw, inverse_cdf
 from rlvr.training.loop import batch_logprobs
 from rlvr.training.sampling import sequence_seeds
 
@@ -37,6 +39,9 @@ def test_a_sequence_samples_the_same_in_any_batch():
         for r in _responses(_engine(batch_seqs=3).generate([prompt], G, seeds=seeds[p * G : (p + 1) * G]))
     ]
     assert together == alone
+    # a fresh engine with the same seeds, whatever the global RNG: the same samples
+    torch.manual_seed(123)
+    assert _responses(_engine(batch_seqs=5).generate(PROMPTS, G, seeds=seeds)) == together
     other = _responses(_engine().generate(PROMPTS, G, seeds=sequence_seeds(1, 5, 0, 0, len(PROMPTS), G)))
     assert other != together  # another seed, other samples
 
@@ -50,14 +55,59 @@ def test_seeds_differ_by_every_part_of_the_key():
 def test_seeded_sampler_draws_softmax_at_the_temperature():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0]])
     n, T = 4000, 0.7
-    picks = torch.tensor([int(SeededPicker([sample_seed(i)], T, 0, 1.0)(logits.clone(), ROW0)) for i in range(n)])
-    freq = torch.bincount(picks, minlength=5).float() / n
     expected = torch.softmax(logits[0] / T, -1)
+    # across sequences: n seeds, each at position 0
+    picks = torch.tensor([int(SeededPicker([sample_seed(i)], T, 0, 1.0)(logits.clone(), ROW0)) for i in range(n)])
     # binomial std at p = 0.75, n = 4000 is 0.007: 0.03 is > 4 sigma
-    torch.testing.assert_close(freq, expected, atol=0.03, rtol=0)
+    torch.testing.assert_close(torch.bincount(picks, minlength=5).float() / n, expected, atol=0.03, rtol=0)
+    # along a sequence: one seed, positions 0 .. n-1
+    pick = SeededPicker([sample_seed(0)], T, 0, 1.0)
+    picks = torch.tensor([int(pick(logits.clone(), ROW0)) for _ in range(n)])
+    torch.testing.assert_close(torch.bincount(picks, minlength=5).float() / n, expected, atol=0.03, rtol=0)
     # top-k keeps only the k largest logits
     topk = {int(SeededPicker([sample_seed(i)], T, 2, 1.0)(logits.clone(), ROW0)) for i in range(300)}
     assert topk == {0, 1}
+
+
+def test_the_picker_draws_counter_uniform_at_its_call_count():
+    """The t-th call draws counter_uniform(seeds[rows], t): what ``uniform`` gives and what a decoder
+    that samples by itself (``draw`` at ``uniform(rows, t)``) picks."""
+    seeds = [sample_seed(2, i) for i in range(5)]
+    pick = SeededPicker(seeds, 0.8, 3, 0.9)
+    assert pick.seeds.dtype == torch.int64 and pick.seeds.tolist() == seeds and pick.position == 0
+    g = torch.Generator().manual_seed(0)
+    rows = torch.tensor([4, 0, 2])
+    for t in range(6):
+        logits = torch.randn(3, 50, generator=g)
+        u = pick.uniform(rows, t)
+        assert torch.equal(u, counter_uniform(torch.tensor(seeds)[rows], t))
+        assert torch.equal(pick(logits, rows), draw(logits, u, 0.8, 3, 0.9, SeededPicker.BLOCK))
+        assert pick.position == t + 1
+    assert not hasattr(pick, "gens")  # no per-row torch.Generator: nothing stateful but the count
+
+
+def test_a_row_samples_the_same_alone_in_a_batch_and_after_drops():
+    """A decode's picker: six rows, some dropped along the way, the survivors reordered; each row
+    picks at every position what a picker of that row alone picks (its own logits at each step)."""
+    B, V, steps = 6, 40, 8
+    seeds = [sample_seed(8, i) for i in range(B)]
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(steps, B, V, generator=g) * 2  # row r's logits at position t
+    pick = SeededPicker(seeds, 0.9)
+    live = torch.arange(B)
+    got = {r: [] for r in range(B)}
+    for t in range(steps):
+        if t == 3:
+            live = live[[0, 2, 3, 5]]  # rows 1 and 4 finished
+        if t == 5:
+            live = live[[3, 0, 1]]  # row 3 finished, the rest in another order
+        tokens = pick(logits[t, live], live)
+        for r, tok in zip(live.tolist(), tokens.tolist()):
+            got[r].append(tok)
+    for r in range(B):
+        alone = SeededPicker([seeds[r]], 0.9)
+        want = [int(alone(logits[t, r : r + 1], ROW0)) for t in range(len(got[r]))]
+        assert got[r] == want, r
 
 
 def test_seeded_engine_logprobs_match_the_trainer():
@@ -78,8 +128,6 @@ def test_seeded_engine_logprobs_match_the_trainer():
 def test_two_level_inverse_cdf_picks_what_a_full_cumsum_picks():
     """The sampler's block search equals the first v with cumsum(p)[v] > u * total over the whole
     vocabulary (float64), on rows with cut (-inf) tokens, ragged block ends and peaked rows."""
-    from rlvr.rollout.decode import inverse_cdf
-
     gen = torch.Generator().manual_seed(0)
     rows, V = 3000, 1000  # 1000 = 3 blocks of 256 + a ragged 232
     logits = torch.randn(rows, V, generator=gen) * torch.rand(rows, 1, generator=gen) * 8
