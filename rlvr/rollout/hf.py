@@ -259,7 +259,7 @@ class HFRolloutEngine:
         per_chunk = max(1, self.batch_seqs // G)  # whole groups: a prompt is prefilled once for its G samples
         chunks = []
         if self.static and not greedy and not seeded:  # the global RNG gives the row seeds
-            seeds = torch.randint(0, 2**62, (B,)).tolist()
+            seeds = torch.randint(0, 2**62, (B,)).tolist()  # cpu: the global CPU RNG, as the dynamic decode draws
         for first in range(0, len(prompts), per_chunk):
             rows = slice(first * G, (first + per_chunk) * G)
             ids, mask = enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk]
@@ -271,7 +271,7 @@ class HFRolloutEngine:
             )
             if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
                 sampler = Sampler(greedy, temp, how.top_k, how.top_p, temp if record else None)
-                row_seeds = None if greedy else torch.tensor(seeds[rows], dtype=torch.long)
+                row_seeds = None if greedy else torch.tensor(seeds[rows], dtype=torch.long)  # cpu: moved by the decoder
                 with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
                     chunks.append(self.decoder.decode(ids, mask, G, how=sampler, seeds=row_seeds, **common))
                 continue

@@ -178,7 +178,8 @@ class StaticDecoder:
         self.out_logprobs = torch.zeros(rows + 1, new_tokens, device=device)
         pin = device.type == "cuda"
         # flat: each copy lands contiguous (a strided destination would not copy asynchronously)
-        self.staging = [torch.zeros(rows * new_tokens, dtype=torch.long, pin_memory=pin) for _ in range(2)]
+        staging = rows * new_tokens
+        self.staging = [torch.zeros(staging, dtype=torch.long, pin_memory=pin) for _ in range(2)]  # cpu: host copies
         for buf in (*self.keys, *self.values, self.mask, self.tokens, self.plen, self.live, self.row, self.seeds):
             torch._dynamo.mark_static_address(buf)
         for buf in (self.pos, self.t, self.out_tokens, self.out_logprobs):
@@ -435,7 +436,7 @@ class StaticDecoder:
     def _to_device(self, values: list[int]) -> Tensor:
         """An index tensor on the device without waiting for it: from pinned memory, a host-to-device copy
         is queued behind the steps (from pageable memory CUDA would first drain the stream)."""
-        host = torch.tensor(values, dtype=torch.long)
+        host = torch.tensor(values, dtype=torch.long)  # cpu: the host's indices, copied below
         if self.tokens.device.type != "cuda":
             return host
         return host.pin_memory().to(self.tokens.device, non_blocking=True)
