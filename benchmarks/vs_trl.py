@@ -10,6 +10,8 @@
         --prompts-per-step 8 --group-size 8 --max-new-tokens 256 --steps 5   # on a GPU
     .venv/bin/python benchmarks/vs_trl.py --only rlvr --model random:tiny --steps 2 --prompts-per-step 1 \\
         --group-size 2 --max-new-tokens 8 --micro-batch-seqs 2   # the plumbing, on a CPU, in a minute
+    .venv/bin/python benchmarks/vs_trl.py --device cuda --model random:qwen2.5-0.5b --precision bf16 \\
+        --prompts-per-step 8 --group-size 8 --max-new-tokens 1024 --eos-every 300   # long-tailed lengths
 
 **On a GPU, or without the built-in weights**: ``--device cuda`` trains both sides there (TRL without
 ``use_cpu``); ``--model random:SHAPE`` builds a random-initialised model of a published shape
@@ -20,6 +22,16 @@ group has a spread and the update does the work a real run does. The result file
 each side's ``torch.cuda.max_memory_allocated``, the device's measured matmul rate and copy
 bandwidth, and the rollout's roofline floor on them beside each side's generation time; it is
 named ``vs_trl-<date>-<gpu>.json``.
+
+**Variable lengths** (``--eos-every N``, random models only): a random model never samples EOS, so
+every response runs to ``--max-new-tokens`` and neither side's handling of finished rows is
+exercised. With ``--eos-every N`` the random model's EOS row is calibrated once, by measurement on
+its own hidden states, so that EOS has probability about 1/N per token (lengths about geometric,
+mean about N, long-tailed; ``workload.py`` says how), and saved in the model's directory
+(``WORKDIR/model-SHAPE-eosN``) before either side loads it: both sample from the same weights. The
+result file holds the calibration (``eos_calibration``: the EOS probability measured on other
+prompts' states and the mean length independent draws would give at this length limit) and each
+side's measured mean and longest response (``response_len_mean``, ``response_len_max``).
 
 Run it with the project's interpreter (torch, transformers and rlvr importable). The first run
 creates ``benchmarks/.venv-trl`` (gitignored): a venv whose ``_rlvr_parent.pth`` adds this
@@ -67,13 +79,14 @@ generator; in bf16 rlvr samples
 from a bf16 copy of the weights while TRL generates under accelerate's bf16 autocast.
 
 **Reported for each**: seconds per step (median over the steps after the first, a warm-up), the
-generation and update seconds, generated tokens per step, generated tokens per second of
-generation, trained (loss) tokens per second of update (step minus generation minus reward time),
-seconds per generated token, peak RSS, optimizer steps; plus the CPU's PyTorch dispatch level,
-threads, and the torch/transformers/trl versions. rlvr's per-step numbers come from its run's
-``metrics.jsonl`` (``time/step_s``, ``time/rollout_s``, ``time/reward_s``); TRL's from a
-``TrainerCallback`` (wall time from ``on_step_begin`` to ``on_step_end``), a timer around
-``model.generate`` and the reward callables, and TRL's logged ``completions/mean_length``.
+generation and update seconds, generated tokens per step, generated tokens per second of generation,
+trained (loss) tokens per second of update (step minus generation minus reward time), seconds per
+generated token, the mean and longest response (over every step), peak RSS, optimizer steps; plus
+the CPU's PyTorch dispatch level, threads, and the torch/transformers/trl versions. rlvr's per-step
+numbers come from its run's ``metrics.jsonl`` (``time/step_s``, ``time/rollout_s``,
+``time/reward_s``); TRL's from a ``TrainerCallback`` (wall time from ``on_step_begin`` to
+``on_step_end``), a timer around ``model.generate`` and the reward callables, and TRL's logged
+``completions/mean_length``.
 
 Writes ``benchmarks/results/vs_trl-<date>.json`` (``--out`` to change) with a top-level ``ratio``
 (rlvr s/step / TRL s/step; < 1 means rlvr is faster) and a Markdown table (also in a ``.md`` next
@@ -87,7 +100,6 @@ import datetime
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -95,107 +107,31 @@ import tempfile
 import time
 from pathlib import Path
 
+from workload import (
+    DATA,
+    MODEL,
+    PREFIX,
+    RANDOM_SHAPES,
+    device_rates,
+    eos_calibration,
+    expected_len_mean,
+    model_dir,
+    two_digit_additions,
+)
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
 TRL_ENV = Path(__file__).parent / ".venv-trl"
 TRL_VERSION = "1.16.0"
 """The TRL release measured; it requires transformers>=4.56.2, so it runs on the pinned 5.23."""
-MODEL = "smollm2-135m-instruct"
 RULES, WEIGHTS = ["accuracy", "format"], [1.0, 0.5]
 SPREAD_RULES, SPREAD_WEIGHTS = [f"{Path(__file__).with_name('spread_reward.py')}:spread"], [1.0]
 """The reward of a random-initialised model (``--model random:...``): it never earns accuracy or format."""
-RANDOM_SHAPES = {
-    "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B",
-    "qwen2.5-1.5b": "Qwen/Qwen2.5-1.5B",
-    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
-    "tiny": None,  # 2 layers of a Qwen2 shape: a smoke test of the plumbing, not a measurement
-}
-
-
-def random_model(name: str, out: Path) -> Path:
-    """A random-initialised (seed 0) float32 Qwen2 model of a published shape (``rlvr.estimate.KNOWN_MODELS``)
-    saved in ``out`` with the built-in model's tokenizer, which needs no download: no weights can reach a
-    machine without a network, and the speed of a step does not depend on the weights' values."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from rlvr.estimate import KNOWN_MODELS
-    from rlvr.models import load_tokenizer, resolve_model_path
-
-    if name not in RANDOM_SHAPES:
-        sys.exit(f"--model random:{name}: unknown shape; use one of {', '.join('random:' + k for k in RANDOM_SHAPES)}")
-    if (out / "config.json").is_file():
-        return out
-    tokenizer = load_tokenizer(resolve_model_path(MODEL))
-    s = KNOWN_MODELS[RANDOM_SHAPES[name] or "Qwen/Qwen2.5-0.5B"]
-    layers = 2 if name == "tiny" else s.num_hidden_layers
-    config = Qwen2Config(
-        vocab_size=s.vocab_size,
-        hidden_size=s.hidden_size,
-        intermediate_size=s.intermediate_size,
-        num_hidden_layers=layers,
-        num_attention_heads=s.num_attention_heads,
-        num_key_value_heads=s.num_key_value_heads,
-        tie_word_embeddings=s.tie_word_embeddings,
-        max_position_embeddings=4096,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
-def device_rates(device: str, dtype: str) -> dict:
-    """What ``device`` sustains, measured here: matmul FLOP/s of 4096 x 4096 products in ``dtype`` and the
-    copy bandwidth of 1 GiB (read + write), best of 5 each; for the rollout's roofline floor."""
-    import torch
-
-    dt = getattr(torch, dtype)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-
-    def best(fn) -> float:
-        fn()
-        sync()
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-
-    n = 4096 if device.startswith("cuda") else 1024
-    a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
-    flops = 2 * n**3 / best(lambda: a @ b)
-    x = torch.empty(2**28 if device.startswith("cuda") else 2**26, device=device, dtype=torch.float32)
-    y = torch.empty_like(x)
-    bytes_per_s = 2 * x.numel() * 4 / best(lambda: y.copy_(x))
-    return {"matmul_flops_per_s": flops, "bytes_per_s": bytes_per_s, "matmul_dtype": dtype}
-
-
-PREFIX = "<think>"
 LR, BETAS, WEIGHT_DECAY, MAX_GRAD_NORM, CLIP = 1e-6, (0.9, 0.99), 0.0, 1.0, 0.2
 SEED = 0
 
 
 # -- the prompts and rlvr's config ----------------------------------------------------------
-
-
-def two_digit_additions(n: int, seed: int = 0) -> list[dict]:
-    """``n`` distinct ``{"question": "What is a + b?", "answer": str(a + b)}`` with 10 <= a, b <= 99."""
-    rng, rows, seen = random.Random(seed), [], set()
-    while len(rows) < n:
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        question = f"What is {a} + {b}?"
-        if question not in seen:
-            seen.add(question)
-            rows.append({"question": question, "answer": str(a + b)})
-    return rows
 
 
 def rlvr_config(args, data_path: Path, run_dir: Path) -> dict:
@@ -210,15 +146,7 @@ def rlvr_config(args, data_path: Path, run_dir: Path) -> dict:
             "autocast_bf16": bf16,
             "gradient_checkpointing": False,
         },
-        "data": {
-            "task": "files",
-            "path": str(data_path),
-            "preset": "custom",
-            "template": "r1",
-            "assistant_prefix": PREFIX,
-            "cache": False,
-            "num_workers": 1,
-        },
+        "data": {**DATA, "path": str(data_path)},
         "rollout": {
             "samples_per_prompt": args.group_size,
             "max_new_tokens": args.max_new_tokens,
@@ -369,6 +297,7 @@ def rlvr_steps(run_dir: Path, B: int) -> list[dict]:
                 "generate_s": m[M.TIME_ROLLOUT_S],
                 "reward_s": m[M.TIME_REWARD_S],
                 "gen_tokens": m[M.RESPONSE_LEN_MEAN] * B,
+                "len_max": m[M.RESPONSE_LEN_MAX],
                 "trained_tokens": m[M.RESPONSE_LEN_MEAN] * B,
                 "optimizer_steps": 1 - m.get(M.SKIPPED_UPDATES, 0),
                 "reward_mean": m[M.REWARD_MEAN],
@@ -498,6 +427,7 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
             {
                 **r,
                 "gen_tokens": gen,
+                "len_max": logs.get("completions/max_length"),
                 "trained_tokens": gen,
                 "prompt_tokens": logs.get("num_tokens", 0) - seen_tokens - gen,
                 "reward_mean": logs.get("reward"),
@@ -563,9 +493,11 @@ def trl_child(spec_file: Path, out_file: Path) -> None:
 # -- summary ----------------------------------------------------------------------------------
 
 
-def summarise(rows: list[dict], child: dict, optimizer_steps: int) -> dict:
-    """Per-library numbers over the steps after the first (the warm-up); all steps if there is one."""
+def summarise(rows: list[dict], child: dict, optimizer_steps: int, B: int) -> dict:
+    """Per-library numbers over the steps after the first (the warm-up); all steps if there is one. The
+    response lengths (tokens, EOS counted) are over every step: they describe the sampling, not the clock."""
     measured = rows[1:] or rows
+    maxes = [r["len_max"] for r in rows if r.get("len_max") is not None]
     step_s = [r["step_s"] for r in measured]
     gen_s = sum(r["generate_s"] for r in measured)
     update_s = sum(r["step_s"] - r["generate_s"] - r["reward_s"] for r in measured)
@@ -580,6 +512,9 @@ def summarise(rows: list[dict], child: dict, optimizer_steps: int) -> dict:
         "gen_tokens_per_s": gen / gen_s if gen_s > 0 else None,
         "trained_tokens_per_s": trained / update_s if update_s > 0 else None,
         "s_per_gen_token": sum(step_s) / gen if gen else None,
+        "response_len_mean": sum(r["gen_tokens"] for r in rows) / (B * len(rows)),
+        "response_len_max": max(maxes) if maxes else None,
+        "response_len_max_median": statistics.median(maxes) if maxes else None,
         "peak_rss_mib": child["peak_rss_mib"],
         "wall_s": child["wall_s"],
         "steps": rows,
@@ -594,6 +529,8 @@ COLUMNS = [
     ("generated tokens/s (generation)", "gen_tokens_per_s", "{:.1f}"),
     ("trained tokens/s (update)", "trained_tokens_per_s", "{:.1f}"),
     ("s per generated token", "s_per_gen_token", "{:.4f}"),
+    ("response length, mean (tokens, all steps)", "response_len_mean", "{:.1f}"),
+    ("response length, max (tokens, all steps)", "response_len_max", "{:.0f}"),
     ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
     ("GPU memory (MiB, torch.cuda.max_memory_allocated)", "cuda_max_allocated_mib", "{:.0f}"),
     ("rollout at its roofline floor (floor / generation time)", "rollout_fraction_of_floor", "{:.1%}"),
@@ -656,7 +593,8 @@ DIFFERENCES = [
 def rollout_floors(args, results: dict, prompt_tokens: float) -> dict:
     """The rollout's roofline floor on this device (``roofline_model.rollout_floor`` with rates measured
     here) beside each side's measured generation time: ``rollout_fraction_of_floor`` = floor / time per
-    step (1.0 = the hardware's limit). Returns the rates."""
+    step (1.0 = the hardware's limit), its decode steps the median step's longest response (the batch
+    decodes until its longest row ends). Returns the rates."""
     sys.path.insert(0, str(Path(__file__).parent))
     from roofline_model import Rates, rollout_floor
 
@@ -677,7 +615,7 @@ def rollout_floors(args, results: dict, prompt_tokens: float) -> dict:
             sequences=B,
             prompt_tokens=prompt_tokens,
             response_tokens=gen_tokens / B,
-            decode_steps=args.max_new_tokens,
+            decode_steps=side.get("response_len_max_median") or args.max_new_tokens,  # the batch's longest
             dtype_bytes=2 if bf16 else 4,
         )
         side["rollout_floor_s"] = fl.seconds
@@ -705,6 +643,14 @@ def main() -> None:
         help="the built-in model (default), a local model directory, or random:SHAPE (random-initialised, "
         f"seed 0, a published shape: {', '.join(RANDOM_SHAPES)}) with the built-in tokenizer and a reward that "
         "varies by completion (spread_reward.py)",
+    )
+    ap.add_argument(
+        "--eos-every",
+        type=int,
+        metavar="N",
+        help="with --model random:SHAPE: variable lengths, EOS about every N tokens (the random model's EOS row "
+        "calibrated once, saved in its directory, loaded by both sides: benchmarks/workload.py); without it "
+        "a random model's responses all run to --max-new-tokens",
     )
     ap.add_argument(
         "--workdir",
@@ -736,8 +682,12 @@ def main() -> None:
     data_path, config_path, run_dir = work / "prompts.jsonl", work / "rlvr.yaml", work / "rlvr"
     data_path.write_text("".join(json.dumps(r) + "\n" for r in two_digit_additions(args.prompts)))
     random_shape = args.model.startswith("random:")
-    if random_shape:
-        args.model_path = str(random_model(args.model.removeprefix("random:"), work / "model").resolve())
+    if args.eos_every is not None and args.eos_every < 1:
+        sys.exit(f"--eos-every {args.eos_every}: expected a number of tokens >= 1")
+    if random_shape:  # built (and its EOS calibrated) here, before either side loads it
+        args.model_path = str(model_dir(args.model, work, eos_every=args.eos_every, device=args.device).resolve())
+    elif args.eos_every is not None:
+        sys.exit(f"--eos-every applies to a random model (--model random:SHAPE), not to --model {args.model}")
     else:
         args.model_path = args.model
     args.rules, args.weights = (SPREAD_RULES, SPREAD_WEIGHTS) if random_shape else (RULES, WEIGHTS)
@@ -772,7 +722,7 @@ def main() -> None:
         if child["exit_code"]:
             sys.exit(f"rlvr train failed (exit {child['exit_code']}); see {work / 'rlvr.log'}")
         steps = rlvr_steps(run_dir, B)
-        results["rlvr"] = {**summarise(steps, child, sum(r["optimizer_steps"] for r in steps)), "config": config}
+        results["rlvr"] = {**summarise(steps, child, sum(r["optimizer_steps"] for r in steps), B), "config": config}
 
     if args.only in (None, "trl"):
         python = trl_python()
@@ -800,7 +750,7 @@ def main() -> None:
         out = json.loads((work / "trl_out.json").read_text())
         versions["trl"] = out["versions"]["trl"]
         results["trl"] = {
-            **summarise(out["rows"], child, out["optimizer_steps"]),
+            **summarise(out["rows"], child, out["optimizer_steps"], B),
             "config": out["settings"],
             "threads": out["threads"],
             "versions": out["versions"],
@@ -811,6 +761,9 @@ def main() -> None:
         results["rlvr"]["cuda_max_allocated_mib"] = max(steps_mib) if steps_mib else None
     rates = rollout_floors(args, results, statistics.fmean(all_counts))
 
+    calibration = eos_calibration(Path(args.model_path)) if args.eos_every else None
+    if calibration:  # what independent draws would give, beside each side's measured lengths
+        calibration["expected_len_mean"] = expected_len_mean(calibration["eos_probability"], args.max_new_tokens)
     ratio = results["rlvr"]["s_per_step"] / results["trl"]["s_per_step"] if len(results) == 2 else None
     md = table(results)
     report = {
@@ -833,6 +786,7 @@ def main() -> None:
             "prompt_tokens_mean": statistics.fmean(all_counts),
         },
         **results,
+        "eos_calibration": calibration,
         "equal_work": equal_work(results, steps_prompt_tokens) if len(results) == 2 else None,
         "differences": DIFFERENCES,
         "table": md,
@@ -844,10 +798,17 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     checkpointing = "on (TRL's default)" if args.trl_gradient_checkpointing else "off (as rlvr)"
+    lengths = ""
+    if calibration:
+        lengths = (
+            f"; {args.model}, EOS about every {args.eos_every} tokens (probability "
+            f"{calibration['eos_probability']:.4f}, expected mean length {calibration['expected_len_mean']:.0f})"
+        )
     out.with_suffix(".md").write_text(
         f"rlvr vs TRL {versions.get('trl', '')} ({date}; {report['machine']['cpu_capability']}, "
         f"{report['machine']['threads']} threads; {args.precision}; P={args.prompts_per_step}, G={args.group_size}, "
-        f"{args.max_new_tokens} new tokens, {args.steps} steps; TRL gradient checkpointing {checkpointing})\n\n{md}\n\n"
+        f"{args.max_new_tokens} new tokens, {args.steps} steps; TRL gradient checkpointing {checkpointing}"
+        f"{lengths})\n\n{md}\n\n"
         "ratio (rlvr s/step / TRL s/step): " + ("n/a" if ratio is None else f"{ratio:.3f}") + "\n"
     )
     print(f"\n{md}\n\nwrote {out} and {out.with_suffix('.md')}")

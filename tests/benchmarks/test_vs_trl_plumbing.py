@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 @pytest.mark.extended  # the whole benchmark, run by hand too; the test below still runs its entry point
-def test_the_benchmark_runs_on_a_random_model(tmp_path):
+@pytest.mark.parametrize("eos_every", [None, 2], ids=["fixed-lengths", "eos-every-2"])
+def test_the_benchmark_runs_on_a_random_model(tmp_path, eos_every):
     out = tmp_path / "result.json"
     cmd = [
         sys.executable,
@@ -40,6 +41,7 @@ def test_the_benchmark_runs_on_a_random_model(tmp_path):
         str(tmp_path / "work"),
         "--out",
         str(out),
+        *(["--eos-every", str(eos_every)] if eos_every else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -49,6 +51,12 @@ def test_the_benchmark_runs_on_a_random_model(tmp_path):
     assert 0 < rlvr["rollout_fraction_of_floor"] and report["machine"]["rates"]["bytes_per_s"] > 0
     assert list(report["settings"]["rewards"]) == [f"{REPO / 'benchmarks' / 'spread_reward.py'}:spread"]
     assert any(s["reward_mean"] > 0 for s in rlvr["steps"])  # the spread reward pays a random model
+    assert 1 <= rlvr["response_len_mean"] <= 4 and rlvr["response_len_max"] <= 4
+    if eos_every is None:  # a random model never samples EOS: every response runs to the limit
+        assert rlvr["response_len_mean"] == 4 and report["eos_calibration"] is None
+    else:  # EOS about every 2 tokens, the row calibrated before rlvr loaded the model
+        assert 0.25 < report["eos_calibration"]["eos_probability"] < 0.75
+        assert report["eos_calibration"]["expected_len_mean"] < 4
 
 
 def test_an_unknown_random_shape_is_one_line(tmp_path):
