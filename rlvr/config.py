@@ -27,6 +27,7 @@ import difflib
 import enum
 import importlib.util
 import inspect
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -497,6 +498,13 @@ class EvalConfig:
         _check(self.batch_prompts >= 1, "eval.batch_prompts must be >= 1")
 
 
+WORKER_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_DEBUG": "WARN"}
+"""The environment every Ray worker starts with unless ``distributed.env`` says otherwise: the CUDA
+caching allocator grows segments instead of leaving fragments of fixed-size blocks (torchtitan and
+veRL set the same), and NCCL prints a warning line when a collective fails or times out."""
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 @dataclass(frozen=True)
 class DistributedConfig:
     backend: Backend = Backend.NONE
@@ -514,13 +522,27 @@ class DistributedConfig:
     strategy: Strategy = Strategy.DDP
     """ddp: every worker holds the whole model and all-reduces gradients; fsdp: PyTorch FSDP2 shards the policy, reference, gradients and AdamW state over the workers (checkpoints via torch.distributed.checkpoint; full-parameter training only)."""
     step_timeout_s: float = 3600.0
-    """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit)."""
+    """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit). It also bounds how long the other workers wait for rank 0 alone (evaluating, writing a checkpoint) under FSDP."""
+    collective_timeout_s: float = 600.0
+    """How long a worker waits inside one collective (a gradient all-reduce, an FSDP all-gather, the gather of a step's rewards) for the others before it gives up (torch.distributed's timeout); the run then ends with one line that names the rank that never arrived."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables for the workers (Ray's runtime_env), over the defaults PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less fragmentation of GPU memory) and NCCL_DEBUG=WARN (NCCL says why a collective failed), e.g. {NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5}; a value "" drops a default."""
 
     def __post_init__(self) -> None:
         _check(self.num_workers >= 1, "distributed.num_workers must be >= 1")
         _check(self.cpus_per_worker > 0, "distributed.cpus_per_worker must be > 0")
         _check(self.gpus_per_worker >= 0, "distributed.gpus_per_worker must be >= 0")
         _check(self.step_timeout_s >= 0, "distributed.step_timeout_s must be >= 0 (0 = no limit)")
+        _check(
+            self.collective_timeout_s > 0,
+            f"distributed.collective_timeout_s={self.collective_timeout_s:g}: must be > 0 (seconds a worker waits "
+            "in one collective for the others)",
+        )
+        for name in self.env:
+            _check(
+                _ENV_NAME.fullmatch(name) is not None,
+                f"distributed.env.{name}: not an environment variable name (letters, digits and _, not first a digit)",
+            )
         for name, amount in self.resources_per_worker.items():
             _check(
                 name not in ("CPU", "GPU") and amount > 0,
@@ -540,6 +562,11 @@ class DistributedConfig:
                 f"distributed.strategy={self.strategy} shards the model over Ray workers: "
                 "set distributed.backend=ray (num_workers=1 is fine), or drop the strategy",
             )
+
+    @property
+    def worker_env(self) -> dict[str, str]:
+        """The variables the workers start with: :data:`WORKER_ENV`, then ``env`` over it ("" drops one)."""
+        return {k: v for k, v in {**WORKER_ENV, **self.env}.items() if v != ""}
 
 
 @dataclass(frozen=True)

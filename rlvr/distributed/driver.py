@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import time
 from pathlib import Path
 
 import ray
@@ -168,6 +170,7 @@ class RayTrainer:
                 num_cpus=cpus,
                 num_gpus=gpus,
                 resources=dict(d.resources_per_worker) or None,
+                runtime_env={"env_vars": d.worker_env} if d.worker_env else None,
                 name=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=self.pg, placement_group_bundle_index=rank
@@ -190,28 +193,27 @@ class RayTrainer:
         ``timeout``), prints what they printed, returns the values.
 
         A worker's :class:`~rlvr.errors.UserError` is raised here as the one-line error it is; a worker
-        that died or did not answer in time ends the run with one line that names the last checkpoint."""
+        that died, hung or did not answer in time ends the run with one line that names its rank and
+        the last checkpoint."""
         self.busy = True
-        limit = timeout if timeout is not None else (self.cfg.distributed.step_timeout_s or None)
+        d = self.cfg.distributed
+        limit = timeout if timeout is not None else (d.step_timeout_s or None)
+        ranks = [self.workers.index(w) for w in workers]
         refs = [getattr(w, name).remote(*args) for w in workers]
+        began = time.monotonic()
         try:
             out = ray.get(refs, timeout=limit)
-        except (GetTimeoutError, RayActorError) as e:
-            self.busy = True  # the others may wait in a collective for the lost one: close() kills them
-            what = (
-                f"did not answer {name} within distributed.step_timeout_s={limit:g} s (hung?)"
-                if isinstance(e, GetTimeoutError)
-                else f"died during {name} ({type(e).__name__})"
-            )
-            raise UserError(f"a Ray worker {what}; {self._saved()}") from None
-        except RayTaskError as e:
-            # the call ended with an error; the other workers may wait in a collective for this one
-            self.busy = len(workers) > 1
-            if isinstance(e.cause, UserError):
+        except (GetTimeoutError, RayActorError, RayTaskError) as e:
+            # the others may wait in a collective for the lost one: close() kills them
+            self.busy = not isinstance(e, RayTaskError) or len(workers) > 1
+            if isinstance(e, RayTaskError) and isinstance(e.cause, UserError):
                 raise UserError(str(e.cause)) from None
-            if len(workers) > 1 and (dead := _dead(refs)):  # the peers' collectives failed because it died
-                raise UserError(f"a Ray worker died during {name} ({dead}); {self._saved()}") from None
-            raise
+            waited = time.monotonic() - began
+            outcomes = _outcomes(refs, ranks, 0 if isinstance(e, GetTimeoutError) else 10.0)
+            line = _lost(e, name, outcomes, limit=limit, collective_s=d.collective_timeout_s, waited_s=waited)
+            if line is None:  # a worker's own error, no peer lost: its traceback
+                raise
+            raise UserError(f"{line}; {self._saved()}") from None
         self.busy = False  # not reached on KeyboardInterrupt: close() then leaves the workers to ray.kill
         if not printed:
             return out
@@ -223,18 +225,75 @@ class RayTrainer:
         return values
 
 
-def _dead(refs: list, wait_s: float = 10.0) -> str | None:
-    """The error of a call whose worker died (``RayActorError``), if one did. When a worker dies in
-    the middle of a collective, the others fail too (gloo: "Connection closed by peer"), and their
-    error can reach the driver first; Ray marks the dead worker's call within seconds."""
+def _outcomes(refs: list, ranks: list[int], wait_s: float) -> dict[int, BaseException | None | str]:
+    """What each rank's call came to, after waiting at most ``wait_s`` for the unfinished ones: its
+    error, None (it returned) or ``"pending"`` (still running). When a worker dies or hangs, the others
+    fail in their next collective (gloo: "Connection closed by peer", or a timeout), and their error
+    can reach the driver first; Ray marks a dead worker's call within seconds."""
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-    for ref in ready:
+    done = set(ready)
+    out: dict[int, BaseException | None | str] = {}
+    for rank, ref in zip(ranks, refs):
+        if ref not in done:
+            out[rank] = "pending"
+            continue
         try:
             ray.get(ref, timeout=0)
-        except RayActorError as e:
-            return type(e).__name__
-        except Exception:  # noqa: BLE001 - a peer's own failure: look on
-            continue
+            out[rank] = None
+        except Exception as e:  # noqa: BLE001 - sorted by the caller
+            out[rank] = e
+    return out
+
+
+def _timed_out(error) -> bool:
+    """A worker's collective gave up waiting (gloo: "Timed out waiting ... for recv"; NCCL's watchdog:
+    "collective operation timeout")."""
+    cause = getattr(error, "cause", error)
+    return cause is not None and re.search(r"timed? ?out", str(cause), re.IGNORECASE) is not None
+
+
+def _lost(error, name: str, outcomes: dict, *, limit, collective_s: float, waited_s: float) -> str | None:
+    """The line that says which worker was lost during ``name`` and how, or None when none was (a
+    worker's own error, raised with its traceback).
+
+    A hung worker shows as a collective timeout on the others: after ``collective_s`` gloo raises in
+    the ranks that waited, and the rank they waited for is the one whose call still runs. NCCL's
+    watchdog ends a waiting worker's process instead, which looks like a death; the line then says
+    which rank may have hung."""
+    pending = [r for r, o in outcomes.items() if o == "pending"]
+    died = [r for r, o in outcomes.items() if isinstance(o, RayActorError)]
+    timed = [r for r, o in outcomes.items() if isinstance(o, RayTaskError) and _timed_out(o)]
+    ranks = lambda rs: "rank " + ", ".join(map(str, rs))  # noqa: E731
+    if isinstance(error, GetTimeoutError):
+        who = ranks(pending) if pending else "a worker"
+        return f"Ray worker {who} did not answer {name} within distributed.step_timeout_s={limit:g} s (hung?)"
+    if pending and timed:
+        return (
+            f"Ray worker {ranks(pending)} hung during {name}: {ranks(timed)} waited "
+            f"distributed.collective_timeout_s={collective_s:g} s for it in a collective"
+        )
+    if died:
+        line = f"a Ray worker died during {name} ({ranks(died)}, {type(outcomes[died[0]]).__name__})"
+        if pending and waited_s >= collective_s:
+            line += (
+                f" after {waited_s:.0f} s, past distributed.collective_timeout_s={collective_s:g} s: NCCL ends a "
+                f"worker whose collective timed out, so {ranks(pending)}, still in {name}, may have hung"
+            )
+        return line
+    if timed:
+        cause = str(getattr(outcomes[timed[0]], "cause", "")).strip().splitlines()
+        return (
+            f"a collective timed out during {name} on {ranks(timed)} after "
+            f"distributed.collective_timeout_s={collective_s:g} s ({cause[0] if cause else 'no detail'})"
+        )
+    return None
+
+
+def _dead(refs: list, wait_s: float = 10.0) -> str | None:
+    """The error type of a call whose worker died (``RayActorError``), if one did (:func:`_outcomes`)."""
+    for outcome in _outcomes(refs, list(range(len(refs))), wait_s).values():
+        if isinstance(outcome, RayActorError):
+            return type(outcome).__name__
     return None
 
 

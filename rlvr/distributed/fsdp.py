@@ -12,6 +12,7 @@ Every method here is a collective: all ranks call it at the same point of the sa
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -47,9 +48,14 @@ class ShardedGroup(TorchGroup):
 
     shards = True
 
-    def __init__(self, rank: int, world_size: int, device: torch.device | str) -> None:
+    def __init__(self, rank: int, world_size: int, device: torch.device | str, *, wait_for_rank0_s: float = 0) -> None:
         super().__init__(rank, world_size, device)
         self.mesh = init_device_mesh(self.device.type, (world_size,))
+        # The other ranks wait for rank 0 alone at a few points (it evaluates, writes a checkpoint's
+        # Hugging Face weights): longer than the collective timeout allows, so they wait in a group of
+        # their own, on the host (gloo), bounded by the driver's step timeout (0 = no limit: a week).
+        wait = timedelta(seconds=wait_for_rank0_s or 7 * 24 * 3600)
+        self.host = dist.new_group(backend="gloo", timeout=wait)
 
     def shard(self, model, *, bf16_compute: bool = False):
         """Shards ``model`` in place (each decoder layer, then the rest) and returns it.
@@ -85,13 +91,14 @@ class ShardedGroup(TorchGroup):
         """Nothing to do: FSDP reduce-scattered (summed) each gradient during backward."""
 
     def broadcast(self, obj):
-        """Rank 0's ``obj`` (picklable), on every rank."""
+        """Rank 0's ``obj`` (picklable), on every rank; the others wait for rank 0 as long as the
+        driver's step timeout allows (rank 0 may be evaluating or writing a checkpoint)."""
         out = [obj]
-        dist.broadcast_object_list(out, src=0)
+        dist.broadcast_object_list(out, src=0, group=self.host)
         return out[0]
 
     def barrier(self) -> None:
-        dist.barrier()
+        dist.barrier(group=self.host)
 
     def save(self, path: Path, policy, optimizer, ref=None) -> None:
         """Every rank writes its shard of the policy, AdamW state (and a moved reference) to ``path``."""

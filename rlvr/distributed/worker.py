@@ -67,6 +67,7 @@ class Worker:
         self.cfg = dataclasses.replace(self.cfg, model=dataclasses.replace(self.cfg.model, device=setting))
         device = resolve_device(setting)
         backend = "nccl" if device.type == "cuda" else "gloo"
+        d = self.cfg.distributed
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(
@@ -74,12 +75,12 @@ class Worker:
             init_method=f"tcp://{host}:{port}",
             rank=self.rank,
             world_size=self.world_size,
-            timeout=timedelta(minutes=30),
+            timeout=timedelta(seconds=d.collective_timeout_s),  # a hung peer shows as a timeout, its rank named
         )
-        if self.cfg.distributed.strategy == Strategy.FSDP:
+        if d.strategy == Strategy.FSDP:
             from rlvr.distributed.fsdp import ShardedGroup
 
-            group = ShardedGroup(self.rank, self.world_size, device)
+            group = ShardedGroup(self.rank, self.world_size, device, wait_for_rank0_s=d.step_timeout_s)
         else:
             group = TorchGroup(self.rank, self.world_size, device)
         self.trainer = Trainer(self.cfg, console=self.console, group=group)
