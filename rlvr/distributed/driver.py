@@ -22,6 +22,7 @@ from rich.console import Console
 from rlvr.choices import Strategy
 from rlvr.config import Config
 from rlvr.distributed.placement import absolute_paths
+from rlvr.distributed.versions import require_fsdp
 from rlvr.distributed.worker import Worker
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
@@ -59,6 +60,8 @@ class RayTrainer:
         False (workers released) when the run has nothing left to do."""
         fsdp = self.cfg.distributed.strategy == Strategy.FSDP
         # the checks that need no device, before Ray starts: a bad input is the first line a user sees
+        if fsdp:
+            require_fsdp()  # this torch has FSDP2 as rlvr calls it (each worker checks its own too)
         checked = preflight(self.cfg, device=False, shards=fsdp)
         self.cfg = checked.cfg  # a hub model pinned to the commit resolved here: every worker loads that one
         if checked.nothing_to_do:

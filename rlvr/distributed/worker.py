@@ -22,6 +22,7 @@ from rich.console import Console
 from rlvr.choices import Strategy
 from rlvr.distributed.group import TorchGroup
 from rlvr.distributed.placement import check_shared, mark_shared, unmark, worker_device
+from rlvr.distributed.versions import require_fsdp
 from rlvr.models import resolve_device
 from rlvr.training.trainer import Trainer
 
@@ -78,6 +79,7 @@ class Worker:
             timeout=timedelta(seconds=d.collective_timeout_s),  # a hung peer shows as a timeout, its rank named
         )
         if d.strategy == Strategy.FSDP:
+            require_fsdp()  # a node with an older torch than the driver's: one line, not an ImportError
             from rlvr.distributed.fsdp import ShardedGroup
 
             group = ShardedGroup(self.rank, self.world_size, device, wait_for_rank0_s=d.step_timeout_s)
