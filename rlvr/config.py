@@ -398,7 +398,7 @@ class TrainConfig:
     max_bad_steps: int = 5
     """An update whose loss or gradient is NaN/inf is skipped (counted in train/skipped_steps); after this many steps in a row with every update skipped, the run saves a checkpoint and stops."""
     save_hf: Switch = Switch.AUTO
-    """distributed.strategy=fsdp: also write a loadable Hugging Face model in each checkpoint (gathered to rank 0 beside the sharded state); auto = for models under 3B parameters. Other runs' checkpoints are Hugging Face models always."""
+    """distributed.strategy=fsdp: also write a loadable Hugging Face model in each checkpoint (rank 0's whole rollout copy, in rollout.dtype, beside the sharded state: no gather); auto = for models under 3B parameters. Other runs' checkpoints are Hugging Face models always."""
     skip_memory_check: bool = False
     """On a GPU, training refuses to start when the memory estimate (rlvr estimate, with the data's longest prompt) exceeds the device's free memory; true starts anyway."""
 
@@ -525,6 +525,8 @@ class DistributedConfig:
     """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit). It also bounds how long the other workers wait for rank 0 alone (evaluating, writing a checkpoint) under FSDP."""
     collective_timeout_s: float = 600.0
     """How long a worker waits inside one collective (a gradient all-reduce, an FSDP all-gather, the gather of a step's rewards) for the others before it gives up (torch.distributed's timeout); the run then ends with one line that names the rank that never arrived."""
+    async_save: bool = True
+    """Under FSDP, write the periodic checkpoints' shards in the background (torch.distributed.checkpoint's async_save) while training goes on: each worker first copies its shard of the policy and AdamW state into host memory; the checkpoint appears in checkpoints/ only once whole. The final checkpoint, one on a signal and the next save wait for it."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the workers (Ray's runtime_env), over the defaults PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less fragmentation of GPU memory) and NCCL_DEBUG=WARN (NCCL says why a collective failed), e.g. {NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5}; a value "" drops a default."""
 

@@ -568,7 +568,7 @@ def estimate(
         notes.append(
             f"FSDP: each worker loads the whole policy and makes its rollout copy before sharding "
             f"({(N * w + N * BYTES[rollout_dtype]) / GiB:.2f} GiB for a moment); "
-            f"rank 0 gathers a whole copy ({N * w / GiB:.2f} GiB) in host memory while it saves with train.save_hf"
+            f"with train.save_hf rank 0 writes its whole {rollout_dtype} rollout copy, no gather"
         )
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")

@@ -12,6 +12,7 @@ Every method here is a collective: all ranks call it at the same point of the sa
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,7 +20,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -30,6 +30,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from rlvr.distributed.group import TorchGroup
 from rlvr.distributed.placement import check_shared, mark_shared, unmark
+from rlvr.errors import UserError
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
@@ -56,6 +57,11 @@ class ShardedGroup(TorchGroup):
         # their own, on the host (gloo), bounded by the driver's step timeout (0 = no limit: a week).
         wait = timedelta(seconds=wait_for_rank0_s or 7 * 24 * 3600)
         self.host = dist.new_group(backend="gloo", timeout=wait)
+        self.checkpoints = dist.new_group(backend="gloo", timeout=wait)
+        """DCP's collectives, in the step or in the background writer's thread (never beside ``host``'s)."""
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-checkpoint")
+        self.pending = None
+        """(checkpoint folder, future) of the save being written in the background, or None."""
 
     def shard(self, model, *, bf16_compute: bool = False):
         """Shards ``model`` in place (each decoder layer, then the rest) and returns it.
@@ -100,17 +106,45 @@ class ShardedGroup(TorchGroup):
     def barrier(self) -> None:
         dist.barrier(group=self.host)
 
-    def save(self, path: Path, policy, optimizer, ref=None) -> None:
-        """Every rank writes its shard of the policy, AdamW state (and a moved reference) to ``path``."""
+    def save(self, path: Path, policy, optimizer, ref=None, *, background: bool = False, then=None) -> None:
+        """Every rank writes its shard of the policy, AdamW state (and a moved reference) to ``path``,
+        then rank 0 runs ``then`` (it renames the checkpoint into place: every rank's shards and the
+        metadata are written by then, as DCP's coordinator gathers the others' results first).
+
+        With ``background``, ``dcp.async_save``: each rank copies its shards to host memory here and
+        writes them in a thread while training goes on; :meth:`wait_saved` waits for it (the next save
+        and the end of the run do). Its collectives run in a gloo group of their own, so they never
+        interleave with the step's. One save at a time: a pending one is waited for first."""
+        self.wait_saved()
         model_sd, optim_sd = get_state_dict(policy, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         if ref is not None:
             state["ref"] = get_model_state_dict(ref)
-        dcp.save(state, checkpoint_id=str(path))
+        if not background:  # the others wait in it while rank 0 writes its files: the long-timeout group
+            dcp.save(state, checkpoint_id=str(path), process_group=self.checkpoints)
+            if then is not None:
+                then()
+            return
+        written = dcp.async_save(state, checkpoint_id=str(path), process_group=self.checkpoints)
+        self.pending = (path, self._writer.submit(_finish, written, then))
+
+    def wait_saved(self) -> None:
+        """Waits until the background save (if any) is written and in place; a failed one is a UserError."""
+        if self.pending is None:
+            return
+        (path, done), self.pending = self.pending, None
+        try:
+            done.result()
+        except Exception as e:  # noqa: BLE001 - a failed write, a lost peer: the previous checkpoint stays
+            raise UserError(
+                f"writing the checkpoint {path.parent.name} in the background failed ({type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}); the previous "
+                "checkpoint is intact (distributed.async_save=false writes them in the step)"
+            ) from e
 
     def load(self, path: Path, policy, optimizer, ref=None) -> None:
-        """Loads what :meth:`save` wrote into the sharded policy, optimizer (and reference): exact,
-        on the same number of workers."""
+        """Loads what :meth:`save` wrote into the sharded policy, optimizer (and reference): exact, on
+        any number of workers (DCP reshards: each rank reads the parts of the saved shards it now holds)."""
         model_sd, optim_sd = get_state_dict(policy, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         if ref is not None:
@@ -120,10 +154,9 @@ class ShardedGroup(TorchGroup):
         if ref is not None:
             set_model_state_dict(ref, state["ref"])
 
-    def full_state_dict(self, model) -> dict:
-        """The whole model's state dict on rank 0's CPU, gathered from the shards ({} on other ranks);
-        a tied weight under its first name only, as ``save_pretrained`` writes a plain model's."""
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        first: dict[int, str] = {}
-        tied = [n for n, p in model.named_parameters(remove_duplicate=False) if first.setdefault(id(p), n) != n]
-        return {k: v for k, v in full.items() if k not in tied}
+
+def _finish(written, then) -> None:
+    """The background half of :meth:`ShardedGroup.save`: the shards written, then ``then`` (rank 0's rename)."""
+    written.result()
+    if then is not None:
+        then()

@@ -100,6 +100,7 @@ def save_checkpoint(
     tmp: Path | None = None,
     state_dict: dict | None = None,
     weights: bool = True,
+    commit: bool = True,
 ) -> Path:
     """Write ``RUN/checkpoints/step_{step}`` atomically, point ``last`` at it, prune old ones.
 
@@ -107,10 +108,12 @@ def save_checkpoint(
         model: what has ``save_pretrained``: a Hugging Face model, or a LoRA adapter
             (:class:`rlvr.models.lora.Adapted`, which writes the adapter alone).
         keep: keep this many newest step checkpoints (0 = all).
-        tmp: a :func:`staging_dir` that already holds part of the checkpoint (an FSDP run's shards);
-            default a new one.
-        state_dict: the weights to write instead of ``model``'s own (an FSDP run's gathered ones).
+        tmp: a :func:`staging_dir` that already holds, or will hold, part of the checkpoint (an FSDP
+            run's shards); default a new one.
+        state_dict: the weights to write instead of ``model``'s own.
         weights: False writes the model's config and no weights (an FSDP run without ``train.save_hf``).
+        commit: False leaves the files in ``tmp`` and returns it; :func:`commit_checkpoint` renames it
+            into place once the rest is written (an FSDP run's shards, in the background).
     """
     run = RunDir(run_dir)
     root = run.checkpoints_root
@@ -140,13 +143,16 @@ def save_checkpoint(
             f"no space left on the device of {root} while writing {name} (last complete checkpoint: {kept}); "
             f"free space there, then continue with resume={run.path}"
         ) from None
-    _commit(run, step, tmp, keep)
+    if not commit:
+        return tmp
+    commit_checkpoint(run_dir, step, tmp, keep)
     return final
 
 
-def _commit(run: RunDir, step: int, tmp: Path, keep: int) -> None:
+def commit_checkpoint(run_dir: Path, step: int, tmp: Path, keep: int = 0) -> Path:
     """Renames a whole checkpoint ``tmp`` into place as ``step_{step}``, swaps ``last`` to it and
-    prunes the old ones."""
+    prunes the old ones (all but ``keep``, 0 = none); returns where it now is."""
+    run = RunDir(run_dir)
     root, name, final = run.checkpoints_root, step_name(step), run.checkpoint_dir(step)
     if final.exists():  # the same step saved again: swap, so that `last` never points nowhere
         if _exchange(tmp, final):
@@ -167,6 +173,7 @@ def _commit(run: RunDir, step: int, tmp: Path, keep: int) -> None:
     if keep:
         for old in run.checkpoints()[:-keep]:
             shutil.rmtree(old)
+    return final
 
 
 def checkpoint_bytes(model_path: Path, dtype: str = "float32", *, lora_rank: int = 0, lora_targets=()) -> int:

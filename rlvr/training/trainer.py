@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
 import time
 from pathlib import Path
@@ -626,11 +627,13 @@ class Trainer:
         if self.shards:  # rank 0's clock decides for every rank
             due = self.group.broadcast(bool(due))
         if due and step < cfg.train.steps:
-            self.save(step)
+            self.save(step, background=cfg.distributed.async_save)
 
-    def save(self, step: int) -> Path:
+    def save(self, step: int, *, background: bool = False) -> Path:
         """Checkpoint after ``step`` steps: weights (with LoRA the adapter alone), tokenizer, optimizer,
-        schedule, RNG, counters. Under FSDP every rank calls it (:meth:`_save_sharded`)."""
+        schedule, RNG, counters. Under FSDP every rank calls it (:meth:`_save_sharded`), and with
+        ``background`` the shards are written while training goes on (the checkpoint is in place once
+        whole; elsewhere ``background`` changes nothing)."""
         self.last_save = (step, time.monotonic())
         trainer_state = {
             "step": step,
@@ -639,7 +642,7 @@ class Trainer:
             "skipped_steps": self.skipped_steps,
         }
         if self.shards:
-            return self._save_sharded(step, trainer_state)
+            return self._save_sharded(step, trainer_state, background=background)
         trainer_state["optimizer"] = self.optimizer.state_dict()
         if self.cfg.algo.ref_sync_every:  # the reference is no longer the starting model: keep it
             trainer_state["ref"] = self.ref.state_dict()
@@ -648,25 +651,32 @@ class Trainer:
             self.run_dir, step, weights, self.tokenizer, trainer_state, keep=self.cfg.train.keep_checkpoints
         )
 
-    def _save_sharded(self, step: int, trainer_state: dict) -> Path:
-        """FSDP's checkpoint: every rank writes its shards (``fsdp/``, torch.distributed.checkpoint)
-        into rank 0's staging folder; with ``train.save_hf`` the whole weights are gathered to rank 0,
-        which writes them as a Hugging Face model; rank 0 then renames the folder into place."""
+    def _save_sharded(self, step: int, trainer_state: dict, *, background: bool = False) -> Path:
+        """FSDP's checkpoint, in rank 0's staging folder: rank 0 writes the config, tokenizer and trainer
+        state, and with ``train.save_hf`` the rollout engine's whole copy as a Hugging Face model (in
+        ``rollout.dtype``: already gathered, so no gather and no full-precision copy in host memory);
+        every rank writes its shards (``fsdp/``, torch.distributed.checkpoint, with ``background`` in a
+        thread); then rank 0 renames the folder into place."""
         group, cfg = self.group, self.cfg
+        group.wait_saved()  # one checkpoint at a time: the previous one is whole and in place first
         tmp = Path(group.broadcast(str(ckpt.staging_dir(self.run_dir, step)) if self.logs else None))
-        group.save(tmp / ckpt.SHARDED_DIR, self.policy, self.optimizer, self.ref if cfg.algo.ref_sync_every else None)
-        hf = ckpt.save_hf(cfg.train.save_hf, self.policy)
-        full = group.full_state_dict(self.policy) if hf else None
-        final = None
+        commit = None
         if self.logs:
-            final = ckpt.save_checkpoint(
-                self.run_dir, step, self.policy, self.tokenizer, trainer_state,
-                keep=cfg.train.keep_checkpoints, tmp=tmp, state_dict=full, weights=hf,
+            hf = ckpt.save_hf(cfg.train.save_hf, self.policy)
+            ckpt.save_checkpoint(
+                self.run_dir, step, self.engine.model if hf else self.policy, self.tokenizer, trainer_state,
+                tmp=tmp, weights=hf, commit=False,
             )  # fmt: skip
-        return Path(group.broadcast(str(final) if final else None))  # no rank goes on before it is in place
+            commit = functools.partial(ckpt.commit_checkpoint, self.run_dir, step, tmp, cfg.train.keep_checkpoints)
+        ref = self.ref if cfg.algo.ref_sync_every else None
+        group.save(tmp / ckpt.SHARDED_DIR, self.policy, self.optimizer, ref, background=background, then=commit)
+        if not background:
+            group.barrier()  # no rank goes on before it is in place
+        return self.run.checkpoint_dir(step)
 
     def stop(self, step: int, signal_name: str) -> Path:
         """Stopped by a signal after ``step`` steps: saves them (unless just saved) and says how to continue."""
+        self._wait_saved()  # a checkpoint of this step written in the background: in place first
         saved = self.save(step) if self.last_save[0] != step or step == 0 else self.run.resume_checkpoint()
         self.printer.note(
             f"stopped by {signal_name} after step {step}; checkpoint {saved}; "
@@ -701,8 +711,15 @@ class Trainer:
             self.printer.note(f"report: {out / 'report.html'} (and report.md; plots in {out / 'plots'})")
         return final
 
+    def _wait_saved(self) -> None:
+        """Under FSDP, waits for a checkpoint being written in the background (every rank together)."""
+        if self.shards:
+            self.group.wait_saved()
+
     def close(self) -> None:
-        """Closes the metrics and samples sinks and the progress bar, and lets go of the run's lock."""
+        """Closes the metrics and samples sinks and the progress bar, and lets go of the run's lock; a
+        checkpoint still being written in the background is finished first (it is, after a clean end)."""
+        self._wait_saved()
         if self.metrics_log is not None:
             self.metrics_log.close()
             self.samples_log.close()
