@@ -46,6 +46,12 @@ beside it at the end. Every item is a formula over the model shape and the confi
   response (rows × new tokens). The rollout then holds no other cache.
 - **runtime** (CPU only): Python, torch, transformers, the tokenizer and the prompts.
 
+Besides the training peak, :func:`load_memory` gives one process's peak while the models load
+(the whole policy, the rollout copy built in its dtype, the reference; under FSDP the larger of the
+whole policy with the copy before sharding and the shards with the whole reference) and the host RAM
+of a node: a GPU worker reads the whole policy in ``model.dtype`` into host memory before moving it,
+and under FSDP a background checkpoint stages its shards there (``distributed.async_save``).
+
 The peak is the resident items (runtime, parameters, rollout copy, reference, AdamW, the static KV
 cache) plus the larger of the update (gradients + activations) and the rollout (KV cache).
 
@@ -63,7 +69,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlvr.choices import Strategy
+from rlvr.choices import Backend, Strategy
 from rlvr.config import Config, Switch
 from rlvr.errors import UserError
 
@@ -565,11 +571,7 @@ def estimate(
         )
     notes = [f"prompt length {Lp} tokens: {why_prompt}"]
     if n > 1:
-        notes.append(
-            f"FSDP: each worker loads the whole policy and makes its rollout copy before sharding "
-            f"({(N * w + N * BYTES[rollout_dtype]) / GiB:.2f} GiB for a moment); "
-            f"with train.save_hf rank 0 writes its whole {rollout_dtype} rollout copy, no gather"
-        )
+        notes.append(f"FSDP: with train.save_hf rank 0 writes its whole {rollout_dtype} rollout copy, no gather")
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
     return MemoryEstimate(items, device, N, trainable, notes, shards=n)
@@ -632,4 +634,105 @@ def measured_beside_estimate(peak: dict[str, float], est: MemoryEstimate) -> str
     return (
         f"memory: measured peak {measured / GiB:.2f} GiB ({what}) beside the estimate {est.total / GiB:.2f} GiB "
         f"(estimate {100 * (est.total / measured - 1):+.0f} %)"
+    )
+
+
+GPU_HOST_RUNTIME_BYTES = 2 * GiB
+"""Assumed, not measured: a GPU worker's host memory besides the weights it reads (Python, torch, the
+CUDA and NCCL libraries' host side, tokenizer, prompts); the CPU figure is :data:`CPU_RUNTIME_BYTES`."""
+GPUS_PER_NODE = 8
+"""Assumed GPUs per node, for how many GPU workers share a node's host RAM."""
+
+
+@dataclass(frozen=True)
+class LoadMemory:
+    """What a run needs while its models load, on the device and in host RAM (:func:`load_memory`)."""
+
+    device_peak: int
+    """One worker's device memory while the models load (on a CPU: with the runtime)."""
+    device_how: str
+    host_worker: int
+    """One worker's host RAM at its peak: the load (a GPU worker reads the weights on the host first),
+    or a checkpoint staged for the background write (FSDP); on a CPU the training peak."""
+    host_how: str
+    workers_per_node: int
+    host_node: int
+    """``workers_per_node`` workers' host RAM, plus rank 0's Hugging Face weights while it writes them."""
+    device: str
+    hf_write: int = 0
+    """Rank 0's Hugging Face weights in host memory while it writes them (FSDP with ``train.save_hf``)."""
+
+    def lines(self) -> list[str]:
+        where = "GPU" if self.device == "cuda" else "RAM"
+        k = self.workers_per_node
+        return [
+            f"  {'load peak':17s} {self.device_peak / GiB:8.2f} GiB  one process's {where}: {self.device_how}",
+            f"  {'host RAM':17s} {self.host_worker / GiB:8.2f} GiB  one process: {self.host_how}",
+            f"  {'host RAM / node':17s} {self.host_node / GiB:8.2f} GiB  {k} process{'es' if k > 1 else ''} on a node"
+            + (f" (of {GPUS_PER_NODE} GPUs, assumed)" if self.device == "cuda" else "")
+            + (
+                f", + rank 0's Hugging Face weights {self.hf_write / GiB:.2f} while it writes them"
+                if self.hf_write
+                else ""
+            ),
+        ]
+
+
+def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
+    """The load-time peak of one worker and the host RAM of a node, from the estimate's items.
+
+    Loading, as the trainer does it: every worker reads the whole policy in ``model.dtype`` into host
+    memory (``from_pretrained``) and moves it to its device; the rollout copy is then built in
+    ``rollout.dtype`` directly (no second full-precision copy); under FSDP the policy is sharded, and
+    only then is the reference read (whole, in its dtype) and sharded. A GPU worker's host peak is the
+    larger of the models it reads, one at a time, and (FSDP, ``distributed.async_save``) the copy of
+    its shards that a background checkpoint stages; with ``train.save_hf`` rank 0 also holds the
+    Hugging Face weights it writes."""
+    n, N = est.shards, est.params
+    item = {i.name: i.bytes for i in est.items}
+    policy = N * BYTES[cfg.model.dtype]
+    copy, ref = item["rollout copy"], item["reference"] * n  # whole: FSDP's items are 1/n
+    gb = lambda b: f"{b / GiB:.2f}"  # noqa: E731
+    if n > 1:
+        before, after = policy + copy, policy // n + copy + ref
+        device_peak = max(before, after)
+        device_how = (
+            f"whole policy {gb(policy)} + rollout copy {gb(copy)} before sharding"
+            if before >= after
+            else f"policy shard + rollout copy + the reference {gb(ref)} whole before sharding"
+        )
+    else:
+        device_peak = policy + copy + ref
+        device_how = f"policy {gb(policy)} + rollout copy {gb(copy)} + reference {gb(ref)}"
+    d = cfg.distributed
+    staged = 0
+    if n > 1 and d.async_save:  # each worker's shards of the policy, AdamW (and a moving reference), in host memory
+        staged = item["parameters"] + item["AdamW state"] + (item["reference"] if cfg.algo.ref_sync_every else 0)
+    want_hf = cfg.train.save_hf.as_bool()
+    hf = (
+        copy if n > 1 and (want_hf if want_hf is not None else N < 3_000_000_000) else 0
+    )  # checkpoint.SAVE_HF_BELOW_PARAMS
+    if est.device == "cpu":
+        device_peak += CPU_RUNTIME_BYTES
+        device_how += " + runtime"
+        host_worker = max(est.total, device_peak) + staged
+        host_how = "the training peak above (the device is the host)" + (
+            f" + {gb(staged)} staged for a background checkpoint" if staged else ""
+        )
+    else:
+        read = max(policy, ref)
+        host_worker = GPU_HOST_RUNTIME_BYTES + max(read, staged)
+        host_how = (
+            f"~{gb(GPU_HOST_RUNTIME_BYTES)} runtime (assumed) + the larger of the whole {cfg.model.dtype} policy "
+            f"read before it moves to the GPU ({gb(read)})"
+            + (f" and the shards a background checkpoint stages ({gb(staged)})" if staged else "")
+        )
+    if d.backend == Backend.NONE:
+        per_node = 1
+    elif d.gpus_per_worker > 0:
+        per_node = max(1, min(d.num_workers, int(GPUS_PER_NODE // d.gpus_per_worker)))
+    else:
+        per_node = d.num_workers  # CPU workers: as `distributed.address=local` places them, on one node
+    return LoadMemory(
+        device_peak, device_how, host_worker, host_how, per_node, per_node * host_worker + hf, est.device, hf
     )

@@ -301,3 +301,43 @@ def test_rlvr_estimate_reads_the_prompt_lengths_from_the_data(tiny_dir, capsys):
     out = capsys.readouterr().out
     assert "training prompts, as the tokenizer renders them" in out and "assumed" not in out
     assert main(["estimate", "model.path=/nonexistent/model"]) in (0, 2)
+
+
+def test_load_peak_and_host_ram_per_node_of_the_7b_fsdp_preset():
+    from rlvr.estimate import GPU_HOST_RUNTIME_BYTES, load_memory
+
+    cfg = load_config("r1_zero_qwen25_7b", [])
+    shape = KNOWN_MODELS["Qwen/Qwen2.5-7B"]
+    N = shape.num_params()
+    est = estimate(cfg, shape, device="cuda")
+    load = load_memory(cfg, est)
+    # before sharding: the whole fp32 policy and the bf16 rollout copy, built in bf16 (no fp32 clone)
+    assert load.device_peak >= N * 4 + N * 2 and "before sharding" in load.device_how
+    # every worker reads the whole fp32 policy into host memory before it moves to its GPU; 8 to a node
+    assert load.host_worker == GPU_HOST_RUNTIME_BYTES + N * 4
+    assert load.workers_per_node == 8 and load.host_node == 8 * load.host_worker  # save_hf auto: off at 7B
+    text = "\n".join(load.lines())
+    assert "load peak" in text and "host RAM / node" in text and "8 processes on a node" in text
+    assert load.host_node > 64 * 2**30  # what reading the weights once per node would fix (not built)
+
+
+def test_a_background_checkpoint_stages_each_workers_shards_in_host_ram():
+    from rlvr.estimate import load_memory
+
+    fsdp = [*TINY_RUN, "train.micro_batch_seqs=2", "distributed.backend=ray", "distributed.num_workers=2"]
+    fsdp.append("distributed.strategy=fsdp")
+    for overrides, staged in ((fsdp, True), ([*fsdp, "distributed.async_save=false"], False)):
+        cfg = load_config(None, overrides)
+        est = estimate(cfg, TINY, device="cpu")
+        items, load = _items(est), load_memory(cfg, est)
+        shards = items["parameters"] + items["AdamW state"] if staged else 0  # 1/2 of the fp32 weights and AdamW
+        assert load.host_worker == max(est.total, load.device_peak) + shards
+        assert load.workers_per_node == 2 and load.host_node == 2 * load.host_worker + items["rollout copy"]  # save_hf
+
+
+def test_one_cpu_process_needs_its_training_peak_in_host_ram():
+    from rlvr.estimate import load_memory
+
+    est = estimate(load_config(None, TINY_RUN), TINY, device="cpu")
+    load = load_memory(load_config(None, TINY_RUN), est)
+    assert load.workers_per_node == 1 and load.host_node == load.host_worker == max(est.total, load.device_peak)

@@ -38,7 +38,7 @@ def data_prompt_length(cfg):
 
 
 def cmd_estimate(args) -> int:
-    from rlvr.estimate import estimate, model_shape
+    from rlvr.estimate import estimate, load_memory, model_shape
 
     cfg = load_cli_config(args)
     quiet_libraries()
@@ -49,6 +49,7 @@ def cmd_estimate(args) -> int:
     if why_not:
         print(f"prompt length not read from the data ({why_not}): assumed")
     print("\n".join(est.lines()))
+    print("\n".join(load_memory(cfg, est).lines()))
     return 0
 
 

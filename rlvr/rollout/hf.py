@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import hashlib
 
@@ -13,7 +12,7 @@ from torch.distributed.tensor import DTensor
 from transformers import GenerationConfig, StoppingCriteria
 
 from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackable
-from rlvr.models.loading import eval_mode
+from rlvr.models.loading import cast_copy, eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
 from rlvr.rollout.static import Sampler, StaticDecoder
@@ -153,7 +152,8 @@ class HFRolloutEngine:
         self.gathered = gathered
         """The policy is about to be sharded (FSDP): the engine keeps its own copy, which
         :meth:`gather_weights` refreshes (a collective) and :meth:`sync_weights` leaves alone."""
-        self.model = policy if want == policy.dtype and not gathered else copy.deepcopy(policy).to(want)
+        # built in ``want`` directly, one tensor at a time: never a second copy in the policy's dtype
+        self.model = policy if want == policy.dtype and not gathered else cast_copy(policy, want)
         self.model.eval()
         self.eos_ids = eos_token_ids(policy, tokenizer)
         self.sampling = Sampling(temperature, top_p, top_k, max_new_tokens)
