@@ -16,8 +16,10 @@ beside it at the end. Every item is a formula over the model shape and the confi
   the LM head once more in the compiled decode kernels' layout where they run (a C compiler, and a
   kernel for the attention's shape), else each layer's q, k and v weights once more as one packed
   matrix.
-- **reference model**: N × bytes(``model.dtype``) when ``algo.kl_coef > 0``; none with LoRA (the
-  reference is the base with the adapter disabled).
+- **reference model**: N × bytes(its dtype) when ``algo.kl_coef > 0``: bfloat16 under bf16 autocast,
+  else ``model.dtype`` (:func:`rlvr.models.precision.reference_dtype`); none with LoRA (the reference
+  is the base with the adapter disabled). Under FSDP its root is resharded after each pass, so only
+  its shard stays resident.
 - **AdamW state**: 2 moments × trainable params × bytes(``model.dtype``) (fp32 by default).
 - **gradients**: trainable params × bytes(``model.dtype``), live during the update.
 - **activations** of one micro-batch, live during its backward: the tensors autograd saves, about
@@ -522,7 +524,12 @@ def estimate(
     if rank:
         ref, how_ref = 0, "none: LoRA's reference is the base with the adapter off"
     elif cfg.algo.kl_coef > 0:
-        ref, how_ref = N * w // n, f"a second copy (algo.kl_coef={cfg.algo.kl_coef:g}){of}"
+        from rlvr.models.precision import reference_dtype  # torch: imported only where a reference is estimated
+
+        rd = reference_dtype(cfg.model.dtype, autocast)  # bf16 under autocast: it never trains
+        ref = N * BYTES[rd] // n
+        how_ref = f"a second copy in {rd} (algo.kl_coef={cfg.algo.kl_coef:g}){of}"
+        how_ref += "; its root resharded after each pass" if n > 1 else ""
     else:
         ref, how_ref = 0, "none (algo.kl_coef=0)"
     items.append(Item("reference", ref, "resident", how_ref))

@@ -81,6 +81,14 @@ class ShardedGroup(TorchGroup):
                 m.set_force_sum_reduction_for_comms(True)
         return model
 
+    def reshard(self, model) -> None:
+        """Frees the whole weights a sharded ``model``'s root still holds after a forward (embeddings,
+        LM head, final norm: FSDP2 leaves a root gathered for the backward that follows in training);
+        its layers reshard themselves after their own forward. For a model that runs no backward, after
+        its passes (the reference), rather than ``reshard_after_forward=True`` on the root, which would
+        gather the root again for every micro-batch."""
+        model.reshard()
+
     def share_run_dir(self, run_dir: Path) -> None:
         """Every rank sets up at once under FSDP (sharding is a collective): the others wait here until
         rank 0 has prepared ``run_dir``, and check that they see what it wrote there (a shared filesystem)."""

@@ -101,3 +101,11 @@ def resolve_precision(cfg, device: torch.device):
 def needs_resolving(cfg) -> bool:
     """True while ``cfg`` still holds an ``auto`` precision setting."""
     return cfg.rollout.dtype == "auto" or cfg.model.autocast_bf16 == "auto"
+
+
+def reference_dtype(model_dtype: str, autocast: bool) -> str:
+    """The dtype the reference model is kept in: bfloat16 when its passes run under bf16 autocast (its
+    matrix products then read bf16 copies of the weights anyway, and it never trains, so fp32 masters
+    buy nothing but twice the memory), else ``model.dtype``, so that an fp32 run's reference equals the
+    policy it starts from exactly (KL 0 at step 1)."""
+    return "bfloat16" if autocast else model_dtype

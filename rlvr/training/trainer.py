@@ -32,6 +32,7 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
+from rlvr.models.precision import reference_dtype
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
 from rlvr.tracking import MetricsLogger, peak_memory, train_state_bytes
@@ -275,7 +276,8 @@ class Trainer:
         cfg = self.cfg
         if cfg.algo.kl_coef == 0 or self.adapter is not None:
             return None
-        ref = load_model(self.model_path, dtype=cfg.model.dtype, device=cfg.model.device)
+        dtype = reference_dtype(cfg.model.dtype, cfg.model.autocast_bf16 == Switch.ON)  # bf16 under autocast
+        ref = load_model(self.model_path, dtype=dtype, device=cfg.model.device)
         return ref.eval().requires_grad_(False)
 
     def _shard_models(self) -> None:
@@ -518,9 +520,15 @@ class Trainer:
     @contextlib.contextmanager
     def reference(self):
         """The reference model for a block: the loaded copy, or with LoRA the policy with its adapter
-        off (the base weights themselves: no second copy)."""
+        off (the base weights themselves: no second copy). Under FSDP its root's weights (embeddings, LM
+        head, final norm) are resharded after the block: FSDP2 keeps a root gathered after a forward,
+        for the backward that training runs next, but the reference has none."""
         if self.adapter is None:
-            yield self.ref
+            try:
+                yield self.ref
+            finally:
+                if self.shards and self.ref is not None:
+                    self.group.reshard(self.ref)
             return
         with self.adapter.disabled():
             yield self.policy
