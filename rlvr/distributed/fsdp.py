@@ -12,6 +12,7 @@ Every method here is a collective: all ranks call it at the same point of the sa
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -144,10 +145,12 @@ class ShardedGroup(TorchGroup):
         try:
             done.result()
         except Exception as e:  # noqa: BLE001 - a failed write, a lost peer: the previous checkpoint stays
+            named = re.search(r"step_\d+", path.parent.name)  # its staging folder: .step_N.tmp-PID
+            what = str(e).strip().splitlines()[0] if str(e).strip() else "no detail"
             raise UserError(
-                f"writing the checkpoint {path.parent.name} in the background failed ({type(e).__name__}: "
-                f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no detail'}); the previous "
-                "checkpoint is intact (distributed.async_save=false writes them in the step)"
+                f"writing the checkpoint {named[0] if named else path.parent.name} in the background failed "
+                f"({type(e).__name__}: {what}); the previous checkpoint is intact "
+                "(distributed.async_save=false writes them in the step)"
             ) from e
 
     def load(self, path: Path, policy, optimizer, ref=None) -> None:

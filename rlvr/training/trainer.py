@@ -726,12 +726,15 @@ class Trainer:
 
     def close(self) -> None:
         """Closes the metrics and samples sinks and the progress bar, and lets go of the run's lock; a
-        checkpoint still being written in the background is finished first (it is, after a clean end)."""
-        self._wait_saved()
-        if self.metrics_log is not None:
-            self.metrics_log.close()
-            self.samples_log.close()
-        if self.lock is not None:
-            self.lock.close()
-            self.lock = None
-        self.printer.stop()
+        checkpoint still being written in the background is finished first (it is, after a clean end);
+        if that write failed, the rest is still closed and the failure raised after."""
+        try:
+            self._wait_saved()
+        finally:
+            if self.metrics_log is not None:
+                self.metrics_log.close()
+                self.samples_log.close()
+            if self.lock is not None:
+                self.lock.close()
+                self.lock = None
+            self.printer.stop()

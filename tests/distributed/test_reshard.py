@@ -93,3 +93,22 @@ def test_a_checkpoint_of_2_ranks_resumes_exactly_on_3(tmp_path):
     saved, loaded = torch.load(tmp_path / "saved.pt"), torch.load(tmp_path / "loaded_3.pt")
     assert saved["optim"]["state"], "AdamW state was saved"
     _same(saved, loaded)
+
+
+def test_a_failed_background_write_is_one_line_and_the_previous_checkpoint_stays(tmp_path):
+    from concurrent.futures import Future
+
+    from rlvr.distributed.fsdp import ShardedGroup
+    from rlvr.errors import UserError
+
+    group = ShardedGroup.__new__(ShardedGroup)  # wait_saved alone: no process group needed
+    failed = Future()
+    failed.set_exception(OSError(28, "No space left on device"))
+    group.pending = (tmp_path / ".step_000004.tmp-1" / "fsdp", failed)
+    with pytest.raises(UserError) as err:
+        group.wait_saved()
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("writing the checkpoint step_000004 in the background failed")
+    assert "No space left on device" in line and "the previous checkpoint is intact" in line
+    assert group.pending is None
+    group.wait_saved()  # nothing pending: returns
