@@ -18,7 +18,7 @@ in :mod:`rlvr.choices` (so the config validates them without importing torch) an
 """
 
 from rlvr.algos.advantages import group_advantages, informative_groups
-from rlvr.algos.logprobs import entropy_from_logits, token_logprobs, token_logprobs_entropy
+from rlvr.algos.logprobs import entropy_from_logits, lm_head_logprobs, token_logprobs, token_logprobs_entropy
 from rlvr.algos.losses import (
     aggregate,
     kl_divergence,
@@ -42,6 +42,7 @@ __all__ = [
     "informative_groups",
     "kl_divergence",
     "kl_shaped_rewards",
+    "lm_head_logprobs",
     "masked_mean",
     "overlong_penalty",
     "policy_loss",

@@ -114,3 +114,228 @@ def entropy_from_logits(logits: Tensor, *, temperature: float = 1.0) -> Tensor:
         logp = torch.log_softmax(row_logits.float() / temperature, dim=-1)  # [T, V]
         rows.append(-(logp.exp() * logp).sum(-1))
     return torch.stack(rows)  # [B, T]
+
+
+HEAD_CHUNK_TOKENS = 1024
+"""Tokens per tile of :func:`lm_head_logprobs`. With :data:`HEAD_CHUNK_VOCAB` a tile's float32
+logits are 1024 × 16384 × 4 B = 64 MiB whatever the vocabulary (a 151,936-word vocabulary takes 10
+tiles per 1024 tokens): small next to the [N, V] logits it replaces (2.5 GB in float32 for 8 × 512
+tokens of Qwen2.5), and a product of at least 1024 × hidden × 16384 per tile, large enough that the
+LM head's matmuls are not bound by re-reading its weight (it is read once per 1024 tokens)."""
+
+HEAD_CHUNK_VOCAB = 16384
+"""Vocabulary entries per tile of :func:`lm_head_logprobs` (see :data:`HEAD_CHUNK_TOKENS`)."""
+
+HEAD_KEEP_LOGITS_BYTES = 256 * 2**20
+"""Below this many bytes of float32 [N, V] logits, :func:`lm_head_logprobs` keeps its tiles for the
+backward instead of recomputing them: the recompute is one more [N, H] × [H, V] product, which
+on a CPU costs more than the little memory it saves there (the quickstart's micro-batch of 8 × 48
+tokens of a 49,152-word vocabulary: 75 MB; ``benchmarks/NOTES.md``). 256 MiB keeps the memory of
+a pass bounded by it plus one tile's temporaries, far below the full path's logits, their copy
+and their gradient at the sizes where memory matters."""
+
+
+def lm_head_logprobs(
+    hidden: Tensor,
+    weight: Tensor,
+    tokens: Tensor,
+    *,
+    bias: Tensor | None = None,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    chunk_tokens: int | None = None,
+    chunk_vocab: int | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """(log p(token) [N], entropy [N] or None) of the LM head ``hidden @ weight.T + bias``, tile by tile.
+
+    Math: z = (h Wᵀ + b) / temperature; log p(y) = z[y] − logsumexp_v z[v];
+    H = logsumexp(z) − Σ_v p_v z[v] (as :func:`token_logprobs_entropy`), with the log-sum-exp
+    accumulated online over vocabulary tiles (running max m, Σ exp(z − m) rescaled by
+    exp(m_old − m_new); Milakov & Gimelshein 2018, "Online normalizer calculation for softmax").
+
+    Must equal ``token_logprobs_entropy(F.linear(hidden, weight, bias), tokens)`` (the [N, V]
+    logits in full, then one pass over them) to float32 rounding, in values and in gradients
+    w.r.t. ``hidden``, ``weight`` and ``bias`` (tests check all three, and the entropy's gradient).
+    The logits exist only as [chunk_tokens, chunk_vocab] tiles: nothing of size [N, V] is kept for
+    backward, which recomputes each tile from ``hidden`` and ``weight`` and turns it into the logits'
+    gradient g·(onehot(y) − p)/T − g_H·p·(log p + H)/T in place (one more matmul per tile than a
+    plain LM head, in exchange for the [N, V] logits, their float32 copy and their gradient; the
+    same trade TRL's ``trl/kernels/chunked_logprob.py`` makes). Where the float32 logits would
+    take at most :data:`HEAD_KEEP_LOGITS_BYTES`, the tiles are kept for the backward instead (the
+    same values: a recomputed tile equals the kept one bit for bit). The ``hidden @ weight.T`` product
+    runs in the autocast dtype when autocast is on (as ``nn.Linear`` would), otherwise in
+    ``weight``'s dtype; the log-sum-exp, the entropy and the gradients' sums run in float32.
+
+    Conventions: temperature > 0 (no clamp); returned in float32; the entropy is differentiable
+    (an entropy bonus in the loss gets its gradient; a metric should be detached by the caller).
+
+    Args:
+        hidden: [N, H] final hidden states of the N positions that predict ``tokens``.
+        weight: [V, H] LM-head weight (the embedding matrix when tied).
+        tokens: [N] int64 token ids.
+        bias: [V] LM-head bias or None.
+        temperature: sampling temperature the logits are divided by.
+        entropy: also return the entropy of each position's distribution.
+        chunk_tokens, chunk_vocab: the tile shape; None: :data:`HEAD_CHUNK_TOKENS` × :data:`HEAD_CHUNK_VOCAB`.
+
+    Returns:
+        ([N] float32 log-probs, [N] float32 entropies or None).
+    """
+    chunk_tokens = HEAD_CHUNK_TOKENS if chunk_tokens is None else chunk_tokens
+    chunk_vocab = HEAD_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    keep = grad and hidden.shape[0] * weight.shape[0] * 4 <= HEAD_KEEP_LOGITS_BYTES
+    logp, ent = _ChunkedHeadLogProbs.apply(
+        hidden, weight, bias, tokens, float(temperature), bool(entropy), int(chunk_tokens), int(chunk_vocab), keep
+    )
+    return logp, ent
+
+
+def _compute_dtype(weight: Tensor) -> torch.dtype:
+    """The matmul dtype ``nn.Linear`` would use here: autocast's when it is on, else the weight's."""
+    device = weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+
+
+class _Tiles:
+    """The tile buffers of one call, allocated once and reused by every tile (a fresh 64 MiB tensor
+    per tile costs page faults on every tile); ``tile(name, n, v)`` is a contiguous [n, v] view."""
+
+    def __init__(self, names: dict[str, torch.dtype], rows: int, cols: int, device) -> None:
+        self.bufs = {k: torch.empty(rows * cols, dtype=d, device=device) for k, d in names.items()}
+
+    def tile(self, name: str, n: int, v: int) -> Tensor:
+        return self.bufs[name][: n * v].view(n, v)
+
+
+def _tile_logits(tiles: _Tiles, h: Tensor, w: Tensor, b: Tensor | None, temperature: float) -> Tensor:
+    """z = (h wᵀ + b) / temperature of one [n, Vt] tile into the float32 buffer ``z``; the product
+    runs in h's dtype (the buffer ``low`` holds it when that is not float32), as ``F.linear`` would."""
+    n, v = h.shape[0], w.shape[0]
+    z = tiles.tile("z", n, v)
+    out = z if h.dtype == torch.float32 else tiles.tile("low", n, v)
+    if b is None:
+        torch.mm(h, w.t(), out=out)
+    else:
+        torch.addmm(b, h, w.t(), out=out)
+    if out is not z:
+        z.copy_(out)
+    return z if temperature == 1.0 else z.div_(temperature)
+
+
+class _ChunkedHeadLogProbs(torch.autograd.Function):
+    """See :func:`lm_head_logprobs`. Saved for backward: ``hidden``, ``weight``, ``bias`` (the
+    caller's tensors, no copies), the tokens, two float32 [N] vectors (log-sum-exp, entropy) and,
+    below :data:`HEAD_KEEP_LOGITS_BYTES`, the float32 logit tiles."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, tokens, temperature, entropy, chunk_tokens, chunk_vocab, keep):
+        ctx.set_materialize_grads(False)  # an entropy logged as a metric brings no gradient: skip its term
+        N, V = hidden.shape[0], weight.shape[0]
+        dtype = _compute_dtype(weight)
+        f32 = dict(dtype=torch.float32, device=hidden.device)
+        lse = torch.empty(N, **f32)
+        target = torch.zeros(N, **f32)
+        ent = torch.empty(N, **f32) if entropy else None
+        names = {"z": torch.float32, "e": torch.float32, **({"low": dtype} if dtype != torch.float32 else {})}
+        tiles = _Tiles(names, min(N, chunk_tokens), min(V, chunk_vocab), hidden.device)
+        kept = []  # the float32 tiles, in loop order, when kept for the backward
+        with torch.autocast(hidden.device.type, enabled=False):  # the casts are explicit
+            w_all, b_all = weight.to(dtype), None if bias is None else bias.to(dtype)
+            for t0 in range(0, N, chunk_tokens):
+                h, y = hidden[t0 : t0 + chunk_tokens].to(dtype), tokens[t0 : t0 + chunk_tokens]
+                n = h.shape[0]
+                top = torch.full((n,), float("-inf"), **f32)  # running max of z
+                total = torch.zeros(n, **f32)  # running Σ exp(z − top)
+                weighted = torch.zeros(n, **f32) if entropy else None  # running Σ exp(z − top)·z
+                for v0 in range(0, V, chunk_vocab):
+                    b = None if b_all is None else b_all[v0 : v0 + chunk_vocab]
+                    z = _tile_logits(tiles, h, w_all[v0 : v0 + chunk_vocab], b, temperature)  # [n, Vt] float32
+                    if keep:
+                        kept.append(z.clone())
+                    local = y - v0
+                    inside = (local >= 0) & (local < z.shape[1])
+                    picked = z.gather(1, local.clamp(0, z.shape[1] - 1)[:, None])[:, 0]
+                    target[t0 : t0 + n] = torch.where(inside, picked, target[t0 : t0 + n])
+                    new_top = torch.maximum(top, z.amax(1))
+                    rescale = torch.exp(top - new_top)  # 0 at the first tile (top = −inf)
+                    e = torch.sub(z, new_top[:, None], out=tiles.tile("e", *z.shape)).exp_()
+                    total = total * rescale + e.sum(1)
+                    if entropy:
+                        weighted = weighted * rescale + e.mul_(z).sum(1)
+                    top = new_top
+                lse[t0 : t0 + n] = top + total.log()
+                if entropy:
+                    ent[t0 : t0 + n] = lse[t0 : t0 + n] - weighted / total
+        logp = target - lse
+        ctx.save_for_backward(hidden, weight, bias, tokens, lse, ent, *kept)
+        ctx.config = (temperature, chunk_tokens, chunk_vocab, dtype)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_ent):
+        hidden, weight, bias, tokens, lse, ent, *kept = ctx.saved_tensors
+        temperature, chunk_tokens, chunk_vocab, dtype = ctx.config
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        if grad_logp is None and grad_ent is None:
+            return (None,) * 9
+        N, V = hidden.shape[0], weight.shape[0]
+        f32 = dict(dtype=torch.float32, device=hidden.device)
+        grad_h = torch.zeros(hidden.shape, **f32) if need_h else None
+        grad_w = torch.zeros(weight.shape, **f32) if need_w else None
+        grad_b = torch.zeros(V, **f32) if need_b else None
+        # 1/temperature folded into the upstream gradients: dz/dlogits = 1/T
+        g_logp = None if grad_logp is None else grad_logp.float() / temperature
+        g_ent = None if grad_ent is None else grad_ent.float() / temperature
+        names = {"z": torch.float32, "g": torch.float32, **({"low": dtype} if dtype != torch.float32 else {})}
+        tiles = _Tiles(names, min(N, chunk_tokens), min(V, chunk_vocab), hidden.device)
+        kept = iter(kept)
+        with torch.autocast(hidden.device.type, enabled=False):
+            w_all, b_all = weight.to(dtype), None if bias is None else bias.to(dtype)
+            for t0 in range(0, N, chunk_tokens):
+                h, y = hidden[t0 : t0 + chunk_tokens].to(dtype), tokens[t0 : t0 + chunk_tokens]
+                rows = slice(t0, t0 + h.shape[0])
+                for v0 in range(0, V, chunk_vocab):
+                    w = w_all[v0 : v0 + chunk_vocab]
+                    b = None if b_all is None else b_all[v0 : v0 + chunk_vocab]
+                    z = next(kept, None)
+                    if z is None:  # recompute the tile
+                        log_p = _tile_logits(tiles, h, w, b, temperature).sub_(lse[rows, None])  # [n, Vt] log p
+                    else:  # out of place: the kept tile stays intact for a retain_graph backward
+                        log_p = torch.sub(z, lse[rows, None], out=tiles.tile("z", *z.shape))
+                    grad = torch.exp(log_p, out=tiles.tile("g", *log_p.shape))  # p, then the logits' gradient
+                    if g_ent is not None:  # d H / d z = −p·(log p + H)
+                        coef = log_p.add_(ent[rows, None]).mul_(-g_ent[rows, None])
+                        if g_logp is not None:
+                            coef.sub_(g_logp[rows, None])
+                        grad.mul_(coef)
+                    else:
+                        grad.mul_(-g_logp[rows, None])
+                    if g_logp is not None:  # + g at the taken token, where it lies in this tile
+                        local = y - v0
+                        inside = (local >= 0) & (local < grad.shape[1])
+                        at = local.clamp(0, grad.shape[1] - 1)[:, None]
+                        grad.scatter_add_(1, at, (g_logp[rows] * inside)[:, None])
+                    if need_b:
+                        grad_b[v0 : v0 + chunk_vocab] += grad.sum(0)
+                    if dtype != torch.float32:
+                        grad = tiles.tile("low", *grad.shape).copy_(grad)
+                    if need_h:
+                        _add_product(grad_h[rows], grad, w)
+                    if need_w:
+                        _add_product(grad_w[v0 : v0 + chunk_vocab], grad.t(), h)
+        return (
+            None if grad_h is None else grad_h.to(hidden.dtype),
+            None if grad_w is None else grad_w.to(weight.dtype),
+            None if grad_b is None else grad_b.to(bias.dtype),
+            *(None,) * 6,
+        )
+
+
+def _add_product(out: Tensor, a: Tensor, b: Tensor) -> None:
+    """out += a @ b, in place (one fused ``addmm_`` when the dtypes agree; a low-precision product
+    is summed into the float32 ``out``)."""
+    if out.dtype == a.dtype:
+        out.addmm_(a, b)
+    else:
+        out += a @ b

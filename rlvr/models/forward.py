@@ -1,4 +1,4 @@
-"""The one forward pass the trainer runs on sampled sequences."""
+"""The one forward pass the trainer runs on sampled sequences: response log-probs, fused with the LM head."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import inspect
 
 import torch
 from torch import Tensor
+
+from rlvr import algos
+from rlvr.algos.logprobs import HEAD_CHUNK_TOKENS
 
 
 def cache_kwargs(model, cache) -> dict:
@@ -40,6 +43,202 @@ def _positions(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def pass_logprobs(
+    model,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    tokens: Tensor,
+    *,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+    group_size: int = 1,
+    fused: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (and entropies) of the response tokens: the one forward pass of the update and of
+    the old-policy and reference passes.
+
+    The LM head is fused with the log-probs (:func:`rlvr.algos.lm_head_logprobs`): the model's own
+    head is swapped, for the response pass only, for one that takes the hidden states of the kept
+    positions and returns (log p, entropy) tile by tile, so the [b, T, V] logits never exist, in
+    the forward or the backward. The swap happens inside the model's forward, where FSDP2 has
+    gathered the head's weight; parameter names, state dicts and a tied embedding (its gradient
+    flows into the one shared weight) are unchanged. Models whose head is not a plain
+    ``nn.Linear`` or that post-process the logits (:data:`FUSED_HEAD_MODEL_TYPES` lists those that
+    do not) take the full-logits path, :func:`response_logits` then
+    :func:`rlvr.algos.token_logprobs_entropy`, as does ``fused=False``; both give the same values
+    and gradients to float32 rounding (tests).
+
+    ``group_size > 1`` shares each group's prompt (:func:`response_logits`) where
+    :func:`prompt_sharing_pays`, otherwise the rows run in one plain pass.
+
+    Args:
+        input_ids: [b, L] left-padded prompt + response.
+        attention_mask: [b, L].
+        tokens: [b, T] the response tokens, ``input_ids[:, L - T:]``.
+        temperature: the sampling temperature (> 0).
+        entropy: also return the entropy of each position's distribution, detached (a metric).
+        entropy_grad: return it with its gradient (an entropy bonus in the loss).
+        group_size: rows per shared prompt (consecutive), as :func:`response_logits`.
+        fused: False forces the full-logits path.
+
+    Returns:
+        (logp [b, T] float32, entropy [b, T] float32 or None).
+    """
+    T = tokens.shape[1]
+    if group_size > 1 and not prompt_sharing_pays(
+        input_ids.shape[0], group_size, input_ids.shape[1] - T, input_ids.device
+    ):
+        group_size = 1
+    run = functools.partial(_response_forward, model, input_ids, attention_mask, T, group_size)
+    kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad, fused=fused)
+    return _logprobs(model, run, tokens, **kw)
+
+
+def call_logprobs(
+    model,
+    call,
+    tokens: Tensor,
+    *,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+    fused: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`pass_logprobs` for a forward of one's own: ``call()`` makes one call of ``model`` whose
+    ``out.logits`` (through ``logits_to_keep``) are the [b, T, V] logits that predict ``tokens``
+    [b, T], and returns them (a packed pass, for one). Inside the call the head returns the fused
+    log-probs instead, which ``call`` must pass through untouched. Returns (logp, entropy or None)."""
+    kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad, fused=fused)
+    return _logprobs(model, functools.partial(_within, call), tokens, **kw)
+
+
+def _within(call, response_pass):
+    with response_pass():
+        return call()
+
+
+def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool, fused: bool):
+    """(logp, entropy) of ``tokens`` from ``run(response_pass)``, which returns the ``out.logits`` of
+    the model call it makes inside ``response_pass()``: fused when the head allows, else in full."""
+    head = fused_head(model) if fused else None
+    if head is None:
+        logits = run(contextlib.nullcontext)  # [b, T, V]
+        with torch.autocast(logits.device.type, enabled=False):  # float32 math, as outside the forward's autocast
+            return _full_logits_logprobs(logits, tokens, temperature, entropy, entropy_grad)
+    with_entropy = entropy or entropy_grad
+    out = run(functools.partial(_logprob_head, head, tokens, temperature=temperature, entropy=with_entropy))
+    if not with_entropy:  # out: [b, T, 1 or 2]
+        return out[..., 0], None
+    return out[..., 0], out[..., 1] if entropy_grad else out[..., 1].detach()
+
+
+def _full_logits_logprobs(logits: Tensor, tokens: Tensor, temperature: float, entropy: bool, entropy_grad: bool):
+    """The unfused path, over [b, T, V] logits :data:`rlvr.algos.logprobs.HEAD_CHUNK_TOKENS` positions
+    at a time (a packed pass's one long row keeps one chunk's float32 temporaries, not the row's)."""
+    if tokens.shape[1] <= HEAD_CHUNK_TOKENS:  # no split: its backward would write a second [b, T, V]
+        chunks = [(logits, tokens)]
+    else:
+        chunks = zip(logits.split(HEAD_CHUNK_TOKENS, 1), tokens.split(HEAD_CHUNK_TOKENS, 1))
+    parts = []
+    for z, y in chunks:
+        if entropy_grad:
+            lp = algos.token_logprobs(z, y, temperature=temperature)
+            parts.append((lp, algos.entropy_from_logits(z, temperature=temperature)))
+        else:
+            parts.append(algos.token_logprobs_entropy(z, y, temperature=temperature, entropy=entropy))
+    if len(parts) == 1:
+        return parts[0]
+    logp = torch.cat([lp for lp, _ in parts], 1)
+    return logp, torch.cat([e for _, e in parts], 1) if parts[0][1] is not None else None
+
+
+FUSED_HEAD_MODEL_TYPES = frozenset(
+    {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "olmo2", "phi3", "gemma", "smollm3"}
+)
+"""``config.model_type`` of the causal LMs whose output logits are their LM head's output, untouched
+(``logits = self.lm_head(hidden_states)`` and nothing after; a test reads it off their source).
+Others may scale or soft-cap the logits (Gemma 2's ``final_logit_softcapping``, Cohere's
+``logit_scale``, Granite's ``logits_scaling``) and take the full-logits path."""
+
+
+def fused_head(model):
+    """The model's LM head if :func:`pass_logprobs` can fuse it, else None: a plain ``nn.Linear``
+    (FSDP2's subclass of it included; not a LoRA-wrapped head, a quantized one or one behind an
+    accelerate hook) of a model type in :data:`FUSED_HEAD_MODEL_TYPES`. A forward set on the
+    instance must be ``rlvr.cpu.packed``'s, which computes the same product from a packed copy of
+    the weight: the fused head then multiplies by the weight itself (no [N, V] logits beats a
+    faster product into them) and the packed forward is put back after the pass."""
+    base = _base_model(model)
+    if getattr(getattr(base, "config", None), "model_type", None) not in FUSED_HEAD_MODEL_TYPES:
+        return None
+    head = base.get_output_embeddings()
+    plain = isinstance(head, torch.nn.Linear) and type(head).forward is torch.nn.Linear.forward
+    own = vars(head).get("forward") if plain else None
+    if not plain or hasattr(head, "_hf_hook") or (own is not None and own.__module__ != _PACKED_LINEARS):
+        return None
+    return head
+
+
+_PACKED_LINEARS = "rlvr.cpu.packed"
+"""The module whose instance forwards on ``nn.Linear`` only change how the product is computed."""
+
+
+@contextlib.contextmanager
+def _logprob_head(head, tokens: Tensor, *, temperature: float, entropy: bool):
+    """Make ``head`` return [b, T, 1] log-probs (or [b, T, 2] log-probs and entropies) of ``tokens``
+    in place of [b, T, V] logits, for one forward pass; the weight and bias are read when the head
+    runs, inside the model's forward (FSDP2 has gathered them there)."""
+
+    def forward(hidden: Tensor) -> Tensor:  # [b, T, H]: the positions logits_to_keep kept
+        if hidden.shape[:-1] != tokens.shape:
+            raise RuntimeError(f"LM head got hidden states {tuple(hidden.shape)} for tokens {tuple(tokens.shape)}")
+        logp, ent = algos.lm_head_logprobs(
+            hidden.reshape(-1, hidden.shape[-1]),
+            head.weight,
+            tokens.reshape(-1),
+            bias=head.bias,
+            temperature=temperature,
+            entropy=entropy,
+        )
+        out = logp[:, None] if ent is None else torch.stack([logp, ent], -1)  # [b*T, 1 or 2]
+        return out.view(*tokens.shape, -1)
+
+    prev = vars(head).get("forward")  # rlvr.cpu.packed's, or None (see fused_head)
+    head.forward = forward  # an instance attribute: module hooks (FSDP2's) still run around it
+    try:
+        yield
+    finally:
+        if prev is None:
+            del head.forward
+        else:
+            head.forward = prev
+
+
+SHARED_PROMPT_PASS_COST_TOKENS = {"cpu": 64, "cuda": 4096}
+"""What the second model pass of a shared prompt costs, in token positions of the same model's
+forward + backward (its fixed per-pass work: Python, kernel launches, a second embedding
+gradient, the key/value cache repeated per row). :func:`prompt_sharing_pays` shares a prompt when
+the positions it saves exceed this. CPU: measured with the built-in model (benchmarks/NOTES.md,
+"One pass per micro-batch"). CUDA: an estimate, not measured: a small model's update there is
+bound by kernel launches (a Qwen2 layer runs about 300 operators in the shared pass against 144 in
+one plain pass), so a pass costs thousands of token positions. Other device types use the CUDA
+figure."""
+
+
+def prompt_sharing_pays(rows: int, group_size: int, prompt_len: int, device) -> bool:
+    """Whether a pass over ``rows`` rows in groups of ``group_size`` saves more by running each
+    prompt once than the second model pass costs (:data:`SHARED_PROMPT_PASS_COST_TOKENS`).
+
+    Sharing computes ``rows / group_size`` prompts instead of ``rows``, all but the prompt's last
+    token (which runs with the response, once per row): saved = (rows − rows/G) · (prompt_len − 1)."""
+    if group_size <= 1:
+        return False
+    saved = (rows - rows // group_size) * (prompt_len - 1)
+    cost = SHARED_PROMPT_PASS_COST_TOKENS.get(torch.device(device).type, SHARED_PROMPT_PASS_COST_TOKENS["cuda"])
+    return saved > cost
+
+
 def response_logits(
     model, input_ids: Tensor, attention_mask: Tensor, num_response_tokens: int, *, group_size: int = 1
 ) -> Tensor:
@@ -69,23 +268,31 @@ def response_logits(
     Returns:
         [B, T, V] logits; ``[:, t]`` predicts ``input_ids[:, L - T + t]``.
     """
-    T = num_response_tokens
+    return _response_forward(model, input_ids, attention_mask, num_response_tokens, group_size, contextlib.nullcontext)
+
+
+def _response_forward(
+    model, input_ids: Tensor, attention_mask: Tensor, T: int, group_size: int, response_pass
+) -> Tensor:
+    """:func:`response_logits` with ``response_pass()`` (a context manager) around the model call that
+    yields the response's outputs (not the shared prompt's pass): ``out.logits`` of that call."""
     positions = _positions(attention_mask)
     checkpointed = _checkpointed_modules(model) if group_size > 1 else []
     if checkpointed and torch.is_grad_enabled():
-        group_size = 1  # the checkpointed layers would drop the prompt's cache (see docstring)
+        group_size = 1  # the checkpointed layers would drop the prompt's cache (see response_logits)
     L = input_ids.shape[1]
     if group_size == 1 or L - T < 2:
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=positions,
-            logits_to_keep=_keep(L - T - 1, L - 1, input_ids.device),
-            use_cache=False,
-        )
+        with response_pass():
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=positions,
+                logits_to_keep=_keep(L - T - 1, L - 1, input_ids.device),
+                use_cache=False,
+            )
         return out.logits  # [B, T, V]: positions L-T-1 .. L-2 predict the response
     with checkpointing_off(model):
-        return _shared_prompt_logits(model, input_ids, attention_mask, positions, T, group_size)
+        return _shared_prompt_logits(model, input_ids, attention_mask, positions, T, group_size, response_pass)
 
 
 def _keep(start: int, stop: int, device) -> Tensor:
@@ -95,14 +302,14 @@ def _keep(start: int, stop: int, device) -> Tensor:
 
 
 def _shared_prompt_logits(
-    model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int
+    model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int, response_pass
 ) -> Tensor:
     """The ``group_size > 1`` branch of :func:`response_logits`: the prompt once per group.
 
     The shared pass covers the prompt but its last token; the per-row pass runs that token and the
     response, so its T logits are the ones needed, in one contiguous [B, T, V] tensor (the last
     prompt token, which predicts response token 0, costs G times instead of once: 1 of the
-    prompt's tokens)."""
+    prompt's tokens). Only that pass runs inside ``response_pass()``."""
     Lp = input_ids.shape[1] - T - 1
     prompt = model(
         input_ids=input_ids[::G, :Lp],
@@ -113,14 +320,15 @@ def _shared_prompt_logits(
     )
     cache = output_cache(prompt)
     cache.batch_repeat_interleave(G)  # [P, ...] -> [P*G, ...] per layer, differentiable
-    out = model(
-        input_ids=input_ids[:, Lp:],
-        attention_mask=attention_mask,
-        position_ids=positions[:, Lp:],
-        **cache_kwargs(model, cache),
-        logits_to_keep=_keep(0, T, input_ids.device),
-        use_cache=True,
-    )
+    with response_pass():
+        out = model(
+            input_ids=input_ids[:, Lp:],
+            attention_mask=attention_mask,
+            position_ids=positions[:, Lp:],
+            **cache_kwargs(model, cache),
+            logits_to_keep=_keep(0, T, input_ids.device),
+            use_cache=True,
+        )
     return out.logits  # [B, T, V]
 
 
