@@ -86,10 +86,17 @@ class Backend(StrEnum):
 
 class Strategy(StrEnum):
     """What each Ray worker holds: a full replica (gradients all-reduced), or a shard of the weights,
-    gradients and optimizer state (PyTorch FSDP2 ``fully_shard``)."""
+    gradients and optimizer state (PyTorch FSDP2 ``fully_shard``): over every worker (``fsdp``), or
+    over the workers of one node, replicated across nodes (``hsdp``)."""
 
     DDP = "ddp"
     FSDP = "fsdp"
+    HSDP = "hsdp"
+
+    @property
+    def shards(self) -> bool:
+        """A worker holds a shard of the model, not a replica (FSDP2, flat or hybrid)."""
+        return self is not Strategy.DDP
 
 
 # -- rewards ----------------------------------------------------------------------------------

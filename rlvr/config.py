@@ -520,7 +520,9 @@ class DistributedConfig:
     resources_per_worker: dict[str, float] = field(default_factory=dict)
     """Custom Ray resources each worker needs besides CPUs and GPUs (e.g. {node_slot: 1} with `ray start --resources='{"node_slot": 1}'` on every node puts one worker on each node)."""
     strategy: Strategy = Strategy.DDP
-    """ddp: every worker holds the whole model and all-reduces gradients; fsdp: PyTorch FSDP2 shards the policy, reference, gradients and AdamW state over the workers (checkpoints via torch.distributed.checkpoint; full-parameter training only)."""
+    """ddp: every worker holds the whole model and all-reduces gradients; fsdp: PyTorch FSDP2 shards the policy, reference, gradients and AdamW state over the workers (checkpoints via torch.distributed.checkpoint; full-parameter training only); hsdp: FSDP2 shards them over the workers of one node (distributed.workers_per_node) and replicates the shards across nodes, so the per-pass weight gathers stay inside a node and only one gradient all-reduce per optimizer step crosses nodes."""
+    workers_per_node: int = 0
+    """distributed.strategy=hsdp: workers per node, each node's workers one shard group (a Ray placement group packed on one node, ranks contiguous); must divide num_workers."""
     step_timeout_s: float = 3600.0
     """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit). It also bounds how long the other workers wait for rank 0 alone (evaluating, writing a checkpoint) under FSDP."""
     collective_timeout_s: float = 600.0
@@ -563,6 +565,20 @@ class DistributedConfig:
                 self.strategy == Strategy.DDP,
                 f"distributed.strategy={self.strategy} shards the model over Ray workers: "
                 "set distributed.backend=ray (num_workers=1 is fine), or drop the strategy",
+            )
+        k = self.workers_per_node
+        if self.strategy == Strategy.HSDP:
+            _check(
+                k >= 1 and self.num_workers % k == 0,
+                f"distributed.strategy=hsdp shards within a node and replicates across nodes: set "
+                f"distributed.workers_per_node to the workers on each node, a divisor of num_workers={self.num_workers} "
+                f"(it is {k})",
+            )
+        else:
+            _check(
+                k == 0,
+                f"distributed.workers_per_node={k} sizes the shard groups of distributed.strategy=hsdp, but the "
+                f"strategy is {self.strategy}; set distributed.strategy=hsdp (or drop workers_per_node)",
             )
 
     @property
@@ -665,10 +681,11 @@ class Config:
             f"model.device={self.model.device} with distributed.gpus_per_worker={self.distributed.gpus_per_worker}: "
             "give GPU workers model.device=cuda (or auto), CPU workers model.device=cpu (or auto)",
         )
-        if self.distributed.strategy == Strategy.FSDP:
+        if self.distributed.strategy.shards:
             _check(
                 self.model.lora.rank == 0,
-                f"distributed.strategy=fsdp shards full-parameter training, but model.lora.rank={self.model.lora.rank}: "
+                f"distributed.strategy={self.distributed.strategy} shards full-parameter training, but "
+                f"model.lora.rank={self.model.lora.rank}: "
                 "a LoRA run trains a small adapter on a frozen base; use distributed.strategy=ddp (or model.lora.rank=0)",
             )
 

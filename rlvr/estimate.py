@@ -435,7 +435,7 @@ def estimate(
     Lp, why_prompt = prompt if prompt is not None else prompt_tokens(cfg)
     T, b, G = cfg.rollout.max_new_tokens, cfg.train.micro_batch_seqs, cfg.rollout.samples_per_prompt
     ckpt = cfg.model.gradient_checkpointing
-    n = cfg.distributed.num_workers if cfg.distributed.strategy == Strategy.FSDP else 1  # FSDP: 1/n of each
+    n = shard_count(cfg)  # FSDP: 1/n of each
     of = f", 1/{n} shard" if n > 1 else ""
 
     # the update of one micro-batch (see the module docstring)
@@ -582,6 +582,13 @@ def estimate(
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
     return MemoryEstimate(items, device, N, trainable, notes, shards=n)
+
+
+def shard_count(cfg: Config) -> int:
+    """Workers each weight, gradient and AdamW state is split over: every worker under FSDP, one
+    node's under HSDP (its shards are replicated across nodes), none (1) under DDP."""
+    d = cfg.distributed
+    return {Strategy.FSDP: d.num_workers, Strategy.HSDP: d.workers_per_node}.get(d.strategy, 1)
 
 
 def data_prompt_tokens(rows: list[dict]) -> tuple[int, str]:
@@ -736,6 +743,8 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
         )
     if d.backend == Backend.NONE:
         per_node = 1
+    elif d.strategy == Strategy.HSDP:
+        per_node = d.workers_per_node  # one shard group per node, as its placement group packs it
     elif d.gpus_per_worker > 0:
         per_node = max(1, min(d.num_workers, int(GPUS_PER_NODE // d.gpus_per_worker)))
     else:

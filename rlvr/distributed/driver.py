@@ -21,7 +21,7 @@ from rich.console import Console
 
 from rlvr.choices import Strategy
 from rlvr.config import Config
-from rlvr.distributed.placement import absolute_paths
+from rlvr.distributed.placement import absolute_paths, placement
 from rlvr.distributed.versions import require_fsdp
 from rlvr.distributed.worker import Worker
 from rlvr.errors import UserError
@@ -35,7 +35,7 @@ PLACEMENT_TIMEOUT_S = 120
 
 class RayTrainer:
     """``distributed.num_workers`` Ray actors (:class:`rlvr.distributed.worker.Worker`) in one
-    placement group, each a Trainer of its rank, driven step by step from this process.
+    placement group (HSDP: one per node), each a Trainer of its rank, driven step by step from this process.
 
     Args:
         cfg: the run's config (``distributed.backend=ray``).
@@ -47,7 +47,7 @@ class RayTrainer:
         self.console = console or Console(stderr=True)
         self.printer = StepPrinter(cfg.train.steps, enabled=False, console=self.console)
         self.workers: list = []
-        self.pg = None
+        self.pgs: list = []
         self.started_ray = False
         self.busy = False  # a call to the workers is under way (a second signal leaves them to ray.kill)
 
@@ -58,7 +58,7 @@ class RayTrainer:
         each Trainer, rank 0 first, after checking that every rank sees rank 0's run directory (under
         FSDP all at once: the Trainers shard together, and the check runs inside their setup);
         False (workers released) when the run has nothing left to do."""
-        fsdp = self.cfg.distributed.strategy == Strategy.FSDP
+        fsdp = self.cfg.distributed.strategy.shards
         # the checks that need no device, before Ray starts: a bad input is the first line a user sees
         if fsdp:
             require_fsdp()  # this torch has FSDP2 as rlvr calls it (each worker checks its own too)
@@ -104,7 +104,7 @@ class RayTrainer:
     def _saving(self, name: str, *args):
         """A method that may save a checkpoint: rank 0's, or under FSDP every rank's (each writes its
         shards); returns rank 0's value."""
-        workers = self.workers if self.cfg.distributed.strategy == Strategy.FSDP else self.workers[:1]
+        workers = self.workers if self.cfg.distributed.strategy.shards else self.workers[:1]
         return self._all(name, workers, *args)[0]
 
     def interrupted(self, step: int) -> None:
@@ -124,9 +124,9 @@ class RayTrainer:
         for w in self.workers:
             ray.kill(w)
         self.workers = []
-        if self.pg is not None:
-            remove_placement_group(self.pg)
-            self.pg = None
+        for pg in self.pgs:
+            remove_placement_group(pg)
+        self.pgs = []
         if self.started_ray:
             ray.shutdown()
             self.started_ray = False
@@ -159,11 +159,14 @@ class RayTrainer:
                     ) from None
             self.started_ray = True
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {}), **d.resources_per_worker}
-        self.pg = placement_group([bundle] * n, strategy="PACK")
-        ready, _ = ray.wait([self.pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
-        if not ready:
+        hsdp = d.strategy == Strategy.HSDP
+        how, sizes, where = placement(n, d.workers_per_node if hsdp else 0)
+        self.pgs = [placement_group([bundle] * k, strategy=how) for k in sizes]
+        ready, _ = ray.wait([pg.ready() for pg in self.pgs], num_returns=len(self.pgs), timeout=PLACEMENT_TIMEOUT_S)
+        if len(ready) < len(self.pgs):
+            nodes = f" in {len(sizes)} nodes of distributed.workers_per_node={sizes[0]}" if hsdp else ""
             raise UserError(
-                f"the Ray cluster has no room for distributed.num_workers={n} workers of {bundle} each within "
+                f"the Ray cluster has no room for distributed.num_workers={n} workers of {bundle} each{nodes} within "
                 f"{PLACEMENT_TIMEOUT_S} s (it has {ray.available_resources()}); lower num_workers or "
                 "cpus_per_worker/gpus_per_worker, or add nodes"
             )
@@ -176,7 +179,7 @@ class RayTrainer:
                 runtime_env={"env_vars": d.worker_env} if d.worker_env else None,
                 name=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=self.pg, placement_group_bundle_index=rank
+                    placement_group=self.pgs[where[rank][0]], placement_group_bundle_index=where[rank][1]
                 ),
             ).remote(self.cfg, rank, n, max(1, int(cpus)))
             for rank in range(n)
@@ -185,7 +188,8 @@ class RayTrainer:
         self._all("connect", self.workers, host, port, printed=False)
         nodes = self._all("node", self.workers, printed=False)
         plural = lambda k, what: f"{k} {what}{'s' if k > 1 else ''}"  # noqa: E731
-        self.printer.note(f"{plural(n, 'Ray worker')} on {plural(len(set(nodes)), 'node')}")
+        shape = f", HSDP: {len(sizes)} shard groups of {sizes[0]}" if hsdp else ""
+        self.printer.note(f"{plural(n, 'Ray worker')} on {plural(len(set(nodes)), 'node')}{shape}")
 
     def _on(self, name: str, *args):
         """Rank 0's ``name(*args)``; prints what it printed, returns its value."""

@@ -7,6 +7,16 @@ gradients are reduce-scattered as *sums* during backward (every loss already div
 step's global token count, so FSDP's default average would shrink them N times). Checkpoints are
 ``torch.distributed.checkpoint`` directories that every rank writes its shard into.
 
+``distributed.strategy=hsdp`` (hybrid sharding) splits the workers into nodes of
+``distributed.workers_per_node`` on a 2-D device mesh (replicate × shard): FSDP2 shards over the
+``shard`` dimension, so every pass's all-gathers and reduce-scatters stay inside a node, and the
+node-sharded gradients are all-reduced across nodes once per optimizer step, in :meth:`reduce_grads`.
+Why there and not in FSDP2's own HSDP (``fully_shard`` over the 2-D mesh): FSDP2 writes the
+gradients it accumulates without an all-reduce (``set_requires_all_reduce(False)``) only on a backward
+that all-reduces, so it must know which micro-batch is a step's last; the update loop does not tell
+the group that, but it calls :meth:`reduce_grads` once after the last one, as it does for DDP. The
+cost: the all-reduce of the last micro-batch does not overlap its backward.
+
 Every method here is a collective: all ranks call it at the same point of the same step.
 """
 
@@ -28,8 +38,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
-from rlvr.distributed.group import TorchGroup
+from rlvr.distributed.group import _BUCKET_ELEMENTS, TorchGroup
 from rlvr.distributed.placement import check_shared, mark_shared, unmark
 from rlvr.errors import UserError
 
@@ -50,9 +61,29 @@ class ShardedGroup(TorchGroup):
 
     shards = True
 
-    def __init__(self, rank: int, world_size: int, device: torch.device | str, *, wait_for_rank0_s: float = 0) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        device: torch.device | str,
+        *,
+        wait_for_rank0_s: float = 0,
+        workers_per_node: int = 0,
+    ) -> None:
         super().__init__(rank, world_size, device)
-        self.mesh = init_device_mesh(self.device.type, (world_size,))
+        per_node = workers_per_node or world_size
+        if world_size % per_node:
+            raise ValueError(f"workers_per_node={per_node} does not divide world_size={world_size}")
+        self.replicate = None
+        """HSDP: the process group of this rank and its peers on the other nodes (the same shard of
+        everything each), over which :meth:`reduce_grads` sums; None when one group shards over all."""
+        if per_node < world_size:  # ranks [node * per_node, (node + 1) * per_node) are one node
+            hybrid = init_device_mesh(
+                self.device.type, (world_size // per_node, per_node), mesh_dim_names=("replicate", "shard")
+            )
+            self.mesh, self.replicate = hybrid["shard"], hybrid.get_group("replicate")
+        else:
+            self.mesh = init_device_mesh(self.device.type, (world_size,))
         # The other ranks wait for rank 0 alone at a few points (it evaluates, writes a checkpoint's
         # Hugging Face weights): longer than the collective timeout allows, so they wait in a group of
         # their own, on the host (gloo), bounded by the driver's step timeout (0 = no limit: a week).
@@ -103,7 +134,27 @@ class ShardedGroup(TorchGroup):
                 unmark(run_dir, name)
 
     def reduce_grads(self, model) -> None:
-        """Nothing to do: FSDP reduce-scattered (summed) each gradient during backward."""
+        """FSDP reduce-scattered (summed) each gradient over its shard group during backward; under
+        HSDP the node-sharded gradients are then summed across nodes here, once per optimizer step
+        (the local shards, in buckets, over :attr:`replicate`)."""
+        if self.replicate is None:
+            return
+        grads = []
+        for p in model.parameters():
+            if not p.requires_grad:
+                continue
+            if p.grad is None:  # a parameter no pass reached: zeros, as another node's may not be None
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad)
+        bucket, size = [], 0
+        for g in grads:
+            bucket.append(g)
+            size += g.numel()
+            if size >= _BUCKET_ELEMENTS:
+                self._all_reduce(bucket, self.replicate)
+                bucket, size = [], 0
+        if bucket:
+            self._all_reduce(bucket, self.replicate)
 
     def broadcast(self, obj):
         """Rank 0's ``obj`` (picklable), on every rank; the others wait for rank 0 as long as the

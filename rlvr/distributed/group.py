@@ -47,9 +47,10 @@ class TorchGroup:
             self._all_reduce(bucket)
 
     @staticmethod
-    def _all_reduce(grads: list[Tensor]) -> None:
+    def _all_reduce(grads: list[Tensor], group=None) -> None:
+        """Sums ``grads`` over ``group`` (default every rank) in one flat all-reduce."""
         flat = _flatten_dense_tensors(grads)
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
         for g, reduced in zip(grads, _unflatten_dense_tensors(flat, grads)):
             g.copy_(reduced)
 

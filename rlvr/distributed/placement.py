@@ -75,6 +75,22 @@ def absolute_paths(cfg, cwd: Path):
     )
 
 
+def placement(num_workers: int, workers_per_node: int = 0) -> tuple[str, list[int], list[tuple[int, int]]]:
+    """Where each rank goes: (Ray placement strategy, the size of each placement group, each rank's
+    (group, bundle)).
+
+    One group of every worker, packed onto as few nodes as fit (``PACK``); or, for HSDP
+    (``workers_per_node`` > 0), one group per node of ``workers_per_node`` workers that must all fit
+    on one node (``STRICT_PACK``), ranks contiguous per node: ranks ``[i * k, (i + 1) * k)`` are
+    node ``i``'s, the shard group that :class:`rlvr.distributed.fsdp.ShardedGroup` builds from them.
+    (Two groups may still share a node that has room for both: HSDP is then correct, only slower.)"""
+    k = workers_per_node or num_workers
+    if num_workers % k:
+        raise ValueError(f"workers_per_node={k} does not divide num_workers={num_workers}")
+    strategy = "STRICT_PACK" if workers_per_node else "PACK"
+    return strategy, [k] * (num_workers // k), [divmod(rank, k) for rank in range(num_workers)]
+
+
 def mark_shared(run_dir: Path) -> str:
     """Rank 0: writes a marker file with a fresh name into ``run_dir``; returns its name."""
     name = MARKER_PREFIX + secrets.token_hex(8)

@@ -78,11 +78,17 @@ class Worker:
             world_size=self.world_size,
             timeout=timedelta(seconds=d.collective_timeout_s),  # a hung peer shows as a timeout, its rank named
         )
-        if d.strategy == Strategy.FSDP:
+        if d.strategy.shards:
             require_fsdp()  # a node with an older torch than the driver's: one line, not an ImportError
             from rlvr.distributed.fsdp import ShardedGroup
 
-            group = ShardedGroup(self.rank, self.world_size, device, wait_for_rank0_s=d.step_timeout_s)
+            group = ShardedGroup(
+                self.rank,
+                self.world_size,
+                device,
+                wait_for_rank0_s=d.step_timeout_s,
+                workers_per_node=d.workers_per_node if d.strategy == Strategy.HSDP else 0,
+            )
         else:
             group = TorchGroup(self.rank, self.world_size, device)
         self.trainer = Trainer(self.cfg, console=self.console, group=group)

@@ -129,7 +129,9 @@ def _resume_checkpoint(cfg: Config, shards: bool) -> Path:
     """The checkpoint ``resume=`` continues from, when this run's settings can load it."""
     found = RunDir(Path(cfg.resume)).resume_checkpoint()
     if ckpt.is_sharded(found) != shards:
-        saved, now = ("fsdp", "ddp") if ckpt.is_sharded(found) else ("ddp or one process", "fsdp")
+        saved, now = (
+            ("fsdp or hsdp", "ddp") if ckpt.is_sharded(found) else ("ddp or one process", cfg.distributed.strategy)
+        )
         raise UserError(
             f"resume={cfg.resume}: {found.name} was saved by a {saved} run, but this run's "
             f"distributed.strategy is {now}; resume with the run's own distributed settings"

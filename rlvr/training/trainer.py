@@ -295,7 +295,8 @@ class Trainer:
             # cannot backward through (the first pass's layers are resharded by then)
             self.cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **dict.fromkeys(off, False)))
             keys = " and ".join(f"train.{k}" for k in off)
-            self.printer.note(f"distributed.strategy=fsdp: {keys} off (every worker runs the same plain passes)")
+            strategy = cfg.distributed.strategy
+            self.printer.note(f"distributed.strategy={strategy}: {keys} off (every worker runs the same plain passes)")
 
     def _build_engine(self) -> HFRolloutEngine:
         """The rollout engine (rollout.engine=hf, the one engine built: config rejects vllm) on the policy,

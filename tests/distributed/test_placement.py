@@ -70,3 +70,44 @@ def test_every_rank_must_see_rank_0s_run_directory(tmp_path):
         check_shared(elsewhere, name, rank=1)  # a node with its own disk: not seen
     unmark(shared, name)
     assert not list(Path(shared).iterdir())
+
+
+def test_hsdp_places_one_strictly_packed_group_per_node_with_contiguous_ranks():
+    from rlvr.distributed.placement import placement
+
+    assert placement(4) == ("PACK", [4], [(0, 0), (0, 1), (0, 2), (0, 3)])  # ddp, fsdp: one group
+    # hsdp, 2 nodes x 2: ranks 0-1 on one node, 2-3 on the other; ShardedGroup shards over the same pairs
+    assert placement(4, 2) == ("STRICT_PACK", [2, 2], [(0, 0), (0, 1), (1, 0), (1, 1)])
+    assert placement(6, 3)[2][3] == (1, 0)
+    with pytest.raises(ValueError, match="does not divide"):
+        placement(6, 4)
+
+
+HSDP = ("distributed.backend=ray", "distributed.num_workers=4", "distributed.strategy=hsdp")
+
+
+def test_hsdp_config_needs_workers_per_node_dividing_num_workers():
+    pytest.importorskip("ray")
+    cfg = load_config(None, [*HSDP, "distributed.workers_per_node=2"])
+    assert cfg.distributed.strategy.shards and cfg.distributed.workers_per_node == 2
+    for bad in ("0", "3"):
+        with pytest.raises(UserError, match=rf"^distributed.strategy=hsdp shards within a node .* \(it is {bad}\)$"):
+            load_config(None, [*HSDP, f"distributed.workers_per_node={bad}"])
+    with pytest.raises(
+        UserError, match="^distributed.workers_per_node=2 sizes the shard groups of distributed.strategy=hsdp"
+    ):
+        load_config(None, ["distributed.backend=ray", "distributed.num_workers=4", "distributed.workers_per_node=2"])
+    with pytest.raises(
+        UserError, match="^distributed.strategy=hsdp shards full-parameter training, but model.lora.rank=4"
+    ):
+        load_config(None, [*HSDP, "distributed.workers_per_node=2", "model.lora.rank=4"])
+
+
+def test_the_estimate_counts_one_nodes_shards_under_hsdp():
+    pytest.importorskip("ray")
+    from rlvr.estimate import shard_count
+
+    base = ["distributed.backend=ray", "distributed.num_workers=8", "train.prompts_per_step=8"]
+    assert shard_count(load_config(None, base)) == 1
+    assert shard_count(load_config(None, [*base, "distributed.strategy=fsdp"])) == 8
+    assert shard_count(load_config(None, [*base, "distributed.strategy=hsdp", "distributed.workers_per_node=4"])) == 4

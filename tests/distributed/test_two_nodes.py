@@ -1,7 +1,8 @@
 """Two Ray nodes on one machine: a head and a second node started with `ray start`, each with
 one `rlvr_node` custom resource, so that each of the two workers lands on its own node. The run joins the
 cluster with `distributed.address=auto`, trains 2 steps, resumes for a third, and both nodes are stopped
-by their PIDs (never `ray stop`, which would stop every Ray cluster on the machine)."""
+by their PIDs (never `ray stop`, which would stop every Ray cluster on the machine). `extended`: HSDP on
+the two nodes, 2 workers each, trains like one process."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from tiny_run import metrics
+import torch
+from safetensors.torch import load_file
+from tiny_run import assert_same_metrics, metrics
+
+from rlvr.commands.train import run_training as train
+from rlvr.config import load_config
 
 pytestmark = pytest.mark.slow
 
@@ -52,15 +59,18 @@ def _stop(temp_dir: Path) -> None:
         p.kill()
 
 
-def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path):
+@contextmanager
+def _two_nodes(workers_per_node: int = 1):
+    """A head and a second Ray node on this machine, each with ``workers_per_node`` CPUs and
+    ``rlvr_node`` slots; yields the environment whose ``RAY_ADDRESS`` joins them."""
     pytest.importorskip("ray")
     from ray.util import get_node_ip_address as ray_ip
 
     ray = str(Path(sys.executable).with_name("ray"))
     # short: Ray's AF_UNIX socket paths under it must stay within 107 bytes (pytest's tmp_path is too deep)
     temp_dir, port = Path(tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")), _free_port()
-    slot = json.dumps({"rlvr_node": 1})
-    common = ["--num-cpus=1", f"--resources={slot}", "--disable-usage-stats"]
+    slot = json.dumps({"rlvr_node": workers_per_node})
+    common = [f"--num-cpus={workers_per_node}", f"--resources={slot}", "--disable-usage-stats"]
     # a test cluster on loopback: no token authentication (Ray >= 2.5x turns it on for `ray start`)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     try:
@@ -72,6 +82,14 @@ def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path):
         address = f"{ray_ip()}:{port}"
         _run([ray, "start", f"--address={address}", *common], env)
         env["RAY_ADDRESS"] = address  # what distributed.address=auto joins
+        yield env
+    finally:
+        _stop(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path):
+    with _two_nodes() as env:
         run = tmp_path / "run"
         nodes = ("distributed.backend=ray", "distributed.num_workers=2", "distributed.address=auto",
                  "distributed.resources_per_worker={rlvr_node: 1}")  # fmt: skip
@@ -81,6 +99,23 @@ def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path):
         assert "2 Ray workers on 2 nodes" in first
         _train(dp_args(run, *nodes, "train.steps=3", f"resume={run}"), env)
         assert [m["step"] for m in metrics(run)] == [1, 2, 3]
-    finally:
-        _stop(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.mark.extended
+def test_hsdp_on_two_nodes_of_two_workers_trains_like_one_process(dp_args, tmp_path):
+    """distributed.strategy=hsdp, 2 nodes x 2 workers: each node's placement group packed on it, the
+    policy sharded within a node and replicated across; the metrics and weights of one process."""
+    one, hsdp = tmp_path / "one", tmp_path / "hsdp"
+    train(load_config(None, dp_args(one, "train.steps=2")))
+    with _two_nodes(workers_per_node=2) as env:
+        nodes = ("distributed.backend=ray", "distributed.num_workers=4", "distributed.address=auto",
+                 "distributed.strategy=hsdp", "distributed.workers_per_node=2",
+                 "distributed.resources_per_worker={rlvr_node: 1}")  # fmt: skip
+        out = _train(dp_args(hsdp, *nodes, "train.steps=2"), env)
+        assert "4 Ray workers on 2 nodes, HSDP: 2 shard groups of 2" in out
+    assert_same_metrics(one, hsdp, 2)
+    wa = load_file(one / "checkpoints" / "last" / "model.safetensors")
+    wb = load_file(hsdp / "checkpoints" / "last" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5)

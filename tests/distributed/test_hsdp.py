@@ -1,0 +1,158 @@
+"""distributed.strategy=hsdp: 4 gloo ranks as 2 "nodes" x 2 shard within a node and replicate across
+nodes (a 2-D device mesh), accumulate 2 micro-batches with no cross-node traffic, sum the node shards'
+gradients across nodes once per optimizer step, and end 2 steps where one process does. Plain
+processes, no Ray (seconds); the Ray run on two nodes is `extended` (test_two_nodes.py)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+pytestmark = pytest.mark.slow
+
+WORLD, PER_NODE, MICRO, STEPS = 4, 2, 2, 2
+MAX_NORM = 0.02  # small enough that every step clips: the norm must be the global one
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _batches() -> torch.Tensor:
+    """[STEPS, WORLD, MICRO, 2 rows, 7 tokens]: rank r's micro-batches of each step."""
+    return torch.randint(0, 100, (STEPS, WORLD, MICRO, 2, 7), generator=torch.Generator().manual_seed(11))
+
+
+def _loss(model, ids: torch.Tensor) -> torch.Tensor:
+    """A sum over the micro-batch divided by the whole step's element count (the trainer's global
+    denominator), so summed gradients are the step's."""
+    logits = model(ids).logits.float()
+    return logits.pow(2).sum() / (logits.numel() * WORLD * MICRO)
+
+
+def _model():
+    from rlvr.models.tiny import tiny_model
+
+    return tiny_model(seed=3, layers=2, hidden=32)
+
+
+def _hsdp(rank: int, port: int, out: str) -> None:
+    from rlvr.distributed.fsdp import ShardedGroup
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    group = ShardedGroup(rank, WORLD, "cpu", wait_for_rank0_s=120, workers_per_node=PER_NODE)
+    model = group.shard(_model())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    embed = model.get_input_embeddings().weight
+    assert embed.device_mesh.size() == PER_NODE and embed.to_local().shape[0] == embed.shape[0] // PER_NODE
+
+    crossed = {"backward": 0, "reduce_grads": 0}  # all-reduces over the cross-node group
+    phase = ["backward"]
+    all_reduce = dist.all_reduce
+
+    def counting(tensor, *args, group=None, **kw):
+        if group is not None and group is replicate:
+            crossed[phase[0]] += 1
+        return all_reduce(tensor, *args, group=group, **kw)
+
+    replicate = group.replicate
+    dist.all_reduce = counting
+    losses = []
+    for step, batch in enumerate(_batches()):
+        total = torch.zeros(())
+        phase[0] = "backward"
+        for ids in batch[rank]:
+            loss = _loss(model, ids)
+            loss.backward()
+            total += loss.detach()
+        phase[0] = "reduce_grads"
+        group.reduce_grads(model)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM).full_tensor()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append((group.sum(total), norm))
+    dist.all_reduce = all_reduce
+    group.save(Path(out) / "ckpt", model, optimizer)  # both nodes hold each shard: DCP writes it once
+    saved = _full(model, optimizer)
+    if rank == 0:
+        torch.save({"losses": losses, "crossed": crossed, "saved": saved}, Path(out) / "hsdp.pt")
+    dist.destroy_process_group()
+
+
+def _full(model, optimizer) -> dict:
+    """The whole policy and AdamW state (every rank takes part)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def _load_flat(rank: int, port: int, out: str) -> None:
+    """2 flat FSDP ranks load the HSDP checkpoint (resuming on another strategy and worker count)."""
+    from rlvr.distributed.fsdp import ShardedGroup
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    group = ShardedGroup(rank, 2, "cpu", wait_for_rank0_s=120)
+    model = group.shard(_model())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randint(0, 100, (1, 3))).logits.sum().backward()  # AdamW state exists before it is loaded
+    optimizer.step()
+    group.load(Path(out) / "ckpt", model, optimizer)
+    full = _full(model, optimizer)
+    if rank == 0:
+        torch.save(full, Path(out) / "loaded.pt")
+    dist.destroy_process_group()
+
+
+def _one_process() -> tuple[dict, list]:
+    model = _model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for batch in _batches():
+        total = torch.zeros(())
+        for ids in batch.flatten(0, 1):  # every rank's micro-batches, in one process
+            loss = _loss(model, ids)
+            loss.backward()
+            total += loss.detach()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append((total, norm))
+    return model.state_dict(), losses
+
+
+def test_hsdp_on_2_nodes_of_2_equals_one_process(tmp_path):
+    mp.spawn(_hsdp, args=(_port(), str(tmp_path)), nprocs=WORLD)
+    got = torch.load(tmp_path / "hsdp.pt")
+    # within a step no collective crosses nodes; one bucket of node shards does, per optimizer step
+    assert got["crossed"] == {"backward": 0, "reduce_grads": STEPS}, got["crossed"]
+    weights, losses = _one_process()
+    for (loss, norm), (want_loss, want_norm) in zip(got["losses"], losses):
+        torch.testing.assert_close(loss, want_loss, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(norm, want_norm, rtol=1e-4, atol=1e-6)
+        assert norm > MAX_NORM  # clipped
+    assert got["saved"]["model"].keys() == weights.keys()
+    for k, w in weights.items():
+        torch.testing.assert_close(got["saved"]["model"][k], w, rtol=1e-4, atol=1e-5, msg=k)
+
+    # the checkpoint: every parameter and AdamW moment exactly, loaded by 2 flat FSDP ranks
+    mp.spawn(_load_flat, args=(_port(), str(tmp_path)), nprocs=2)
+    _same(got["saved"], torch.load(tmp_path / "loaded.pt"))
+
+
+def _same(a, b, where: str = "") -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert a == b, where
