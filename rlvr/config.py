@@ -437,11 +437,18 @@ class OffloadConfig:
     reference: bool = False
     """Keep the reference model in host memory between its forward passes (GPU only; not built yet: true is a one-line error)."""
     optimizer: bool = False
-    """Keep the optimizer state in host memory between optimizer steps (GPU only; not built yet: true is a one-line error)."""
+    """Keep each worker's shard of the AdamW state in host memory; the AdamW step then runs on the CPU (FSDP2's CPUOffloadPolicy, with offload.params: GPU workers under distributed.strategy=fsdp or hsdp only; not yet run on a GPU)."""
+    params: bool = False
+    """Keep each worker's shards of the policy's parameters and gradients in host memory (pinned), copied to the GPU one layer at a time for each pass (FSDP2's CPUOffloadPolicy, which offloads the AdamW state with them: set offload.optimizer=true too; GPU workers under distributed.strategy=fsdp or hsdp only; not yet run on a GPU)."""
 
     def __post_init__(self) -> None:
         _check(not self.reference, _no_offload("offload.reference", "reference model"))
-        _check(not self.optimizer, _no_offload("offload.optimizer", "optimizer state"))
+        _check(
+            self.params == self.optimizer,
+            f"offload.params={str(self.params).lower()} and offload.optimizer={str(self.optimizer).lower()}: FSDP2's "
+            "CPUOffloadPolicy keeps a worker's shards of the parameters, gradients and AdamW state in host memory "
+            "together (the AdamW step runs on the CPU); set both to true (or both to false)",
+        )
 
 
 @dataclass(frozen=True)
@@ -602,7 +609,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Optimizer and loop."""
     offload: OffloadConfig = field(default_factory=OffloadConfig)
-    """Moving the reference model and optimizer state off the GPU between uses (not built yet)."""
+    """Moving the sharded policy and its optimizer state to host memory (FSDP on GPUs); the reference is not built yet."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -661,6 +668,7 @@ class Config:
             )
         if self.distributed.backend == Backend.RAY:
             self._check_distributed()
+        self._check_offload()
 
     def _check_distributed(self) -> None:
         N, P = self.distributed.num_workers, self.train.prompts_per_step
@@ -688,6 +696,24 @@ class Config:
                 f"model.lora.rank={self.model.lora.rank}: "
                 "a LoRA run trains a small adapter on a frozen base; use distributed.strategy=ddp (or model.lora.rank=0)",
             )
+
+    def _check_offload(self) -> None:
+        """offload.params (with offload.optimizer) is FSDP2's CPUOffloadPolicy: shards to move off a GPU."""
+        if not self.offload.params:
+            return
+        d = self.distributed
+        _check(
+            d.backend == Backend.RAY and d.strategy.shards,
+            f"offload.params=true moves FSDP2's shards to host memory (CPUOffloadPolicy), but distributed.strategy="
+            f"{d.strategy} with distributed.backend={d.backend} shards nothing; set distributed.backend=ray and "
+            "distributed.strategy=fsdp or hsdp (num_workers=1 is fine)",
+        )
+        _check(
+            d.gpus_per_worker > 0,
+            "offload.params=true moves the shards off a GPU, but distributed.gpus_per_worker=0 trains on the CPU, "
+            "where they already live in host memory; set distributed.gpus_per_worker=1 "
+            "(or offload.params=false and offload.optimizer=false)",
+        )
 
     @property
     def seqs_per_step(self) -> int:

@@ -252,7 +252,8 @@ class Item:
     name: str
     bytes: int
     phase: str
-    """resident (held all run), update (during backward) or rollout (during generation)."""
+    """resident (held all run), update (during backward) or rollout (during generation) on the device;
+    host: held all run in host memory instead (offloaded, :func:`offloaded`), not in the device's peak."""
     how: str
 
 
@@ -274,6 +275,11 @@ class MemoryEstimate:
     def total(self) -> int:
         """Resident items plus the larger of the update and the rollout."""
         return self.phase("resident") + max(self.phase("update"), self.phase("rollout"))
+
+    @property
+    def host(self) -> int:
+        """What is kept in host memory instead of on the device (``offload.params``)."""
+        return self.phase("host")
 
     def hardware(self) -> str:
         """What the total means: the smallest common RAM or GPU size that holds it."""
@@ -304,13 +310,15 @@ class MemoryEstimate:
         for item in self.items:
             out.append(f"  {item.name:17s} {item.bytes / GiB:8.2f} GiB  {item.phase:8s} {item.how}")
         out.append(f"  {'peak':17s} {self.total / GiB:8.2f} GiB  = resident + max(update, rollout)")
+        if self.host:
+            out.append(f"  {'host (offload)':17s} {self.host / GiB:8.2f} GiB  the host items, in pinned host memory")
         out.append(f"  {self.hardware()}")
         out += [f"  note: {n}" for n in self.notes]
         return out
 
     def summary(self) -> str:
         """One line for the trainer's console."""
-        parts = ", ".join(f"{i.name} {i.bytes / GiB:.2f}" for i in self.items if i.bytes)
+        parts = ", ".join(f"{i.name} {i.bytes / GiB:.2f}" for i in self.items if i.bytes and i.phase != "host")
         what = "RSS" if self.device == "cpu" else "CUDA allocated"
         return f"memory estimate: {self.total / GiB:.2f} GiB peak {what} ({parts} GiB); {self.hardware()}"
 
@@ -581,7 +589,18 @@ def estimate(
         notes.append(f"FSDP: with train.save_hf rank 0 writes its whole {rollout_dtype} rollout copy, no gather")
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
-    return MemoryEstimate(items, device, N, trainable, notes, shards=n)
+    return MemoryEstimate(offloaded(cfg, device, items), device, N, trainable, notes, shards=n)
+
+
+def offloaded(cfg: Config, device: str, items: list[Item]) -> list[Item]:
+    """``items`` with a GPU worker's shards of the parameters, gradients and AdamW state moved to host
+    memory under ``offload.params`` (FSDP2's CPUOffloadPolicy, pinned). The GPU keeps the layers being
+    gathered (the ``FSDP gathers`` item; a layer's unsharded gradient, until it is reduce-scattered and
+    copied to the host, is not counted), the rollout copy, the reference and the activations."""
+    if not cfg.offload.params or device != "cuda":
+        return items
+    moved = ("parameters", "gradients", "AdamW state")
+    return [Item(i.name, i.bytes, "host", f"{i.how}; offload.params") if i.name in moved else i for i in items]
 
 
 def shard_count(cfg: Config) -> int:
@@ -603,7 +622,7 @@ REDUCE = {
     "KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller)",
     "static KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller); it stays allocated through the update "
     "(rollout.static_decode=false decodes dynamically and frees it, at the cost of the compiled step)",
-    "AdamW state": "model.lora.rank (LoRA) or offload.optimizer=true",
+    "AdamW state": "model.lora.rank (LoRA), or offload.params=true and offload.optimizer=true (FSDP on GPUs)",
     "gradients": "model.lora.rank (LoRA)",
     "parameters": "model.lora.rank (LoRA) with a bfloat16 model.dtype",
     "reference": "offload.reference=true or algo.kl_coef=0",
@@ -618,7 +637,8 @@ def memory_check(est: MemoryEstimate, free_bytes: int, where: str) -> None:
     keys that reduce the two largest items; ``train.skip_memory_check=true`` is the way past it."""
     if est.total <= free_bytes:
         return
-    largest = sorted((i for i in est.items if i.name in REDUCE and i.bytes), key=lambda i: -i.bytes)[:2]
+    on_device = (i for i in est.items if i.name in REDUCE and i.bytes and i.phase != "host")
+    largest = sorted(on_device, key=lambda i: -i.bytes)[:2]
     keys = "; ".join(f"{i.name} {i.bytes / GiB:.1f} GiB: {REDUCE[i.name]}" for i in largest)
     raise UserError(
         f"this run needs about {est.total / GiB:.1f} GiB but {where} has {free_bytes / GiB:.1f} GiB free; reduce it "
@@ -735,11 +755,16 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
         )
     else:
         read = max(policy, ref)
-        host_worker = GPU_HOST_RUNTIME_BYTES + max(read, staged)
+        host_worker = GPU_HOST_RUNTIME_BYTES + max(read, staged + est.host)  # offloaded: only once sharded
         host_how = (
             f"~{gb(GPU_HOST_RUNTIME_BYTES)} runtime (assumed) + the larger of the whole {cfg.model.dtype} policy "
             f"read before it moves to the GPU ({gb(read)})"
-            + (f" and the shards a background checkpoint stages ({gb(staged)})" if staged else "")
+            + (f" and the offloaded shards ({gb(est.host)})" if est.host else "")
+            + (
+                f" {'+' if est.host else 'and'} the shards a background checkpoint stages ({gb(staged)})"
+                if staged
+                else ""
+            )
         )
     if d.backend == Backend.NONE:
         per_node = 1

@@ -37,7 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rlvr.distributed.group import _BUCKET_ELEMENTS, TorchGroup
@@ -95,15 +95,21 @@ class ShardedGroup(TorchGroup):
         self.pending = None
         """(checkpoint folder, future) of the save being written in the background, or None."""
 
-    def shard(self, model, *, bf16_compute: bool = False):
+    def shard(self, model, *, bf16_compute: bool = False, offload: bool = False):
         """Shards ``model`` in place (each decoder layer, then the rest) and returns it.
 
         Args:
             bf16_compute: gather the fp32 shards as bf16 for the passes and reduce gradients in
                 fp32 (FSDP2's mixed precision; the master weights and AdamW stay fp32).
+            offload: keep the parameter and gradient shards in host memory (FSDP2's
+                ``CPUOffloadPolicy``, pinned on a GPU): each layer's shards are copied to the device
+                for its all-gather, gradients copied back after the reduce-scatter, and an optimizer
+                built over the parameters afterwards keeps its state and steps on the CPU.
         """
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16_compute else None
         kw = {"mesh": self.mesh, **({"mp_policy": mp} if mp else {})}
+        if offload:  # pinned host memory needs a GPU; on a CPU the shards already live in host memory
+            kw["offload_policy"] = CPUOffloadPolicy(pin_memory=self.device.type == "cuda")
         for layer in decoder_layers(model):
             fully_shard(layer, **kw)
         fully_shard(model, **kw)

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from rlvr.choices import Strategy
 from rlvr.distributed.group import TorchGroup
-from rlvr.distributed.placement import check_shared, mark_shared, unmark, worker_device
+from rlvr.distributed.placement import check_shared, mark_shared, process_group_backend, unmark, worker_device
 from rlvr.distributed.versions import require_fsdp
 from rlvr.models import resolve_device
 from rlvr.training.trainer import Trainer
@@ -67,7 +67,7 @@ class Worker:
         setting = worker_device(self.cfg.model.device, ray.get_gpu_ids())
         self.cfg = dataclasses.replace(self.cfg, model=dataclasses.replace(self.cfg.model, device=setting))
         device = resolve_device(setting)
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        backend = process_group_backend(device.type, offload=self.cfg.offload.params)
         d = self.cfg.distributed
         if device.type == "cuda":
             torch.cuda.set_device(device)

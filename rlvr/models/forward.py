@@ -201,8 +201,8 @@ def _logprob_head(head, tokens: Tensor, *, temperature: float, entropy: bool):
             temperature=temperature,
             entropy=entropy,
         )
-        out = logp[:, None] if ent is None else torch.stack([logp, ent], -1)  # [b*T, 1 or 2]
-        return out.view(*tokens.shape, -1)
+        # a new tensor, not a view: FSDP2 hooks the root's outputs for its backward (it warns on views)
+        return torch.stack([t.view(tokens.shape) for t in (logp, ent) if t is not None], -1)  # [b, T, 1 or 2]
 
     prev = vars(head).get("forward")  # rlvr.cpu.packed's, or None (see fused_head)
     head.forward = forward  # an instance attribute: module hooks (FSDP2's) still run around it

@@ -210,7 +210,9 @@ class HFRolloutEngine:
         time (``DTensor.full_tensor``, an all-gather: every rank calls it at the same point)."""
         mine = dict(self.model.named_parameters())
         for name, p in self.policy.named_parameters():
-            mine[name].copy_(p.full_tensor() if isinstance(p, DTensor) else p)
+            if isinstance(p, DTensor):  # an offloaded shard (offload.params) goes to the copy's GPU for the gather
+                p = p.to(mine[name].device).full_tensor()
+            mine[name].copy_(p)
         if self.packed is not None:
             self.packed.invalidate()
 

@@ -286,7 +286,7 @@ class Trainer:
         must run the same passes, as each one gathers the weights with the others."""
         cfg = self.cfg
         bf16 = cfg.model.autocast_bf16 == Switch.ON and self.device.type == "cuda"
-        self.group.shard(self.policy, bf16_compute=bf16)
+        self.group.shard(self.policy, bf16_compute=bf16, offload=cfg.offload.params)
         self.ref = self._load_reference()
         if self.ref is not None:
             self.group.shard(self.ref, bf16_compute=bf16)

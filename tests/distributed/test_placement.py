@@ -111,3 +111,13 @@ def test_the_estimate_counts_one_nodes_shards_under_hsdp():
     assert shard_count(load_config(None, base)) == 1
     assert shard_count(load_config(None, [*base, "distributed.strategy=fsdp"])) == 8
     assert shard_count(load_config(None, [*base, "distributed.strategy=hsdp", "distributed.workers_per_node=4"])) == 4
+
+
+@pytest.mark.parametrize(
+    "device, offload, want",
+    [("cpu", False, "gloo"), ("cpu", True, "gloo"), ("cuda", False, "nccl"), ("cuda", True, "cuda:nccl,cpu:gloo")],
+)
+def test_offloaded_shards_get_a_host_backend_beside_nccl(device, offload, want):
+    from rlvr.distributed.placement import process_group_backend
+
+    assert process_group_backend(device, offload=offload) == want
