@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from rlvr import algos
-from rlvr.algos.logprobs import HEAD_CHUNK_TOKENS
+from rlvr.algos import logprobs as _logprobs_mod
 
 
 def cache_kwargs(model, cache) -> dict:
@@ -136,10 +136,11 @@ def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, 
 def _full_logits_logprobs(logits: Tensor, tokens: Tensor, temperature: float, entropy: bool, entropy_grad: bool):
     """The unfused path, over [b, T, V] logits :data:`rlvr.algos.logprobs.HEAD_CHUNK_TOKENS` positions
     at a time (a packed pass's one long row keeps one chunk's float32 temporaries, not the row's)."""
-    if tokens.shape[1] <= HEAD_CHUNK_TOKENS:  # no split: its backward would write a second [b, T, V]
+    chunk = _logprobs_mod.HEAD_CHUNK_TOKENS
+    if tokens.shape[1] <= chunk:  # no split: its backward would write a second [b, T, V]
         chunks = [(logits, tokens)]
     else:
-        chunks = zip(logits.split(HEAD_CHUNK_TOKENS, 1), tokens.split(HEAD_CHUNK_TOKENS, 1))
+        chunks = zip(logits.split(chunk, 1), tokens.split(chunk, 1))
     parts = []
     for z, y in chunks:
         if entropy_grad:

@@ -114,7 +114,7 @@ def test_no_grad_passes_equal_and_no_vocabulary_sized_tensor_is_saved(small_tile
         if use_fused:
             assert max(activations) < B * T * 512 // 4  # hidden states and [N] vectors; the largest is a weight
         else:
-            assert max(activations) == B * T * 512  # the logits
+            assert sum(n for n in activations if n >= B * 512) >= B * T * 512  # the logits (in chunks of 5 tokens)
 
 
 def test_the_head_is_put_back_when_the_forward_raises():
