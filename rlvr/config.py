@@ -425,24 +425,16 @@ class TrainConfig:
         _check(self.save_every_min >= 0, "train.save_every_min must be >= 0 (0 = off)")
 
 
-def _no_offload(key: str, what: str) -> str:
-    return (
-        f"{key}=true: offloading moves the {what} off a GPU between uses, but rlvr has not run on a GPU yet, so it "
-        f"is not built; on CPU the {what} already lives in host memory, so set {key}=false"
-    )
-
-
 @dataclass(frozen=True)
 class OffloadConfig:
     reference: bool = False
-    """Keep the reference model in host memory between its forward passes (GPU only; not built yet: true is a one-line error)."""
+    """Keep each worker's shards of the reference model in host memory (pinned), copied to the GPU one layer at a time for its forward passes; it is read into host memory and sharded from there, so a GPU never holds it whole (FSDP2's CPUOffloadPolicy: GPU workers under distributed.strategy=fsdp or hsdp with a reference, algo.kl_coef > 0; not yet run on a GPU)."""
     optimizer: bool = False
     """Keep each worker's shard of the AdamW state in host memory; the AdamW step then runs on the CPU (FSDP2's CPUOffloadPolicy, with offload.params: GPU workers under distributed.strategy=fsdp or hsdp only; not yet run on a GPU)."""
     params: bool = False
     """Keep each worker's shards of the policy's parameters and gradients in host memory (pinned), copied to the GPU one layer at a time for each pass (FSDP2's CPUOffloadPolicy, which offloads the AdamW state with them: set offload.optimizer=true too; GPU workers under distributed.strategy=fsdp or hsdp only; not yet run on a GPU)."""
 
     def __post_init__(self) -> None:
-        _check(not self.reference, _no_offload("offload.reference", "reference model"))
         _check(
             self.params == self.optimizer,
             f"offload.params={str(self.params).lower()} and offload.optimizer={str(self.optimizer).lower()}: FSDP2's "
@@ -609,7 +601,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     """Optimizer and loop."""
     offload: OffloadConfig = field(default_factory=OffloadConfig)
-    """Moving the sharded policy and its optimizer state to host memory (FSDP on GPUs); the reference is not built yet."""
+    """Moving the sharded policy, its optimizer state and the reference to host memory (FSDP on GPUs)."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -698,7 +690,27 @@ class Config:
             )
 
     def _check_offload(self) -> None:
-        """offload.params (with offload.optimizer) is FSDP2's CPUOffloadPolicy: shards to move off a GPU."""
+        """offload.params (with offload.optimizer) and offload.reference are FSDP2's CPUOffloadPolicy:
+        shards to move off a GPU."""
+        d = self.distributed
+        if self.offload.reference:
+            _check(
+                d.backend == Backend.RAY and d.strategy.shards,
+                f"offload.reference=true moves the reference's FSDP2 shards to host memory (CPUOffloadPolicy), but "
+                f"distributed.strategy={d.strategy} with distributed.backend={d.backend} shards nothing; set "
+                "distributed.backend=ray and distributed.strategy=fsdp or hsdp (num_workers=1 is fine)",
+            )
+            _check(
+                d.gpus_per_worker > 0,
+                "offload.reference=true moves the reference's shards off a GPU, but distributed.gpus_per_worker=0 "
+                "trains on the CPU, where they already live in host memory; set distributed.gpus_per_worker=1 "
+                "(or offload.reference=false)",
+            )
+            _check(
+                self.algo.kl_coef > 0,
+                "offload.reference=true, but algo.kl_coef=0 loads no reference; set offload.reference=false "
+                "(or algo.kl_coef > 0)",
+            )
         if not self.offload.params:
             return
         d = self.distributed

@@ -278,7 +278,7 @@ class MemoryEstimate:
 
     @property
     def host(self) -> int:
-        """What is kept in host memory instead of on the device (``offload.params``)."""
+        """What is kept in host memory instead of on the device (``offload.params``, ``offload.reference``)."""
         return self.phase("host")
 
     def hardware(self) -> str:
@@ -593,14 +593,18 @@ def estimate(
 
 
 def offloaded(cfg: Config, device: str, items: list[Item]) -> list[Item]:
-    """``items`` with a GPU worker's shards of the parameters, gradients and AdamW state moved to host
-    memory under ``offload.params`` (FSDP2's CPUOffloadPolicy, pinned). The GPU keeps the layers being
-    gathered (the ``FSDP gathers`` item; a layer's unsharded gradient, until it is reduce-scattered and
-    copied to the host, is not counted), the rollout copy, the reference and the activations."""
-    if not cfg.offload.params or device != "cuda":
+    """``items`` with a GPU worker's shards moved to host memory (FSDP2's CPUOffloadPolicy, pinned):
+    the parameters, gradients and AdamW state under ``offload.params``, the reference under
+    ``offload.reference``. The GPU keeps the layers being gathered (the ``FSDP gathers`` item, which
+    the reference's passes gather no more than; a layer's unsharded gradient, until it is
+    reduce-scattered and copied to the host, is not counted), the rollout copy and the activations."""
+    if device != "cuda":
         return items
-    moved = ("parameters", "gradients", "AdamW state")
-    return [Item(i.name, i.bytes, "host", f"{i.how}; offload.params") if i.name in moved else i for i in items]
+    moved = {"parameters": "offload.params", "gradients": "offload.params", "AdamW state": "offload.params"}
+    moved = {k: v for k, v in moved.items() if cfg.offload.params}
+    if cfg.offload.reference:
+        moved["reference"] = "offload.reference"
+    return [Item(i.name, i.bytes, "host", f"{i.how}; {moved[i.name]}") if i.name in moved else i for i in items]
 
 
 def shard_count(cfg: Config) -> int:
@@ -625,7 +629,7 @@ REDUCE = {
     "AdamW state": "model.lora.rank (LoRA), or offload.params=true and offload.optimizer=true (FSDP on GPUs)",
     "gradients": "model.lora.rank (LoRA)",
     "parameters": "model.lora.rank (LoRA) with a bfloat16 model.dtype",
-    "reference": "offload.reference=true or algo.kl_coef=0",
+    "reference": "offload.reference=true (FSDP on GPUs) or algo.kl_coef=0",
     "rollout copy": "rollout.dtype=model.dtype (no copy)",
     "packed weights": "model.packed_weights=false",
 }
@@ -718,7 +722,8 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
     Loading, as the trainer does it: every worker reads the whole policy in ``model.dtype`` into host
     memory (``from_pretrained``) and moves it to its device; the rollout copy is then built in
     ``rollout.dtype`` directly (no second full-precision copy); under FSDP the policy is sharded, and
-    only then is the reference read (whole, in its dtype) and sharded. A GPU worker's host peak is the
+    only then is the reference read (whole, in its dtype; into host memory with ``offload.reference``,
+    so that only one layer at a time passes through the GPU) and sharded. A GPU worker's host peak is the
     larger of the models it reads, one at a time, and (FSDP, ``distributed.async_save``) the copy of
     its shards that a background checkpoint stages; with ``train.save_hf`` rank 0 also holds the
     Hugging Face weights it writes."""
@@ -727,8 +732,9 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
     policy = N * BYTES[cfg.model.dtype]
     copy, ref = item["rollout copy"], item["reference"] * n  # whole: FSDP's items are 1/n
     gb = lambda b: f"{b / GiB:.2f}"  # noqa: E731
+    ref_host = est.device == "cuda" and cfg.offload.reference  # read into host memory, sharded from there
     if n > 1:
-        before, after = policy + copy, policy // n + copy + ref
+        before, after = policy + copy, policy // n + copy + (0 if ref_host else ref)
         device_peak = max(before, after)
         device_how = (
             f"whole policy {gb(policy)} + rollout copy {gb(copy)} before sharding"
@@ -754,7 +760,8 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
             f" + {gb(staged)} staged for a background checkpoint" if staged else ""
         )
     else:
-        read = max(policy, ref)
+        # an offloaded reference is read whole beside the policy's offloaded shards, then kept as a shard
+        read = max(policy, ref + (est.host - item["reference"] if ref_host else 0))
         host_worker = GPU_HOST_RUNTIME_BYTES + max(read, staged + est.host)  # offloaded: only once sharded
         host_how = (
             f"~{gb(GPU_HOST_RUNTIME_BYTES)} runtime (assumed) + the larger of the whole {cfg.model.dtype} policy "

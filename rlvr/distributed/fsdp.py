@@ -104,7 +104,9 @@ class ShardedGroup(TorchGroup):
             offload: keep the parameter and gradient shards in host memory (FSDP2's
                 ``CPUOffloadPolicy``, pinned on a GPU): each layer's shards are copied to the device
                 for its all-gather, gradients copied back after the reduce-scatter, and an optimizer
-                built over the parameters afterwards keeps its state and steps on the CPU.
+                built over the parameters afterwards keeps its state and steps on the CPU. A model
+                that runs no backward (the reference, ``offload.reference``) may come in on the CPU:
+                FSDP2 moves each layer to the device only to shard it, then its shard back.
         """
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16_compute else None
         kw = {"mesh": self.mesh, **({"mp_policy": mp} if mp else {})}

@@ -36,8 +36,9 @@ def worker_device(setting: str, gpu_ids: list) -> str:
 
 def process_group_backend(device_type: str, *, offload: bool = False) -> str:
     """torch.distributed's backend for a worker on ``device_type``: nccl on CUDA, gloo on a CPU; with
-    offloaded FSDP shards (``offload.params``) both, by device (``cuda:nccl,cpu:gloo``, as torchtitan
-    does), since some collectives then run on host tensors (the gradient norm over CPU gradients)."""
+    offloaded FSDP shards (``offload.params`` or ``offload.reference``) both, by device
+    (``cuda:nccl,cpu:gloo``, as torchtitan does), since some collectives then run on host tensors (the
+    gradient norm over CPU gradients)."""
     if device_type != "cuda":
         return "gloo"
     return "cuda:nccl,cpu:gloo" if offload else "nccl"

@@ -67,7 +67,7 @@ class Worker:
         setting = worker_device(self.cfg.model.device, ray.get_gpu_ids())
         self.cfg = dataclasses.replace(self.cfg, model=dataclasses.replace(self.cfg.model, device=setting))
         device = resolve_device(setting)
-        backend = process_group_backend(device.type, offload=self.cfg.offload.params)
+        backend = process_group_backend(device.type, offload=self.cfg.offload.params or self.cfg.offload.reference)
         d = self.cfg.distributed
         if device.type == "cuda":
             torch.cuda.set_device(device)

@@ -277,19 +277,23 @@ class Trainer:
         if cfg.algo.kl_coef == 0 or self.adapter is not None:
             return None
         dtype = reference_dtype(cfg.model.dtype, cfg.model.autocast_bf16 == Switch.ON)  # bf16 under autocast
-        ref = load_model(self.model_path, dtype=dtype, device=cfg.model.device)
+        # offloaded: read into host memory and sharded from there (FSDP2 moves one layer at a time through
+        # the GPU as it shards), so the GPU never holds the whole reference
+        device = "cpu" if cfg.offload.reference else cfg.model.device
+        ref = load_model(self.model_path, dtype=dtype, device=device)
         return ref.eval().requires_grad_(False)
 
     def _shard_models(self) -> None:
         """FSDP: shards the policy, then loads and shards the reference (bf16 passes on a GPU with
-        ``model.autocast_bf16``), and turns length buckets and the shared prompt pass off: every rank
-        must run the same passes, as each one gathers the weights with the others."""
+        ``model.autocast_bf16``; its shards in host memory with ``offload.reference``), and turns length
+        buckets and the shared prompt pass off: every rank must run the same passes, as each one gathers
+        the weights with the others."""
         cfg = self.cfg
         bf16 = cfg.model.autocast_bf16 == Switch.ON and self.device.type == "cuda"
         self.group.shard(self.policy, bf16_compute=bf16, offload=cfg.offload.params)
         self.ref = self._load_reference()
         if self.ref is not None:
-            self.group.shard(self.ref, bf16_compute=bf16)
+            self.group.shard(self.ref, bf16_compute=bf16, offload=cfg.offload.reference)
         off = [k for k in ("length_buckets", "shared_prompt_forward") if getattr(cfg.train, k)]
         if off:  # buckets: a data-dependent pass count; a shared prompt: two forwards per backward, which FSDP2
             # cannot backward through (the first pass's layers are resharded by then)

@@ -1,6 +1,6 @@
 """rollout.engine and offload.*: the keys veRL/OpenRLHF users look for. What rlvr has not built (the
-vLLM engine, offloading the reference) is a one-line error at config load, from the loader and the CLI
-(offload.params and offload.optimizer: tests/config/test_offload_config.py)."""
+vLLM engine) is a one-line error at config load, from the loader and the CLI (offload.*:
+tests/config/test_offload_config.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,6 @@ from rlvr.errors import UserError
 
 NOT_BUILT = [
     ("rollout.engine=vllm", ["rollout.engine=vllm", "vLLM engine is not built", "NVIDIA GPU", "use rollout.engine=hf"]),
-    (
-        "offload.reference=true",
-        [
-            "offload.reference=true",
-            "reference model off a GPU",
-            "not run on a GPU yet",
-            "not built",
-            "on CPU the reference model already lives in host memory",
-            "set offload.reference=false",
-        ],
-    ),
 ]
 
 

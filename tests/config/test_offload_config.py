@@ -83,3 +83,61 @@ def test_the_estimate_counts_offloaded_shards_on_the_host():
     hm, hk = load_memory(load_config(None, [*base, *OFFLOAD]), moved), load_memory(load_config(None, base), kept)
     assert hm.host_worker >= hk.host_worker and "offloaded shards" in hm.host_how
     assert hm.host_worker - hk.host_worker <= host + GiB
+
+
+KL = "algo.kl_coef=0.01"  # a reference to offload
+
+
+def test_offload_reference_loads_for_gpu_workers_that_shard():
+    pytest.importorskip("ray")
+    assert load_config(None, [*GPU_FSDP, KL, "offload.reference=true"]).offload.reference
+    hsdp = [*GPU_FSDP, KL, "distributed.strategy=hsdp", "distributed.workers_per_node=1", "offload.reference=true"]
+    assert load_config(None, [*hsdp, *OFFLOAD]).offload.reference
+
+
+@pytest.mark.parametrize(
+    "overrides, start, fix",
+    [
+        (
+            [KL, "offload.reference=true"],
+            "offload.reference=true moves the reference's FSDP2 shards to host memory (CPUOffloadPolicy), but "
+            "distributed.strategy=ddp with distributed.backend=none shards nothing",
+            "set distributed.backend=ray and distributed.strategy=fsdp or hsdp",
+        ),
+        (
+            [*RAY2, KL, "distributed.strategy=fsdp", "offload.reference=true"],
+            "offload.reference=true moves the reference's shards off a GPU, but distributed.gpus_per_worker=0",
+            "set distributed.gpus_per_worker=1",
+        ),
+        (
+            [*GPU_FSDP, "algo.kl_coef=0", "offload.reference=true"],
+            "offload.reference=true, but algo.kl_coef=0 loads no reference",
+            "set offload.reference=false",
+        ),
+    ],
+)
+def test_offload_reference_elsewhere_is_one_line_naming_the_fix(overrides, start, fix):
+    test_offload_elsewhere_is_one_line_naming_the_fix(overrides, start, fix)
+
+
+def test_the_estimate_counts_an_offloaded_reference_on_the_host():
+    pytest.importorskip("ray")
+    from rlvr.estimate import KNOWN_MODELS, estimate, load_memory
+
+    shape = KNOWN_MODELS["Qwen/Qwen2.5-7B"]
+    base = [*GPU_FSDP, KL, "distributed.num_workers=8", "train.prompts_per_step=8", "model.path=Qwen/Qwen2.5-7B"]
+    kept_cfg, moved_cfg = load_config(None, base), load_config(None, [*base, "offload.reference=true"])
+    kept = estimate(kept_cfg, shape, device="cuda", prompt=(512, "test"))
+    moved = estimate(moved_cfg, shape, device="cuda", prompt=(512, "test"))
+    ref = {i.name: i for i in kept.items}["reference"]
+    assert ref.bytes > 0 and kept.host == 0 and moved.host == ref.bytes
+    assert {i.name for i in moved.items if i.phase == "host"} == {"reference"}
+    assert moved.total == kept.total - ref.bytes and "reference" not in moved.summary()
+    # read whole into host memory and sharded from there: the GPU's load peak never holds it whole
+    lm, lk = load_memory(moved_cfg, moved), load_memory(kept_cfg, kept)
+    assert lm.device_peak <= lk.device_peak and "offloaded shards" in lm.host_how
+    # with offload.params too, every shard of both models is in host memory
+    both = estimate(
+        load_config(None, [*base, "offload.reference=true", *OFFLOAD]), shape, device="cuda", prompt=(512, "t")
+    )
+    assert {i.name for i in both.items if i.phase == "host"} == {"parameters", "gradients", "AdamW state", "reference"}
