@@ -370,7 +370,11 @@ class TrainConfig:
     prompts_per_step: int = 4
     """P: prompts per step; the step trains on P * G sequences."""
     micro_batch_seqs: int = 8
-    """Sequences per forward/backward pass (gradient accumulation over the step)."""
+    """Sequences per forward/backward pass (gradient accumulation over the step); unused with train.micro_batch_tokens."""
+    micro_batch_tokens: int = 0
+    """Tokens per forward/backward pass instead of rows (0 = off): each row's prompt and response, without padding, packed end to end (position ids restarting per row), the rows spread over the fewest passes and balanced by tokens; a longer row runs alone. Each row runs its own prompt: needs train.shared_prompt_forward=false. Equal to row micro-batches up to float rounding."""
+    logprob_micro_batch_tokens: int = 0
+    """With train.micro_batch_tokens: tokens per pass of the old and reference log-probs, which keep no activations for a backward (0 = twice train.micro_batch_tokens)."""
     lr: float = 1e-6
     """Peak learning rate (AdamW)."""
     lr_schedule: str = "constant"
@@ -386,7 +390,7 @@ class TrainConfig:
     shared_prompt_forward: bool = True
     """Run each group's shared prompt through the model once (exact; the prompt costs 1/G)."""
     length_buckets: bool = True
-    """Split each micro-batch by response length, so short responses do not run padded to the longest (exact up to float rounding)."""
+    """Split each micro-batch by response length, so short responses do not run padded to the longest (exact up to float rounding); packed passes (train.micro_batch_tokens) have no padding to cut."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm (0 = off)."""
     save_every: int = 0
@@ -406,6 +410,22 @@ class TrainConfig:
         _check(self.steps >= 1, "train.steps must be >= 1")
         _check(self.prompts_per_step >= 1, "train.prompts_per_step must be >= 1")
         _check(self.micro_batch_seqs >= 1, "train.micro_batch_seqs must be >= 1")
+        _check(self.micro_batch_tokens >= 0, "train.micro_batch_tokens must be >= 0 (0 = row micro-batches)")
+        _check(
+            self.logprob_micro_batch_tokens >= 0,
+            "train.logprob_micro_batch_tokens must be >= 0 (0 = twice train.micro_batch_tokens)",
+        )
+        _check(
+            self.logprob_micro_batch_tokens == 0 or self.micro_batch_tokens > 0,
+            f"train.logprob_micro_batch_tokens={self.logprob_micro_batch_tokens} sizes packed log-prob passes, but "
+            "train.micro_batch_tokens=0 runs rows; set train.micro_batch_tokens too (or this to 0)",
+        )
+        _check(
+            self.micro_batch_tokens == 0 or not self.shared_prompt_forward,
+            f"train.micro_batch_tokens={self.micro_batch_tokens} packs each row with its own prompt, but "
+            "train.shared_prompt_forward=true runs one prompt per group; set train.shared_prompt_forward=false "
+            "(or train.micro_batch_tokens=0)",
+        )
         _check(self.lr > 0, "train.lr must be > 0")
         _check(
             self.lr_schedule in ("constant", "cosine"), f"train.lr_schedule={self.lr_schedule}: use constant or cosine"
@@ -423,6 +443,11 @@ class TrainConfig:
         )
         _check(self.max_bad_steps >= 1, "train.max_bad_steps must be >= 1")
         _check(self.save_every_min >= 0, "train.save_every_min must be >= 0 (0 = off)")
+
+    @property
+    def logprob_tokens(self) -> int:
+        """Tokens per packed log-prob pass (0: row passes)."""
+        return self.logprob_micro_batch_tokens or 2 * self.micro_batch_tokens
 
 
 @dataclass(frozen=True)
@@ -620,7 +645,7 @@ class Config:
     def __post_init__(self) -> None:
         seqs = self.train.prompts_per_step * self.rollout.samples_per_prompt
         _check(
-            seqs % self.train.micro_batch_seqs == 0,
+            seqs % self.train.micro_batch_seqs == 0 or self.train.micro_batch_tokens > 0,
             f"train.prompts_per_step * rollout.samples_per_prompt = {seqs} sequences per step is not divisible "
             f"by train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
         )
@@ -671,7 +696,7 @@ class Config:
         )
         seqs = P // N * self.rollout.samples_per_prompt
         _check(
-            seqs % self.train.micro_batch_seqs == 0,
+            seqs % self.train.micro_batch_seqs == 0 or self.train.micro_batch_tokens > 0,
             f"each of the {N} workers trains on {seqs} sequences per step, not divisible by "
             f"train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
         )
@@ -682,6 +707,12 @@ class Config:
             "give GPU workers model.device=cuda (or auto), CPU workers model.device=cpu (or auto)",
         )
         if self.distributed.strategy.shards:
+            _check(
+                self.train.micro_batch_tokens == 0,
+                f"distributed.strategy={self.distributed.strategy} runs the same passes on every worker, but "
+                f"train.micro_batch_tokens={self.train.micro_batch_tokens} packs each worker's rows into a "
+                "data-dependent number of passes; set train.micro_batch_tokens=0 (or distributed.strategy=ddp)",
+            )
             _check(
                 self.model.lora.rank == 0,
                 f"distributed.strategy={self.distributed.strategy} shards full-parameter training, but "

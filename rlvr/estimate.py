@@ -33,7 +33,12 @@ beside it at the end. Every item is a formula over the model shape and the confi
   cached for the pass; LoRA's frozen base weights are instead cast again by each forward pass
   and saved per pass (:func:`autocast_weight_copies`). Plus the logits: ``b × T × V`` in the
   logits dtype, the float32 copy :func:`rlvr.algos.token_logprobs` keeps per row for backward,
-  and both of their gradients.
+  and both of their gradients. With ``train.micro_batch_tokens`` (rows packed, each with its own
+  prompt) tokens = the budget (or one whole row, when longer), the logits those of
+  ``tokens × T / (prompt + T)`` response tokens (rows of the prompt length assumed throughout and
+  whole responses; a data set of shorter prompts fits more responses in a pass), their gradient
+  once more (backward joins the chunks the log-probs ran in); sdpa attends row by row, with no
+  mask (an eager model's ``tokens × tokens`` block mask is not counted).
   All of this × 1.4 for backward's temporary buffers and the allocator's slack.
 - **KV cache** of the rollout: ``2 × layers × kv_heads × head_dim × rows × (prompt + new tokens)
   × bytes(rollout dtype)``, rows = min(``rollout.batch_seqs``, the step's sequences), or the
@@ -448,10 +453,15 @@ def estimate(
 
     # the update of one micro-batch (see the module docstring)
     share = 1
-    # checkpointing runs the update per row; so does FSDP (the trainer turns the shared pass off)
-    if cfg.train.shared_prompt_forward and not ckpt and n == 1:
-        share = G if b % G == 0 else b if G % b == 0 else 1  # = models.forward.shared_prompt_group
-    tokens = (b // share) * Lp + b * T
+    budget = cfg.train.micro_batch_tokens
+    if budget:  # packed rows, each with its own prompt: a pass holds the budget (a longer row runs alone)
+        tokens = max(budget, Lp + T)
+        responses = tokens * T // (Lp + T)  # rows of the assumed shape; shorter prompts fit more responses
+    else:
+        # checkpointing runs the update per row; so does FSDP (the trainer turns the shared pass off)
+        if cfg.train.shared_prompt_forward and not ckpt and n == 1:
+            share = G if b % G == 0 else b if G % b == 0 else 1  # = models.forward.shared_prompt_group
+        tokens, responses = (b // share) * Lp + b * T, b * T
     a = ACT_BYTES_AUTOCAST if autocast else ACT_BYTES_FP32
     per_token_layer = ACT_ELEMENTS_HIDDEN * H + ACT_ELEMENTS_INTERMEDIATE * I
     if ckpt:
@@ -465,7 +475,9 @@ def estimate(
             shape, lora_params=trainable if rank else 0, passes=2 if share > 1 else 1, checkpointed=ckpt
         )
     logits_bytes = 2 if autocast else 4
-    logits = b * T * V * (2 * logits_bytes + 2 * 4)
+    logits = responses * V * (2 * logits_bytes + 2 * 4)
+    if budget:  # the log-probs run in chunks of the packed logits, whose gradients backward joins in one more tensor
+        logits += responses * V * logits_bytes
     activations = int(BACKWARD_FACTOR * (saved + logits))
 
     # generation: the training rollout, or the evaluation when it generates more rows at once
@@ -558,7 +570,11 @@ def estimate(
             "activations",
             activations,
             "update",
-            f"micro-batch {b} seqs x ({Lp} prompt + {T} response) tokens"
+            (
+                f"micro-batch {tokens} tokens packed (rows of up to {Lp} prompt + {T} response)"
+                if budget
+                else f"micro-batch {b} seqs x ({Lp} prompt + {T} response) tokens"
+            )
             + (", checkpointed" if ckpt else f", prompt shared by {share}" if share > 1 else "")
             + (", bf16 autocast" if autocast else ", fp32")
             + f"; logits {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
@@ -622,7 +638,7 @@ def data_prompt_tokens(rows: list[dict]) -> tuple[int, str]:
 
 
 REDUCE = {
-    "activations": "train.micro_batch_seqs (smaller) or model.gradient_checkpointing=true",
+    "activations": "train.micro_batch_seqs or train.micro_batch_tokens (smaller) or model.gradient_checkpointing=true",
     "KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller)",
     "static KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller); it stays allocated through the update "
     "(rollout.static_decode=false decodes dynamically and frees it, at the cost of the compiled step)",

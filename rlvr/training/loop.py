@@ -7,7 +7,9 @@ statistics over the step's global denominators and steps the optimizer and its l
 
 from __future__ import annotations
 
+import contextlib
 import math
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -22,7 +24,7 @@ from rlvr.config import Config
 from rlvr.models import eval_mode, response_logits
 from rlvr.models.forward import shared_prompt_group
 from rlvr.rollout import RolloutBatch
-from rlvr.training import microbatch
+from rlvr.training import microbatch, packing
 from rlvr.training.replicas import OneProcess
 
 
@@ -84,101 +86,175 @@ def batch_logprobs(
     temperature: float,
     autocast,
     length_buckets: bool = True,
+    micro_batch_tokens: int = 0,
 ) -> torch.Tensor:
     """[B, T] log-probs of the sampled tokens under ``model``, micro-batched, no grad (0 on padding).
 
     Each pass runs only up to its own longest response: the columns after it are padding in
     every row, so cutting them changes no log-prob and saves their compute; with
-    ``length_buckets`` a micro-batch's short responses run in a pass of their own."""
+    ``length_buckets`` a micro-batch's short responses run in a pass of their own. With
+    ``micro_batch_tokens`` the rows are packed into passes of that many tokens instead
+    (:func:`rlvr.training.microbatch.slices`)."""
     out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
-    for p in forward_passes(batch, micro_batch_seqs, group_size, bucket=length_buckets):
-        rows, Tm = p.rows, p.longest
-        with eval_mode(model), autocast():  # the sampled distribution: no dropout
-            logits = response_logits(model, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=p.group_size)
-        out[rows, :Tm] = algos.token_logprobs(logits, batch.response_ids[rows, :Tm], temperature=temperature)
+    passes = microbatch.slices(
+        batch,
+        micro_batch_seqs=micro_batch_seqs,
+        group_size=group_size,
+        bucket=length_buckets,
+        micro_batch_tokens=micro_batch_tokens,
+    )
+    for p in passes:
+        with eval_mode(model):  # the sampled distribution: no dropout
+            logp, _ = _pass_logprobs(model, p, autocast, temperature=temperature)
+        out[p.rows, : p.cols] = logp  # device row indices: no host sync
     return out * batch.response_mask
 
 
-def forward_passes(
-    batch: RolloutBatch, micro_batch_seqs: int, group_size: int, *, bucket: bool
-) -> list[microbatch.Pass]:
-    """The update's and log-prob passes' row sets (:func:`rlvr.training.microbatch.plan`)."""
-    lengths = batch.response_lengths.tolist()
-    return microbatch.plan(
-        lengths, micro_batch_seqs=micro_batch_seqs, group_size=group_size, prompt_len=batch.prompt_len, bucket=bucket
+def _pass_logprobs(
+    model, p: microbatch.Slice, autocast, *, temperature: float, entropy: bool = False, entropy_grad: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """([b, Tm] log-probs of one pass's response tokens, [b, Tm] entropy or None), float32.
+
+    The forward runs under ``autocast``; the log-probs and entropy outside it. ``entropy``: the
+    metric, detached, from the log-probs' own pass over the logits; ``entropy_grad``: differentiable,
+    for an entropy bonus in the loss."""
+    with autocast():
+        if p.unpad is None:
+            logits = response_logits(model, **p.inputs, num_response_tokens=p.cols, group_size=p.group_size)
+        else:
+            logits = packing.packed_logits(model, **p.inputs)  # [1, n, V]
+    kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad)
+    if p.unpad is None:
+        return _logprobs_entropy(logits, p.tokens, **kw)
+    # chunks of Tm tokens: the log-prob code's float32 temporaries stay one row's, as in a row pass
+    parts = [_logprobs_entropy(z, y, **kw) for z, y in zip(logits.split(p.cols, 1), p.tokens.split(p.cols, 1))]
+    idx = p.unpad.flatten()  # [1, n] -> [b, Tm] by a gather, whose backward is a scatter-add (no host sync)
+    logp = torch.cat([lp for lp, _ in parts], 1)[0].gather(0, idx).view_as(p.unpad)
+    ent = torch.cat([e for _, e in parts], 1)[0].gather(0, idx).view_as(p.unpad) if parts[0][1] is not None else None
+    return logp, ent
+
+
+def _logprobs_entropy(logits: Tensor, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool):
+    """(log-probs, entropy or None) of [b, t, V] logits at [b, t] tokens (see :func:`_pass_logprobs`)."""
+    logp, ent = algos.token_logprobs_entropy(
+        logits, tokens, temperature=temperature, entropy=entropy and not entropy_grad
     )
+    if entropy_grad:
+        ent = algos.entropy_from_logits(logits, temperature=temperature)
+    return logp, ent
 
 
 class _UpdateStats:
-    """Statistics of one update summed over its micro-batches, keyed by ``train/`` stat name:
-    token means over the whole batch (the step's token count as denominator) and extremes."""
+    """Statistics of one update, kept on the device, keyed by ``train/`` stat name: token means over
+    the whole batch (the step's token count as denominator), sums and extremes.
 
-    def __init__(self, num_tokens: Tensor, device) -> None:
-        self.num_tokens = num_tokens
-        self.zero = torch.zeros((), device=device)
-        self.sums: dict[str, Tensor] = {}
-        self.extremes: dict[str, Tensor] = {}
+    Each micro-batch's statistics are queued and reduced together by :meth:`flush` (one masked sum
+    and one masked min and max over the stacked [K, b, Tm] values) into running [K] tensors; the
+    token means are divided by the step's token count once, in :meth:`result`."""
+
+    def __init__(self) -> None:
+        self._queued: dict[str, list] = {"sum": [], "mean": [], "low": [], "high": []}
+        self._names: dict[str, list[str]] | None = None
+        self._totals: dict[str, Tensor] = {}
 
     def add(self, key: str, value: Tensor) -> None:
-        name = M.stat(key)
-        self.sums[name] = self.sums.get(name, self.zero) + value
+        """A scalar summed over the micro-batches (the loss, already divided by the step's counts)."""
+        self._queued["sum"].append((M.stat(key), value))
 
-    def mean(self, key: str, tok: Tensor, m: Tensor) -> None:
-        self.add(key, (tok.detach().float() * m).sum() / self.num_tokens)
+    def mean(self, key: str, tok: Tensor) -> None:
+        """A [b, Tm] per-token value averaged over the step's trained tokens."""
+        self._queued["mean"].append((M.stat(key), tok))
 
-    def extreme(self, low_key: str, high_key: str, tok: Tensor, m: Tensor) -> None:
-        on = m.bool()
-        lo = torch.where(on, tok, torch.full_like(tok, float("inf"))).min()
-        hi = torch.where(on, tok, torch.full_like(tok, float("-inf"))).max()
-        low, high = M.stat(low_key), M.stat(high_key)
-        self.extremes[low] = torch.minimum(self.extremes.get(low, lo), lo)
-        self.extremes[high] = torch.maximum(self.extremes.get(high, hi), hi)
+    def extreme(self, low_key: str, high_key: str, tok: Tensor) -> None:
+        """The min and max of a [b, Tm] per-token value over the step's trained tokens."""
+        self._queued["low"].append((M.stat(low_key), tok))
+        self._queued["high"].append((M.stat(high_key), tok))
 
-    def policy(self, stats: dict[str, Tensor], entropy: Tensor, m: Tensor, *, dual_clip: bool) -> None:
+    def policy(self, stats: dict[str, Tensor], entropy: Tensor, *, dual_clip: bool) -> None:
         """The policy-loss statistics of one micro-batch (see :func:`rlvr.algos.policy_loss`)."""
-        self.mean(M.ENTROPY, entropy, m)
-        self.mean(M.CLIP_FRAC, stats["clipped_low"] | stats["clipped_high"], m)
-        self.mean(M.CLIP_FRAC_LOW, stats["clipped_low"], m)
-        self.mean(M.CLIP_FRAC_HIGH, stats["clipped_high"], m)
+        self.mean(M.ENTROPY, entropy)
+        self.mean(M.CLIP_FRAC, stats["clipped_low"] | stats["clipped_high"])
+        self.mean(M.CLIP_FRAC_LOW, stats["clipped_low"])
+        self.mean(M.CLIP_FRAC_HIGH, stats["clipped_high"])
         if dual_clip:
-            self.mean(M.DUAL_CLIP_FRAC, stats["dual_clipped"], m)
-        self.mean(M.RATIO_MEAN, stats["ratio"], m)
-        self.extreme(M.RATIO_MIN, M.RATIO_MAX, stats["ratio"], m)
+            self.mean(M.DUAL_CLIP_FRAC, stats["dual_clipped"])
+        self.mean(M.RATIO_MEAN, stats["ratio"])
+        self.extreme(M.RATIO_MIN, M.RATIO_MAX, stats["ratio"])
+
+    def flush(self, m: Tensor) -> None:
+        """Reduce the queued statistics of a micro-batch with [b, Tm] mask ``m`` into the totals."""
+        queued, self._queued = self._queued, {k: [] for k in self._queued}
+        names = {k: [name for name, _ in v] for k, v in queued.items()}
+        if self._names is None:
+            self._names = names
+        elif names != self._names:  # the config fixes which statistics a micro-batch records
+            raise RuntimeError(f"micro-batches recorded different statistics: {names} vs {self._names}")
+        on = m.bool()
+        new = {}
+        if queued["sum"]:
+            new["sum"] = torch.stack([v.detach().float() for _, v in queued["sum"]])
+        if queued["mean"]:
+            new["mean"] = (torch.stack([v.detach().float() for _, v in queued["mean"]]) * m).sum((1, 2))
+        for kind, reduce, fill in (("low", torch.amin, float("inf")), ("high", torch.amax, float("-inf"))):
+            if queued[kind]:
+                values = torch.stack([v.detach().float() for _, v in queued[kind]])  # [K, b, Tm]
+                new[kind] = reduce(values.masked_fill(~on, fill), dim=(1, 2))
+        combine = {"sum": torch.add, "mean": torch.add, "low": torch.minimum, "high": torch.maximum}
+        for kind, value in new.items():
+            self._totals[kind] = combine[kind](self._totals[kind], value) if kind in self._totals else value
+
+    def result(self, num_tokens: Tensor) -> dict[str, Tensor]:
+        """The statistics so far: sums, token means (divided by ``num_tokens``), extremes."""
+        out = {}
+        for kind, total in self._totals.items():
+            values = total / num_tokens if kind == "mean" else total
+            out.update(zip(self._names[kind], values.unbind()))
+        return out
 
 
-def _micro_batch_loss(
-    logits, batch: RolloutBatch, rows: Tensor, m: Tensor, adv, old_logp, ref_logp, cfg: Config, stats: _UpdateStats
-):
-    """(per-token loss, its policy-gradient part, entropy, policy-loss stats) of one micro-batch
-    from its [b, Tm, V] logits; records the TIS and KL statistics."""
-    algo, temperature = cfg.algo, cfg.rollout.temperature
-    cols = slice(0, m.shape[1])
-    # the entropy is a metric (one pass with the log-probs) unless algo.entropy_coef puts it in the loss
-    logp, entropy = algos.token_logprobs_entropy(
-        logits, batch.response_ids[rows, cols], temperature=temperature, entropy=not algo.entropy_coef
-    )
-    old = old_logp[rows, cols] if old_logp is not None else logp.detach()
+@dataclass(frozen=True)
+class _Targets:
+    """What one pass's loss compares its log-probs with, cut before the loop: mask [b, Tm], adv [b],
+    and the old, reference and engine log-probs [b, Tm] (each None when unused)."""
+
+    mask: Tensor
+    adv: Tensor
+    old: Tensor | None
+    ref: Tensor | None
+    engine: Tensor | None
+
+    @staticmethod
+    def cut(p: microbatch.Slice, adv: Tensor, old_logp, ref_logp, engine_logp) -> _Targets:
+        cols = slice(0, p.cols)
+        rows = lambda t: None if t is None else t[p.rows, cols]  # noqa: E731 - one cut for four tensors
+        return _Targets(p.mask.float(), adv[p.rows], rows(old_logp), rows(ref_logp), rows(engine_logp))
+
+
+def _micro_batch_loss(logp: Tensor, entropy: Tensor | None, t: _Targets, cfg: Config, stats: _UpdateStats):
+    """(per-token loss, its policy-gradient part, policy-loss stats) of one micro-batch from its
+    [b, Tm] log-probs (and entropy, differentiable when ``algo.entropy_coef`` puts it in the loss);
+    records the TIS and KL statistics."""
+    algo = cfg.algo
+    old = t.old if t.old is not None else logp.detach()
     pg_tok, pg_stats = algos.policy_loss(
         logp,
         old,
-        adv[rows],
-        m,
+        t.adv,
+        t.mask,
         clip_low=algo.clip_low,
         clip_high=algo.clip_high,
         dual_clip=algo.dual_clip,
         level=algo.ratio_level,
     )
     weight = kl_tok = None
-    if algo.tis_cap is not None and batch.logprobs is not None:
-        weight = algos.truncated_importance_weights(old, batch.logprobs[rows, cols], cap=algo.tis_cap)
-        stats.mean(M.TIS_WEIGHT_MEAN, weight, m)
-        stats.mean(M.TIS_CAPPED_FRAC, weight >= algo.tis_cap, m)
-        stats.extreme(M.TIS_WEIGHT_MIN, M.TIS_WEIGHT_MAX, weight, m)
-    if ref_logp is not None:
-        kl_tok = algos.kl_divergence(logp, ref_logp[rows, cols], estimator=algo.kl_estimator)
-        stats.mean(M.KL, kl_tok, m)
-    if algo.entropy_coef:
-        entropy = algos.entropy_from_logits(logits, temperature=temperature)
+    if algo.tis_cap is not None and t.engine is not None:
+        weight = algos.truncated_importance_weights(old, t.engine, cap=algo.tis_cap)
+        stats.mean(M.TIS_WEIGHT_MEAN, weight)
+        stats.mean(M.TIS_CAPPED_FRAC, weight >= algo.tis_cap)
+        stats.extreme(M.TIS_WEIGHT_MIN, M.TIS_WEIGHT_MAX, weight)
+    if t.ref is not None:
+        kl_tok = algos.kl_divergence(logp, t.ref, estimator=algo.kl_estimator)
+        stats.mean(M.KL, kl_tok)
     loss_tok, pg_tok = algos.token_loss(
         pg_tok,
         tis_weight=weight,
@@ -187,7 +263,20 @@ def _micro_batch_loss(
         entropy=entropy if algo.entropy_coef else None,
         entropy_coef=algo.entropy_coef,
     )
-    return loss_tok, pg_tok, entropy, pg_stats
+    return loss_tok, pg_tok, pg_stats
+
+
+def update_passes(batch: RolloutBatch, cfg: Config) -> list[microbatch.Slice]:
+    """The update's passes (:func:`rlvr.training.microbatch.slices` with the ``train.*`` micro-batch keys)."""
+    mb = cfg.train.micro_batch_seqs
+    share = shared_prompt_group(mb, batch.group_size) if cfg.train.shared_prompt_forward else 1
+    return microbatch.slices(
+        batch,
+        micro_batch_seqs=mb,
+        group_size=share,
+        bucket=cfg.train.length_buckets,
+        micro_batch_tokens=cfg.train.micro_batch_tokens,
+    )
 
 
 def accumulate_gradients(
@@ -201,47 +290,53 @@ def accumulate_gradients(
     *,
     num_tokens: Tensor | None = None,
     num_seqs: int | None = None,
+    passes: list[microbatch.Slice] | None = None,
 ) -> dict:
-    """Backward the loss of the whole rollout batch, ``train.micro_batch_seqs`` rows at a time.
+    """Backward the loss of the whole rollout batch, one micro-batch at a time: ``train.micro_batch_seqs``
+    rows, or rows packed into ``train.micro_batch_tokens``.
 
     Every micro-batch's loss uses the token and sequence counts of the whole step (and the
     constant ``rollout.max_new_tokens`` for Dr. GRPO) as its denominator, so the accumulated
     gradient equals the full-batch gradient for any split. ``ref_logp`` adds the KL term to the
     loss (pass None when the KL sits in the reward); ``batch.logprobs`` with ``algo.tis_cap``
-    weighs each token by the truncated trainer/engine probability ratio.
+    weighs each token by the truncated trainer/engine probability ratio. The loop over
+    micro-batches never waits for the device: its tensors are cut beforehand, and the statistics
+    stay on the device.
 
     Args:
         num_tokens: response tokens of the whole step; default this batch's (a data-parallel
             worker passes the sum over all workers).
         num_seqs: sequences of the whole step; default this batch's B.
+        passes: the batch's :func:`update_passes`, when the caller planned them already.
 
     Returns:
         Detached scalar tensors keyed by ``train/`` stat name: sums over the batch (loss, pg_loss,
         kl, entropy, clip fractions, ratio_mean, tis_weight_mean, ...) and extremes (``*_min`` / ``*_max``).
     """
     algo = cfg.algo
-    mask = batch.response_mask.float()  # [B, T]
-    B, mb = mask.shape[0], cfg.train.micro_batch_seqs
-    num_tokens = mask.sum() if num_tokens is None else num_tokens
-    num_seqs = B if num_seqs is None else num_seqs
+    mask = batch.response_mask
+    num_tokens = mask.sum().float() if num_tokens is None else num_tokens
+    num_seqs = mask.shape[0] if num_seqs is None else num_seqs
     agg = dict(mode=algo.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=cfg.rollout.max_new_tokens)
-    share = shared_prompt_group(mb, batch.group_size) if cfg.train.shared_prompt_forward else 1
-    stats = _UpdateStats(num_tokens, mask.device)
-    for p in forward_passes(batch, mb, share, bucket=cfg.train.length_buckets):
-        rows, Tm = p.rows, p.longest  # the columns after Tm are padding in every row: cut them (exact)
-        m = mask[rows, :Tm]
-        with autocast():
-            logits = response_logits(policy, **batch.select(rows, Tm), num_response_tokens=Tm, group_size=p.group_size)
-        loss_tok, pg_tok, entropy, pg_stats = _micro_batch_loss(
-            logits, batch, rows, m, adv, old_logp, ref_logp, cfg, stats
-        )
-        loss = algos.aggregate(loss_tok, m, **agg)
-        loss.backward()
+    passes = update_passes(batch, cfg) if passes is None else passes
+    engine_logp = batch.logprobs if algo.tis_cap is not None else None
+    targets = [_Targets.cut(p, adv, old_logp, ref_logp, engine_logp) for p in passes]
+    stats = _UpdateStats()
+    for p, t in zip(passes, targets):
+        # packed: the rows' own attention through the backward too (checkpointed layers run again there)
+        with packing.row_attention(policy) if p.unpad is not None else contextlib.nullcontext():
+            # the entropy is a metric (one pass with the log-probs) unless algo.entropy_coef puts it in the loss
+            kw = dict(temperature=cfg.rollout.temperature, entropy=True, entropy_grad=bool(algo.entropy_coef))
+            logp, entropy = _pass_logprobs(policy, p, autocast, **kw)
+            loss_tok, pg_tok, pg_stats = _micro_batch_loss(logp, entropy, t, cfg, stats)
+            loss = algos.aggregate(loss_tok, t.mask, **agg)
+            loss.backward()
         with torch.no_grad():
-            stats.add(M.LOSS, loss.detach())
-            stats.add(M.PG_LOSS, algos.aggregate(pg_tok.detach(), m, **agg))
-            stats.policy(pg_stats, entropy, m, dual_clip=algo.dual_clip is not None)
-    return {**stats.sums, **stats.extremes}
+            stats.add(M.LOSS, loss)
+            stats.add(M.PG_LOSS, algos.aggregate(pg_tok.detach(), t.mask, **agg))
+            stats.policy(pg_stats, entropy, dual_clip=algo.dual_clip is not None)
+            stats.flush(t.mask)
+    return stats.result(num_tokens)
 
 
 def update_policy(
@@ -273,12 +368,12 @@ def update_policy(
     totals: dict[str, torch.Tensor] = {}
     grad_norms = []
     skipped = 0
+    # planned once for all iterations: the update's one host read
+    kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, passes=update_passes(batch, cfg))
     for _ in range(cfg.algo.num_iterations):
         policy.train()  # dropout as the model defines it; eval mode again before anything samples
         try:
-            sums = accumulate_gradients(
-                policy, batch, adv, old_logp, ref_logp, cfg, autocast, num_tokens=num_tokens, num_seqs=num_seqs
-            )
+            sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast, **kw)
         finally:
             policy.eval()
         group.reduce_grads(policy)
@@ -288,7 +383,8 @@ def update_policy(
             totals[k] = combine(totals[k], v) if k in totals else v
         norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
         grad_norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)  # FSDP: the global norm
-        if torch.isfinite(grad_norms[-1]) and torch.isfinite(sums[M.stat(M.LOSS)]):
+        finite = torch.isfinite(grad_norms[-1]) & torch.isfinite(sums[M.stat(M.LOSS)])
+        if finite:  # the one host read of an optimizer step: whether to take it
             optimizer.step()
             scheduler.step()
         else:  # a NaN/inf loss or gradient: skip this update, weights and AdamW state stay intact

@@ -502,6 +502,7 @@ class Trainer:
             temperature=cfg.rollout.temperature,
             autocast=self.autocast,
             length_buckets=cfg.train.length_buckets,
+            micro_batch_tokens=cfg.train.logprob_tokens,
         )
         ref_logp = None
         if cfg.algo.kl_coef > 0:

@@ -23,10 +23,10 @@ def test_plan_covers_every_row_once_and_keeps_prompts_together(mb, G, shared):
     lengths = [rng.choice([3, 20, 60, 128]) for _ in range(32)]
     g = (G if mb % G == 0 else mb) if shared else 1
     passes = plan(lengths, micro_batch_seqs=mb, group_size=g, prompt_len=16)
-    rows = [r for p in passes for r in p.rows.tolist()]
+    rows = [r for p in passes for r in p.rows]
     assert sorted(rows) == list(range(32))
     for p in passes:
-        r = p.rows.tolist()
+        r = p.rows
         assert len({i // mb for i in r}) == 1  # inside one micro-batch
         assert p.longest == max(lengths[i] for i in r)
         if p.group_size > 1:  # consecutive runs of group_size rows share one prompt, one run per prompt
@@ -40,7 +40,7 @@ def test_plan_covers_every_row_once_and_keeps_prompts_together(mb, G, shared):
 
 def test_equal_lengths_are_not_split():
     passes = plan([50] * 16, micro_batch_seqs=8, group_size=8, prompt_len=100)
-    assert [p.rows.tolist() for p in passes] == [list(range(8)), list(range(8, 16))]
+    assert [p.rows for p in passes] == [tuple(range(8)), tuple(range(8, 16))]
 
 
 @pytest.mark.parametrize("shared", [True, False])
