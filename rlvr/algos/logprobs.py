@@ -233,10 +233,9 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # an entropy logged as a metric brings no gradient: skip its term
         N, V = hidden.shape[0], weight.shape[0]
         dtype = _compute_dtype(weight)
-        f32 = dict(dtype=torch.float32, device=hidden.device)
-        lse = torch.empty(N, **f32)
-        target = torch.zeros(N, **f32)
-        ent = torch.empty(N, **f32) if entropy else None
+        lse = torch.empty(N, dtype=torch.float32, device=hidden.device)
+        target = torch.zeros(N, dtype=torch.float32, device=hidden.device)
+        ent = torch.empty(N, dtype=torch.float32, device=hidden.device) if entropy else None
         names = {"z": torch.float32, "e": torch.float32, **({"low": dtype} if dtype != torch.float32 else {})}
         tiles = _Tiles(names, min(N, chunk_tokens), min(V, chunk_vocab), hidden.device)
         kept = []  # the float32 tiles, in loop order, when kept for the backward
@@ -245,9 +244,11 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
             for t0 in range(0, N, chunk_tokens):
                 h, y = hidden[t0 : t0 + chunk_tokens].to(dtype), tokens[t0 : t0 + chunk_tokens]
                 n = h.shape[0]
-                top = torch.full((n,), float("-inf"), **f32)  # running max of z
-                total = torch.zeros(n, **f32)  # running Σ exp(z − top)
-                weighted = torch.zeros(n, **f32) if entropy else None  # running Σ exp(z − top)·z
+                top = torch.full((n,), float("-inf"), dtype=torch.float32, device=hidden.device)  # running max of z
+                total = torch.zeros(n, dtype=torch.float32, device=hidden.device)  # running Σ exp(z − top)
+                weighted = (
+                    torch.zeros(n, dtype=torch.float32, device=hidden.device) if entropy else None
+                )  # running Σ exp(z − top)·z
                 for v0 in range(0, V, chunk_vocab):
                     b = None if b_all is None else b_all[v0 : v0 + chunk_vocab]
                     z = _tile_logits(tiles, h, w_all[v0 : v0 + chunk_vocab], b, temperature)  # [n, Vt] float32
@@ -280,10 +281,9 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
         if grad_logp is None and grad_ent is None:
             return (None,) * 9
         N, V = hidden.shape[0], weight.shape[0]
-        f32 = dict(dtype=torch.float32, device=hidden.device)
-        grad_h = torch.zeros(hidden.shape, **f32) if need_h else None
-        grad_w = torch.zeros(weight.shape, **f32) if need_w else None
-        grad_b = torch.zeros(V, **f32) if need_b else None
+        grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=hidden.device) if need_w else None
+        grad_b = torch.zeros(V, dtype=torch.float32, device=hidden.device) if need_b else None
         # 1/temperature folded into the upstream gradients: dz/dlogits = 1/T
         g_logp = None if grad_logp is None else grad_logp.float() / temperature
         g_ent = None if grad_ent is None else grad_ent.float() / temperature
