@@ -105,17 +105,16 @@ def call_logprobs(
     entropy_grad: bool = False,
     fused: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
-    """:func:`pass_logprobs` for a forward of one's own: ``call()`` makes one call of ``model`` whose
-    ``out.logits`` (through ``logits_to_keep``) are the [b, T, V] logits that predict ``tokens``
-    [b, T], and returns them (a packed pass, for one). Inside the call the head returns the fused
-    log-probs instead, which ``call`` must pass through untouched. Returns (logp, entropy or None)."""
+    """:func:`pass_logprobs` for a forward of the caller's own (a packed pass, for one):
+    ``call(head=ctx)`` runs one call of ``model`` inside ``with ctx():`` and returns its
+    ``out.logits``, the [b, T, V] logits (``logits_to_keep``) that predict ``tokens`` [b, T]. Inside
+    that block the head returns the fused log-probs instead, which ``call`` passes on untouched.
+
+    Returns:
+        (logp [b, T] float32, entropy [b, T] float32 or None), as :func:`pass_logprobs`.
+    """
     kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad, fused=fused)
-    return _logprobs(model, functools.partial(_within, call), tokens, **kw)
-
-
-def _within(call, response_pass):
-    with response_pass():
-        return call()
+    return _logprobs(model, lambda response_pass: call(head=response_pass), tokens, **kw)
 
 
 def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool, fused: bool):

@@ -21,8 +21,8 @@ from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmu
 from rlvr import algos
 from rlvr import metric_names as M
 from rlvr.config import Config
-from rlvr.models import eval_mode, response_logits
-from rlvr.models.forward import shared_prompt_group
+from rlvr.models import eval_mode
+from rlvr.models.forward import call_logprobs, pass_logprobs, shared_prompt_group
 from rlvr.rollout import RolloutBatch
 from rlvr.training import microbatch, packing
 from rlvr.training.replicas import OneProcess
@@ -115,33 +115,18 @@ def _pass_logprobs(
 ) -> tuple[Tensor, Tensor | None]:
     """([b, Tm] log-probs of one pass's response tokens, [b, Tm] entropy or None), float32.
 
-    The forward runs under ``autocast``; the log-probs and entropy outside it. ``entropy``: the
-    metric, detached, from the log-probs' own pass over the logits; ``entropy_grad``: differentiable,
-    for an entropy bonus in the loss."""
+    One forward under ``autocast`` whose LM head returns the tokens' log-probs (and entropy) in
+    place of the [b, Tm, V] logits (:func:`rlvr.models.forward.pass_logprobs`; the log-sum-exp in
+    float32; the full-logits path for models it cannot fuse). ``entropy``: the metric, detached;
+    ``entropy_grad``: differentiable, for an entropy bonus in the loss."""
+    kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad)
     with autocast():
         if p.unpad is None:
-            logits = response_logits(model, **p.inputs, num_response_tokens=p.cols, group_size=p.group_size)
-        else:
-            logits = packing.packed_logits(model, **p.inputs)  # [1, n, V]
-    kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad)
-    if p.unpad is None:
-        return _logprobs_entropy(logits, p.tokens, **kw)
-    # chunks of Tm tokens: the log-prob code's float32 temporaries stay one row's, as in a row pass
-    parts = [_logprobs_entropy(z, y, **kw) for z, y in zip(logits.split(p.cols, 1), p.tokens.split(p.cols, 1))]
+            return pass_logprobs(model, **p.inputs, tokens=p.tokens, group_size=p.group_size, **kw)
+        logp, ent = call_logprobs(model, partial(packing.packed_logits, model, **p.inputs), p.tokens, **kw)  # [1, n]
     idx = p.unpad.flatten()  # [1, n] -> [b, Tm] by a gather, whose backward is a scatter-add (no host sync)
-    logp = torch.cat([lp for lp, _ in parts], 1)[0].gather(0, idx).view_as(p.unpad)
-    ent = torch.cat([e for _, e in parts], 1)[0].gather(0, idx).view_as(p.unpad) if parts[0][1] is not None else None
-    return logp, ent
-
-
-def _logprobs_entropy(logits: Tensor, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool):
-    """(log-probs, entropy or None) of [b, t, V] logits at [b, t] tokens (see :func:`_pass_logprobs`)."""
-    logp, ent = algos.token_logprobs_entropy(
-        logits, tokens, temperature=temperature, entropy=entropy and not entropy_grad
-    )
-    if entropy_grad:
-        ent = algos.entropy_from_logits(logits, temperature=temperature)
-    return logp, ent
+    logp = logp[0].gather(0, idx).view_as(p.unpad)
+    return logp, None if ent is None else ent[0].gather(0, idx).view_as(p.unpad)
 
 
 class _UpdateStats:
