@@ -31,7 +31,11 @@ beside it at the end. Every item is a formula over the model shape and the confi
   each layer's input is saved (``layers × tokens × hidden`` fp32) plus one layer's activations
   while it is recomputed. Under bf16 autocast the bf16 copies of the weights (N × 2 bytes) are
   cached for the pass; LoRA's frozen base weights are instead cast again by each forward pass
-  and saved per pass (:func:`autocast_weight_copies`). Plus the logits: ``b × T × V`` in the
+  and saved per pass (:func:`autocast_weight_copies`). Plus the log-probs' share: for a model whose
+  head the update fuses with the log-probs (:func:`fused_head`, Llama/Qwen2/Mistral and kin), what
+  :func:`fused_head_bytes` counts: the float32 logits only when they are small enough to be kept
+  (at most 256 MiB), two or three tiles, the hidden states' and (full fine-tuning) the head weight's
+  float32 gradients. For other models the logits: ``b × T × V`` in the
   logits dtype, the float32 copy :func:`rlvr.algos.token_logprobs` keeps per row for backward,
   and both of their gradients. With ``train.micro_batch_tokens`` (rows packed, each with its own
   prompt) tokens = the budget (or one whole row, when longer), the logits those of
@@ -121,6 +125,9 @@ class ModelShape:
     """Biases on q/k/v (Qwen2) or on q/k/v/o (Llama's attention_bias)."""
     o_bias: bool = False
     mlp_bias: bool = False
+    model_type: str = "llama"
+    """config.json's ``model_type``: whether the update's log-probs take the fused LM head
+    (:data:`rlvr.models.forward.FUSED_HEAD_MODEL_TYPES`) or the full logits."""
 
     @property
     def dim(self) -> int:
@@ -171,10 +178,39 @@ class ModelShape:
 
 # Published config.json values, for `rlvr estimate` when the model directory is not here.
 KNOWN_MODELS: dict[str, ModelShape] = {
-    "Qwen/Qwen2.5-0.5B": ModelShape(24, 896, 4864, 14, 2, 151936, tie_word_embeddings=True, qkv_bias=True),
-    "Qwen/Qwen2.5-1.5B": ModelShape(28, 1536, 8960, 12, 2, 151936, tie_word_embeddings=True, qkv_bias=True),
-    "Qwen/Qwen2.5-7B": ModelShape(28, 3584, 18944, 28, 4, 152064, tie_word_embeddings=False, qkv_bias=True),
+    "Qwen/Qwen2.5-0.5B": ModelShape(
+        24, 896, 4864, 14, 2, 151936, tie_word_embeddings=True, qkv_bias=True, model_type="qwen2"
+    ),
+    "Qwen/Qwen2.5-1.5B": ModelShape(
+        28, 1536, 8960, 12, 2, 151936, tie_word_embeddings=True, qkv_bias=True, model_type="qwen2"
+    ),
+    "Qwen/Qwen2.5-7B": ModelShape(
+        28, 3584, 18944, 28, 4, 152064, tie_word_embeddings=False, qkv_bias=True, model_type="qwen2"
+    ),
 }
+
+
+def fused_head(shape: ModelShape) -> bool:
+    """Whether the update computes this model's log-probs by the fused LM head (no [b, T, V] logits)."""
+    from rlvr.models.forward import FUSED_HEAD_MODEL_TYPES  # torch: only when an estimate is made
+
+    return shape.model_type in FUSED_HEAD_MODEL_TYPES
+
+
+def fused_head_bytes(tokens: int, vocab: int, hidden: int, *, autocast: bool, head_trains: bool) -> int:
+    """What :func:`rlvr.algos.lm_head_logprobs` holds for ``tokens`` response tokens at its peak (the
+    backward): the float32 logits when they fit :data:`~rlvr.algos.logprobs.HEAD_KEEP_LOGITS_BYTES`
+    (kept for the backward), else nothing of them; two float32 tiles (three under autocast, the
+    product's own dtype) of :data:`~rlvr.algos.logprobs.HEAD_CHUNK_TOKENS` ×
+    :data:`~rlvr.algos.logprobs.HEAD_CHUNK_VOCAB`; the float32 gradient of the hidden states; and
+    the float32 gradient of the head's weight while the head trains (not under LoRA)."""
+    from rlvr.algos.logprobs import HEAD_CHUNK_TOKENS, HEAD_CHUNK_VOCAB, HEAD_KEEP_LOGITS_BYTES
+
+    logits = tokens * vocab * 4
+    kept = logits if logits <= HEAD_KEEP_LOGITS_BYTES else 0
+    tile = min(tokens, HEAD_CHUNK_TOKENS) * min(vocab, HEAD_CHUNK_VOCAB)
+    tiles = tile * (4 + 4 + (2 if autocast else 0))
+    return kept + tiles + tokens * hidden * 4 + (vocab * hidden * 4 if head_trains else 0)
 
 
 def shape_from_config(data: dict, where: str) -> ModelShape:
@@ -200,6 +236,7 @@ def shape_from_config(data: dict, where: str) -> ModelShape:
         qkv_bias=qwen2 or attn_bias,
         o_bias=attn_bias,
         mlp_bias=bool(data.get("mlp_bias", False)),
+        model_type=str(data.get("model_type") or "llama"),
     )
 
 
@@ -397,7 +434,9 @@ def prompt_tokens(cfg: Config) -> tuple[int, str]:
     return n, f"assumed for data.task={cfg.data.task}; set data.max_prompt_tokens to bound it"
 
 
-def autocast_weight_copies(shape: ModelShape, *, lora_params: int, passes: int, checkpointed: bool) -> int:
+def autocast_weight_copies(
+    shape: ModelShape, *, lora_params: int, passes: int, checkpointed: bool, sharded: bool = False
+) -> int:
     """Bytes of the bf16 weight copies that bf16 autocast leaves alive through one micro-batch's backward.
 
     Autocast caches its cast of a float32 weight for the whole autocast block only when the weight
@@ -414,9 +453,13 @@ def autocast_weight_copies(shape: ModelShape, *, lora_params: int, passes: int, 
     projections + the adapter. Under checkpointing the layers save no copy: the LM head's (vocab x
     hidden; measured 54 MiB of saved copies, the head's) stays, and one layer's projections while
     that layer is recomputed. The adapter's own weights require grad: cached once, ``lora_params`` x 2.
+
+    Sharded (FSDP/HSDP, ``sharded``), the trainer turns autocast's cache off (``Trainer.autocast``):
+    every weight is then cast at each use like a frozen one, so the rules for LoRA's base apply to
+    the whole model.
     """
     N = shape.num_params()
-    if not lora_params:
+    if not lora_params and not sharded:
         return N * 2
     projections = sum(i * o for i, o in shape.linear_shapes().values())  # of one layer
     if checkpointed:
@@ -472,12 +515,19 @@ def estimate(
             saved += L * b * Lp * 2 * (H + shape.kv_dim) * (2 if autocast else 4)
     if autocast:
         saved += autocast_weight_copies(
-            shape, lora_params=trainable if rank else 0, passes=2 if share > 1 else 1, checkpointed=ckpt
+            shape,
+            lora_params=trainable if rank else 0,
+            passes=2 if share > 1 else 1,
+            checkpointed=ckpt,
+            sharded=cfg.distributed.backend == Backend.RAY and cfg.distributed.strategy.shards,
         )
     logits_bytes = 2 if autocast else 4
-    logits = responses * V * (2 * logits_bytes + 2 * 4)
-    if budget:  # the log-probs run in chunks of the packed logits, whose gradients backward joins in one more tensor
-        logits += responses * V * logits_bytes
+    if fused_head(shape):
+        logits = fused_head_bytes(responses, V, H, autocast=autocast, head_trains=not rank)
+    else:
+        logits = responses * V * (2 * logits_bytes + 2 * 4)
+        if budget:  # the log-probs run in chunks of the packed logits, whose gradients backward joins in one more
+            logits += responses * V * logits_bytes
     activations = int(BACKWARD_FACTOR * (saved + logits))
 
     # generation: the training rollout, or the evaluation when it generates more rows at once
@@ -577,7 +627,7 @@ def estimate(
             )
             + (", checkpointed" if ckpt else f", prompt shared by {share}" if share > 1 else "")
             + (", bf16 autocast" if autocast else ", fp32")
-            + f"; logits {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
+            + f"; log-probs {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
         )
     )
     if static:

@@ -1,6 +1,7 @@
 """The memory estimate (rlvr/estimate.py): its arithmetic by hand on a tiny shape, the parameter count
 against instantiated models, the model shape from config.json or the built-in table, and LoRA."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -15,12 +16,14 @@ from rlvr.estimate import (
     ModelShape,
     autocast_weight_copies,
     estimate,
+    fused_head_bytes,
     model_shape,
     shape_from_config,
 )
 
 # layers 2, hidden 32, intermediate 64, 4 heads of 8, 2 kv heads (kv_dim 16), vocab 128, tied
-TINY = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True)
+TINY = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True, model_type="gemma2")
+"""A tiny shape whose update takes the full logits (gemma2 post-processes them: no fused head)."""
 
 TINY_RUN = [
     "model.dtype=float32",
@@ -341,3 +344,21 @@ def test_one_cpu_process_needs_its_training_peak_in_host_ram():
     est = estimate(load_config(None, TINY_RUN), TINY, device="cpu")
     load = load_memory(load_config(None, TINY_RUN), est)
     assert load.workers_per_node == 1 and load.host_node == load.host_worker == max(est.total, load.device_peak)
+
+
+def test_the_fused_head_counts_tiles_and_gradients_not_the_logits():
+    """A Llama-type model's update fuses the LM head with the log-probs (issue 37): the activations count
+    :func:`fused_head_bytes`, not the [b, T, V] logits and their float32 copies."""
+    fused = dataclasses.replace(TINY, model_type="llama")
+    cfg = load_config(None, TINY_RUN)
+    # 4 rows x 8 response tokens = 32 tokens, V 128, H 32: logits 32 * 128 * 4 = 16384 B (kept: small),
+    # tiles 32 * 128 * (4 + 4) = 32768, hidden-state gradient 32 * 32 * 4 = 4096, head gradient 128 * 32 * 4 = 16384
+    assert fused_head_bytes(32, 128, 32, autocast=False, head_trains=True) == 16384 + 32768 + 4096 + 16384
+    plain, fast = _items(estimate(cfg, TINY, device="cpu")), _items(estimate(cfg, fused, device="cpu"))
+    # the same saved activations (327680 B, see the by-hand test), the log-probs' share 69632 B instead of 65536
+    assert plain["activations"] == int(1.4 * (327680 + 65536))
+    assert fast["activations"] == int(1.4 * (327680 + 69632))
+    # a 151,936-word vocabulary and 8 x 512 response tokens: the logits (2.3 GiB in float32) are not kept
+    big = fused_head_bytes(8 * 512, 151936, 896, autocast=True, head_trains=False)
+    assert big == 1024 * 16384 * 10 + 8 * 512 * 896 * 4
+    assert big < 8 * 512 * 151936 * 4 / 10

@@ -400,10 +400,15 @@ class Trainer:
         self.skipped_steps = state.get("skipped_steps", 0)
 
     def autocast(self):
-        """The update's and log-probs' autocast context (bf16 with ``model.autocast_bf16``)."""
+        """The update's and log-probs' autocast context (bf16 with ``model.autocast_bf16``).
+
+        Sharded (FSDP/HSDP), autocast's cache of bf16 weight copies is off: the weights it would cache
+        are the gathered whole ones, so the cache would keep a bf16 copy of the whole model alive
+        through each micro-batch (14 GiB at 7B) after FSDP has resharded every layer; without it each
+        use casts again (under checkpointing, one layer's weights at a time)."""
         if self.cfg.model.autocast_bf16 != Switch.ON:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, cache_enabled=not self.shards)
 
     # -- one step --------------------------------------------------------------------------
 

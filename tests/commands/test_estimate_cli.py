@@ -71,7 +71,7 @@ def test_r1_zero_05b_lora_preset(cwd, capsys):
     assert "rank: 64" in capsys.readouterr().out
     assert main(["estimate", "--config", "r1_zero_qwen25_0.5b"]) == 0
     out = capsys.readouterr().out
-    assert "Qwen/Qwen2.5-0.5B" in out and "LoRA rank 64" in out and "fits one 16 GiB GPU" in out
+    assert "Qwen/Qwen2.5-0.5B" in out and "LoRA rank 64" in out and "fits one 8 GiB GPU" in out
 
 
 def test_r1_zero_7b_lora_preset_fits_one_80_gb_gpu(cwd, capsys):
