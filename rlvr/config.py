@@ -548,7 +548,7 @@ class DistributedConfig:
     workers_per_node: int = 0
     """distributed.strategy=hsdp: workers per node, each node's workers one shard group (a Ray placement group packed on one node, ranks contiguous); must divide num_workers."""
     step_timeout_s: float = 3600.0
-    """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit). It also bounds how long the other workers wait for rank 0 alone (evaluating, writing a checkpoint) under FSDP."""
+    """How long the driver waits for the workers' answer to one call (a step, setup, a checkpoint) before it ends the run with one line, the last checkpoint intact (0 = no limit). It also bounds how long the other workers wait for rank 0 alone (writing a checkpoint) under FSDP."""
     collective_timeout_s: float = 600.0
     """How long a worker waits inside one collective (a gradient all-reduce, an FSDP all-gather, the gather of a step's rewards) for the others before it gives up (torch.distributed's timeout); the run then ends with one line that names the rank that never arrived."""
     async_save: bool = True
@@ -744,7 +744,6 @@ class Config:
             )
         if not self.offload.params:
             return
-        d = self.distributed
         _check(
             d.backend == Backend.RAY and d.strategy.shards,
             f"offload.params=true moves FSDP2's shards to host memory (CPUOffloadPolicy), but distributed.strategy="

@@ -86,14 +86,16 @@ class RayTrainer:
         return ok
 
     def evaluate_start(self) -> None:
-        self._on("evaluate_start")
+        self._all("evaluate_start", self.workers)  # each evaluates a share of the rows (rank 0 writes)
 
     def step(self, step: int) -> dict:
         """Every worker's shard of ``step``; returns the step's metrics (rank 0's, of the global batch)."""
         return self._all("step", self.workers, step)[0]
 
     def record(self, step: int, metrics: dict) -> None:
-        self._saving("record", step, metrics)
+        """Every worker: each evaluates a share of the rows when due; rank 0 logs (and under FSDP every
+        worker writes its shards of a checkpoint)."""
+        self._all("record", self.workers, step, metrics)
 
     def stop(self, step: int, signal_name: str) -> Path:
         return Path(self._saving("stop", step, signal_name))

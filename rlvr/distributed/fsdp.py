@@ -84,7 +84,7 @@ class ShardedGroup(TorchGroup):
             self.mesh, self.replicate = hybrid["shard"], hybrid.get_group("replicate")
         else:
             self.mesh = init_device_mesh(self.device.type, (world_size,))
-        # The other ranks wait for rank 0 alone at a few points (it evaluates, writes a checkpoint's
+        # The other ranks wait for rank 0 alone at a few points (it writes a checkpoint's
         # Hugging Face weights): longer than the collective timeout allows, so they wait in a group of
         # their own, on the host (gloo), bounded by the driver's step timeout (0 = no limit: a week).
         wait = timedelta(seconds=wait_for_rank0_s or 7 * 24 * 3600)
@@ -166,7 +166,7 @@ class ShardedGroup(TorchGroup):
 
     def broadcast(self, obj):
         """Rank 0's ``obj`` (picklable), on every rank; the others wait for rank 0 as long as the
-        driver's step timeout allows (rank 0 may be evaluating or writing a checkpoint)."""
+        driver's step timeout allows (rank 0 may be writing a checkpoint)."""
         out = [obj]
         dist.broadcast_object_list(out, src=0, group=self.host)
         return out[0]

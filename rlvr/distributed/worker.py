@@ -2,8 +2,9 @@
 
 The worker joins the torch.distributed process group, then does what the single-process
 :func:`rlvr.training.trainer.train` does, on its shard: ``trainer.step`` on whole groups of the
-step's prompts; rank 0 also runs the logging process's methods (evaluation, metrics, samples,
-checkpoints). What rank 0 prints goes to a buffer that the driver prints on its own console.
+step's prompts and a share of each evaluation's rows; rank 0 also runs the logging process's
+methods (the evaluation's result, metrics, samples, checkpoints). What rank 0 prints goes to a
+buffer that the driver prints on its own console.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ class Worker:
         return self._printed(metrics if self.rank == 0 else None)  # the same on every rank
 
     def record(self, step: int, metrics: dict):
-        """``Trainer.record`` (evaluation when due, metrics, samples, periodic checkpoint): rank 0's,
-        or under FSDP every rank's (the checkpoint is a collective; rank 0 alone logs)."""
+        """``Trainer.record`` (evaluation when due, metrics, samples, periodic checkpoint) on every rank:
+        each evaluates a share of the rows; rank 0 alone logs; under FSDP the checkpoint is a collective."""
         self.trainer.record(step, metrics)
         return self._printed()
 

@@ -1,20 +1,31 @@
 """Evaluation inside a training run: at step 0, every ``eval.every_steps``, and after the last step.
 
 The trainer calls :meth:`TrainingEval.run` with its own rollout engine (weights synced), so
-evaluation costs generation only: no second model copy. Results go to
+evaluation costs generation only: no second model copy. Data-parallel workers (Ray) each evaluate a
+strided share of the rows, every row sampled with its own seeds, and rank 0 gathers the shares into
+the result one process would get (:func:`rlvr.evaluation.evaluate.merge_results`). Results go to
 ``RUN/eval/step_NNNNNN/{summary.json,predictions.jsonl}``, one line per evaluation in
 ``RUN/eval/history.jsonl``, and back to the trainer as ``eval/<metric>`` floats.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
 from rlvr import metric_names as M
-from rlvr.evaluation.evaluate import PromptStyle, evaluate, load_eval_rows, metric_keys, write_result
+from rlvr.evaluation.evaluate import (
+    PromptStyle,
+    evaluate,
+    load_eval_rows,
+    merge_results,
+    metric_keys,
+    write_result,
+)
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
+from rlvr.rollout.hf import sample_seed
 from rlvr.run_dir import RunDir
 
 
@@ -29,6 +40,8 @@ class TrainingEval:
         total_steps: the run's last step (``eval.at_end``).
         scorer: the trainer's :class:`rlvr.rewards.Scorer`, so evaluation scores with the same rules,
             worker pool and time limit as training (None = a default Scorer).
+        seed: the run's seed: with ``eval.samples > 1`` row i's sample j at step s is seeded by
+            ``(seed, s, i, j)`` alone, whichever process evaluates it.
     """
 
     def __init__(
@@ -41,9 +54,11 @@ class TrainingEval:
         rollout_max_new_tokens: int,
         total_steps: int,
         scorer=None,
+        seed: int = 0,
     ) -> None:
         self.cfg = eval_cfg
         self.scorer = scorer
+        self.seed = seed
         self.run_dir = RunDir(run_dir)
         self.total_steps = total_steps
         self.style = PromptStyle(data_cfg.template, data_cfg.system_prompt, data_cfg.assistant_prefix)
@@ -68,25 +83,39 @@ class TrainingEval:
             return True
         return self.cfg.every_steps > 0 and step % self.cfg.every_steps == 0
 
-    def run(self, engine, tokenizer, step: int) -> dict[str, float]:
+    def run(self, engine, tokenizer, step: int, group=None) -> dict[str, float] | None:
         """Evaluate the engine's current weights; returns ``{"eval/accuracy": ..., "eval/time_s": ...}``.
 
-        Sampling (``eval.samples > 1``) runs under a forked RNG, so evaluating never changes the
-        training trajectory.
+        With a data-parallel ``group`` (:class:`rlvr.training.replicas.OneProcess`'s methods) every
+        rank calls it at once (a collective): rank r evaluates rows ``r::world_size``, rank 0 gathers
+        the shares, writes the result as one process would and returns the metrics; the others
+        return None. Sampling (``eval.samples > 1``) is seeded per row and runs under a forked RNG,
+        so evaluating never changes the training trajectory.
         """
+        rank, world = (0, 1) if group is None else (group.rank, group.world_size)
+        t0 = time.perf_counter()
         engine.sync_weights()
+        ids = range(rank, len(self.rows), world)
+        K = self.cfg.samples
+        seeds = [sample_seed(self.seed, step, i, j) for i in ids for j in range(K)] if K > 1 else None
         with torch.random.fork_rng(devices=[]):
             result = evaluate(
                 engine,
                 tokenizer,
-                self.rows,
+                [self.rows[i] for i in ids],
                 style=self.style,
-                samples=self.cfg.samples,
+                samples=K,
                 temperature=self.cfg.temperature,
                 max_new_tokens=self.max_new_tokens,
                 batch_prompts=self.cfg.batch_prompts,
                 scorer=self.scorer,
+                seeds=seeds,
             )
+        if world > 1:
+            parts = group.gather(result)  # every rank's share, in rank order
+            if rank != 0:
+                return None
+            result = merge_results(parts, elapsed=time.perf_counter() - t0)
         write_result(result, self.run_dir.eval_dir(step), step=step)
         metrics = {M.eval_key(k): float(result.summary[k]) for k in metric_keys(result.summary)}
         metrics[M.EVAL_TIME_S] = float(result.summary["time_s"])

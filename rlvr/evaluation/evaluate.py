@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.choices import BUILTIN_TASKS
@@ -42,6 +42,9 @@ class EvalResult:
     """Aggregate numbers (accuracy, format_rate, pass@k, ...), JSON-ready."""
     predictions: list[dict]
     """One row per problem: prompt, completion, extracted answer, gold, correct, ..."""
+    tallies: list[dict] = field(default_factory=list)
+    """Per problem, what the summary counts beyond its prediction row (scoring errors, sampled
+    completions in format); not written. :func:`merge_results` rebuilds a summary from them."""
 
 
 EVAL_RULES = ("accuracy", "accuracy_lenient", "format")
@@ -132,6 +135,7 @@ def evaluate(
     batch_prompts: int = 64,
     on_batch: Callable[[int, int, float], None] | None = None,
     scorer=None,
+    seeds: list[int] | None = None,
 ) -> EvalResult:
     """Greedy accuracy on ``rows``; with ``samples`` = K > 1 also pass@k (k = 1, 2, 4, ... <= K) and maj@K
     from K sampled completions per problem at ``temperature``.
@@ -144,6 +148,10 @@ def evaluate(
         scorer: the :class:`rlvr.rewards.Scorer` whose settings (worker pool, ``timeout_s``,
             ``on_error``) score the answers; training passes its own. None = a default Scorer.
             It is warmed before the first batch.
+        seeds: with ``samples`` > 1, one sampling seed per sampled sequence (``len(rows) * samples``,
+            grouped by row, as the engine's ``generate`` takes them): a row's samples then do not
+            depend on the rows beside it, so a share of the rows samples what the whole would
+            (:func:`merge_results`). None = the torch RNG.
 
     Returns:
         EvalResult; ``summary`` keys: n, accuracy (boxed / <answer> answer, the ``accuracy`` reward),
@@ -153,16 +161,14 @@ def evaluate(
     """
     if samples < 1:
         raise UserError(f"--samples {samples}: must be >= 1")
+    if seeds is not None and len(seeds) != len(rows) * samples:
+        raise ValueError(f"{len(seeds)} seeds for {len(rows)} rows x {samples} samples")
     t0 = time.perf_counter()
     if scorer is None:
         scorer = Scorer(list(EVAL_RULES))
     scorer.warm()  # pool start-up and imports happen here, not inside the first batch's time limits
     preds: list[dict] = []
-    n_errors = 0
-    ks = ks_up_to(samples) if samples > 1 else []
-    per_k: dict[int, float] = {k: 0.0 for k in ks}
-    maj_correct = 0
-    sample_correct = sample_format = 0
+    tallies: list[dict] = []
     step = max(1, batch_prompts)
     template = style.resolve()
     prefix = template.assistant_prefix  # part of the assistant's turn: the rewards read it too
@@ -175,7 +181,8 @@ def evaluate(
         lengths = greedy.response_lengths.tolist()
         sampled = None
         if samples > 1:
-            sampled = engine.generate(prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens)
+            kw = {} if seeds is None else {"seeds": seeds[start * samples : (start + len(chunk)) * samples]}
+            sampled = engine.generate(prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens, **kw)
         golds = [r["answer"] for r in chunk]
         said = [prefix + t for t in greedy.texts]
         judged = _judge(scorer, said, golds, {**_fields(chunk), "prompt": prompts})
@@ -200,23 +207,20 @@ def evaluate(
                 "length": int(lengths[i]),
                 "truncated": bool(greedy.truncated[i]),
             }
+            tally = {"errors": 0, "sample_format": 0}
             if j["error"]:
                 out["error"] = j["error"]
-                n_errors += 1
+                tally["errors"] += 1
             if sampled is not None:
                 checks = [
                     (c, s["extracted"], s["correct"], s["format"])
                     for c, s in sample_judged[i * samples : (i + 1) * samples]
                 ]
-                n_errors += sum(bool(s["error"]) for _, s in sample_judged[i * samples : (i + 1) * samples])
+                tally["errors"] += sum(bool(s["error"]) for _, s in sample_judged[i * samples : (i + 1) * samples])
+                tally["sample_format"] = sum(f for *_, f in checks)
                 c = sum(ok for _, _, ok, _ in checks)
-                for k in ks:
-                    per_k[k] += pass_at_k(samples, c, k)
                 voted = majority_vote([p for _, p, _, _ in checks], key=_vote_key)
                 maj_ok = any(p == voted and ok for _, p, ok, _ in checks)  # voted is one of the p
-                maj_correct += maj_ok
-                sample_correct += c
-                sample_format += sum(f for *_, f in checks)
                 out.update(
                     num_correct=c,
                     majority=voted,
@@ -224,10 +228,37 @@ def evaluate(
                     samples=[{"completion": s, "extracted": p, "correct": ok} for s, p, ok, _ in checks],
                 )
             preds.append(out)
+            tallies.append(tally)
         if on_batch is not None:
             on_batch(len(preds), len(rows), sum(p["correct"] for p in preds) / len(preds))
+    summary = _summary(preds, tallies, samples, temperature, max_new_tokens, time.perf_counter() - t0)
+    return EvalResult(summary=summary, predictions=preds, tallies=tallies)
+
+
+def merge_results(parts: list[EvalResult], *, elapsed: float) -> EvalResult:
+    """One evaluation from the results of strided shares of its rows (share r: rows ``r::len(parts)``,
+    each evaluated with its rows' own seeds): the predictions back in row order and the summary
+    counted over them in that order, so equal to evaluating every row in one process (up to the
+    float rounding of batching rows differently); ``time_s`` = ``elapsed``."""
+    world = len(parts)
+    n = sum(len(p.predictions) for p in parts)
+    preds = [parts[i % world].predictions[i // world] for i in range(n)]
+    tallies = [parts[i % world].tallies[i // world] for i in range(n)]
+    s = parts[0].summary
+    summary = _summary(preds, tallies, s["samples"], s["temperature"], s["max_new_tokens"], elapsed)
+    return EvalResult(summary=summary, predictions=preds, tallies=tallies)
+
+
+def _summary(
+    preds: list[dict], tallies: list[dict], samples: int, temperature: float, max_new_tokens: int, elapsed: float
+) -> dict:
+    """The summary of :func:`evaluate` from its prediction rows and tallies, counted in row order."""
+    ks = ks_up_to(samples) if samples > 1 else []
+    per_k: dict[int, float] = {k: 0.0 for k in ks}
+    for p in preds:
+        for k in ks:
+            per_k[k] += pass_at_k(samples, p["num_correct"], k)
     n = len(preds)
-    elapsed = time.perf_counter() - t0
     summary = {
         "n": n,
         "accuracy": sum(p["correct"] for p in preds) / n,
@@ -235,20 +266,20 @@ def evaluate(
         "format_rate": sum(p["format"] for p in preds) / n,
         "response_len_mean": sum(p["length"] for p in preds) / n,
         "truncated_frac": sum(p["truncated"] for p in preds) / n,
-        "scoring_errors": n_errors,
+        "scoring_errors": sum(t["errors"] for t in tallies),
     }
     if samples > 1:
         summary.update({f"pass@{k}": v / n for k, v in per_k.items()})
-        summary[f"maj@{samples}"] = maj_correct / n
-        summary["sample_accuracy"] = sample_correct / (n * samples)
-        summary["sample_format_rate"] = sample_format / (n * samples)
+        summary[f"maj@{samples}"] = sum(p["majority_correct"] for p in preds) / n
+        summary["sample_accuracy"] = sum(p["num_correct"] for p in preds) / (n * samples)
+        summary["sample_format_rate"] = sum(t["sample_format"] for t in tallies) / (n * samples)
     summary.update(
         samples=samples,
         temperature=temperature if samples > 1 else 0.0,
         max_new_tokens=max_new_tokens,
         time_s=round(elapsed, 3),
     )
-    return EvalResult(summary=summary, predictions=preds)
+    return summary
 
 
 def write_result(result: EvalResult, out_dir: Path, **extra) -> Path:

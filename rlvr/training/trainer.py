@@ -175,6 +175,7 @@ class Trainer:
             rollout_max_new_tokens=cfg.rollout.max_new_tokens,
             total_steps=cfg.train.steps,
             scorer=self.scorer,
+            seed=cfg.seed,
         )
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
@@ -609,10 +610,17 @@ class Trainer:
 
     # -- what the logging process does around the steps ------------------------------------
 
+    def _evaluate(self, step: int) -> dict | None:
+        """The evaluation after ``step`` steps when due, else None. Every rank calls it: each evaluates
+        a share of the rows, and rank 0 writes the whole result and gets its metrics (the others None)."""
+        if not self.evaluator.due(step):
+            return None
+        return self.evaluator.run(self.engine, self.tokenizer, step, self.group)
+
     def evaluate_start(self) -> None:
         """The before of before/after: RUN/eval/step_000000 and TensorBoard step 0 (not a resume)."""
-        if self.resume_from is None and self.evaluator.due(0):
-            before = self.evaluator.run(self.engine, self.tokenizer, 0)
+        before = self._evaluate(0) if self.resume_from is None else None
+        if before is not None:
             for k, v in before.items():  # not a metrics.jsonl row: its rows are training steps 1..N
                 self.metrics_log.tb.add_scalar(k, v, 0)
             self.printer.note(eval_line(0, before))
@@ -625,9 +633,12 @@ class Trainer:
             UserError: ``train.max_bad_steps`` steps in a row had only non-finite updates (saved first).
         """
         cfg = self.cfg
+        evaluated = self._evaluate(step)  # after the update: the weights saved as step_{step}; every rank
+        if not (self.logs or self.shards):  # a data-parallel replica: its share of the evaluation is all
+            return
         if self.logs:  # under FSDP every rank comes here, for the checkpoints' collectives
-            if self.evaluator.due(step):  # after the update: evaluates the weights saved as step_{step}
-                metrics.update(self.evaluator.run(self.engine, self.tokenizer, step))
+            if evaluated is not None:
+                metrics.update(evaluated)
                 self.printer.note(eval_line(step, metrics))
             logged = self.metrics_log.log(step, metrics)
             for row in self.samples:

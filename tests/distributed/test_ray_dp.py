@@ -21,13 +21,16 @@ def dp_config(dp_args):
 
 
 DYNAMIC = ("algo.dynamic_sampling=true", "algo.dynamic_sampling_max_batches=2", "algo.adv_method=reinforce_pp")
+EVAL = ("eval.at_start=true", "eval.every_steps=2", "eval.samples=2", "eval.limit=5")
+"""Evaluations at steps 0 and 2, split over the workers (5 rows: 3 and 2), sampled and greedy."""
 
 
-@pytest.mark.parametrize("extra", [(), DYNAMIC], ids=["grpo", "dynamic-sampling-reinforce-pp"])
+@pytest.mark.parametrize("extra", [EVAL, DYNAMIC], ids=["grpo-eval", "dynamic-sampling-reinforce-pp"])
 def test_two_ray_workers_train_like_one_process(dp_config, tiny_model, tmp_path, extra):
     """The same update as one process; with DAPO dynamic sampling the extra batches are drawn on
     every rank's informative-group count and the kept groups dealt out, and REINFORCE++'s batch
-    std is the whole step's."""
+    std is the whole step's. The evaluations, each worker evaluating a share of the rows, write what
+    one process writes."""
     pytest.importorskip("ray")
     one, two = tmp_path / "one", tmp_path / "two"
     train(dp_config(one, *extra))
@@ -37,7 +40,7 @@ def test_two_ray_workers_train_like_one_process(dp_config, tiny_model, tmp_path,
     a, b = metrics(one, timings=False), metrics(two, timings=False)
     # the same completions were sampled, so the rollout metrics are equal, not just close
     assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
-    if extra:  # the dynamic-sampling path ran: extra batches drawn, groups dropped
+    if extra == DYNAMIC:  # the dynamic-sampling path ran: extra batches drawn, groups dropped
         assert sum(r["rollout/extra_batches"] for r in a) > 0 and sum(r["rollout/dropped_groups"] for r in a) > 0
     wa = load_file(one / "checkpoints" / "last" / "model.safetensors")
     wb = load_file(two / "checkpoints" / "last" / "model.safetensors")
@@ -47,6 +50,13 @@ def test_two_ray_workers_train_like_one_process(dp_config, tiny_model, tmp_path,
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-6)
     samples = lambda d: (d / "samples.jsonl").read_text(encoding="utf-8").splitlines()  # noqa: E731
     assert len(samples(two)) == len(samples(one)) == 3 * 4 * 8  # every rank's samples
+    if extra == EVAL:
+        evals = lambda d: sorted(p.relative_to(d) for p in (d / "eval").rglob("*.j*"))  # noqa: E731
+        assert evals(two) == evals(one) and len(evals(one)) == 5  # steps 0 and 2: summary, predictions; history
+        for name in evals(one):
+            if name.name == "predictions.jsonl":  # the same completions, in the same row order
+                assert (two / name).read_text() == (one / name).read_text(), name
+        assert "eval/pass@2" in a[1] and a[1]["eval/pass@2"] == b[1]["eval/pass@2"]
 
 
 def test_prompts_must_split_into_whole_groups(dp_config, tmp_path):
