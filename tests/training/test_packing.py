@@ -261,7 +261,8 @@ def test_estimate_counts_a_token_budget_pass():
     """rlvr estimate's activations for packed passes, by hand on a tiny shape."""
     from rlvr.estimate import ModelShape, estimate
 
-    tiny = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True)  # layers, hidden, intermediate, heads, kv, V
+    # layers, hidden, intermediate, heads, kv, V; gemma2 post-processes its logits: the full-logits path
+    tiny = ModelShape(2, 32, 64, 4, 2, 128, tie_word_embeddings=True, model_type="gemma2")
     run = [
         "model.dtype=float32",
         "model.autocast_bf16=false",
