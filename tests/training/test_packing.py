@@ -9,8 +9,8 @@ import random
 
 import pytest
 import torch
+from host_syncs import HostSyncs
 from tiny_run import assert_same_metrics, tiny_config
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlvr import metric_names as M
 from rlvr.config import load_config
@@ -193,16 +193,10 @@ def test_token_budget_config_defaults():
     assert load_config(None, []).train.logprob_tokens == 0
 
 
-class _HostSyncs(TorchDispatchMode):
-    """Counts what makes a GPU's host wait (scalar reads, nonzero, is_nonzero), split by where the op
-    was called from: transformers' own code or rlvr's; and, through a patched ``Tensor.tolist`` (which
-    reads the data without a dispatched op), the host reads of whole tensors."""
-
-    SYNCS = {
-        torch.ops.aten._local_scalar_dense.default,
-        torch.ops.aten.nonzero.default,
-        torch.ops.aten.is_nonzero.default,
-    }
+class _HostSyncs(HostSyncs):
+    """Host syncs split by where the op was called from: transformers' own code or rlvr's; and, through
+    a patched ``Tensor.tolist`` (which reads the data without a dispatched op), the host reads of whole
+    tensors."""
 
     def __init__(self, monkeypatch):
         super().__init__()
@@ -215,17 +209,17 @@ class _HostSyncs(TorchDispatchMode):
 
         monkeypatch.setattr(torch.Tensor, "tolist", tolist)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func in self.SYNCS:
-            import traceback
+    def sync(self, func, args) -> None:
+        import traceback
 
-            frames = traceback.extract_stack()[:-1]  # without this method's own frame
-            caller = next(f.filename for f in reversed(frames) if "/torch/" not in f.filename)
-            if "/transformers/" in caller:
-                self.transformers += 1
-            else:
-                self.rlvr += 1
-        return func(*args, **(kwargs or {}))
+        frames = traceback.extract_stack()[:-2]  # without this method's and the dispatcher's frames
+        caller = next(
+            f.filename for f in reversed(frames) if "/torch/" not in f.filename and "host_syncs" not in f.filename
+        )
+        if "/transformers/" in caller:
+            self.transformers += 1
+        else:
+            self.rlvr += 1
 
 
 @pytest.mark.parametrize("key, few, many", [("micro_batch_tokens", 192, 48), ("micro_batch_seqs", 16, 2)])
