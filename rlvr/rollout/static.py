@@ -141,24 +141,22 @@ class StaticDecoder:
             raise ValueError(f"sync_every={sync_every}: the host must read the response buffer at least every step")
         self.model, self.backend, self.sync_every = model, compile, sync_every
         self.additive_mask = attn == "eager"
-        self.rows = self.capacity = self.new_tokens = 0
+        self.rows = self.capacity = 0
         self.want_rows, self.want_capacity = rows, capacity
         self.compiled: dict[tuple, tuple[Callable, Tensor]] = {}
         self.host_reads = 0
         """Copies of the response buffer to the host so far (the decode's only device-to-host reads)."""
-        self.stats: dict[str, int] = {}
 
     # -- buffers ------------------------------------------------------------------------------
 
-    def reserve(self, rows: int, capacity: int, new_tokens: int, like: Cache) -> None:
-        """Buffers for ``rows`` rows, ``capacity`` cache positions (rounded up to :data:`WINDOW`) and
-        responses of ``new_tokens``; kept when they are already as large. ``like`` (a prefill's
-        cache) gives the layers' shapes and dtype."""
+    def reserve(self, rows: int, capacity: int, like: Cache) -> None:
+        """Buffers for ``rows`` rows and ``capacity`` cache positions (rounded up to :data:`WINDOW`; a
+        response never outgrows the cache, so the response buffers are as long); kept when they are
+        already as large. ``like`` (a prefill's cache) gives the layers' shapes and dtype."""
         rows, capacity = max(rows, 2), -(-capacity // WINDOW) * WINDOW
-        if rows <= self.rows and capacity <= self.capacity and new_tokens <= self.new_tokens:
+        if rows <= self.rows and capacity <= self.capacity:
             return
         rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
-        new_tokens = capacity  # a response never outgrows the cache: one size, kept as long as the cache
         self.keys, self.values = [], []
         device = next(self.model.parameters()).device
         for shape_k, shape_v, dtype in self._layer_shapes(like):
@@ -174,17 +172,17 @@ class StaticDecoder:
         self.seeds = torch.zeros(rows, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)  # cache position of the token fed in
         self.t = torch.zeros(1, dtype=torch.long, device=device)  # response index of the token picked
-        self.out_tokens = torch.zeros(rows + 1, new_tokens, dtype=torch.long, device=device)  # + the scratch row
-        self.out_logprobs = torch.zeros(rows + 1, new_tokens, device=device)
+        self.out_tokens = torch.zeros(rows + 1, capacity, dtype=torch.long, device=device)  # + the scratch row
+        self.out_logprobs = torch.zeros(rows + 1, capacity, device=device)
         pin = device.type == "cuda"
         # flat: each copy lands contiguous (a strided destination would not copy asynchronously)
-        staging = rows * new_tokens
+        staging = rows * capacity
         self.staging = [torch.zeros(staging, dtype=torch.long, pin_memory=pin) for _ in range(2)]  # cpu: host copies
         for buf in (*self.keys, *self.values, self.mask, self.tokens, self.plen, self.live, self.row, self.seeds):
             torch._dynamo.mark_static_address(buf)
         for buf in (self.pos, self.t, self.out_tokens, self.out_logprobs):
             torch._dynamo.mark_static_address(buf)
-        self.rows, self.capacity, self.new_tokens = rows, capacity, new_tokens
+        self.rows, self.capacity = rows, capacity
         self.views: dict[tuple[int, int], _View] = {}
 
     @staticmethod
@@ -329,7 +327,7 @@ class StaticDecoder:
             logits_to_keep=1,
         )
         prefill = output_cache(out)
-        self.reserve(max(B, self.want_rows), max(L + max_new_tokens, self.want_capacity), max_new_tokens, like=prefill)
+        self.reserve(max(B, self.want_rows), max(L + max_new_tokens, self.want_capacity), like=prefill)
         step, eos = self._compiled(how, eos_ids)
         b = self._ladder(B)
         for k, v, src in zip(self.keys, self.values, prefill.layers, strict=True):
@@ -430,7 +428,6 @@ class StaticDecoder:
         logprobs = None
         if how.logprob_temperature is not None:
             logprobs = self.out_logprobs[:B, :T].masked_fill(~keep, 0.0)
-        self.stats = {"steps": steps, "row_steps": row_steps, "host_reads": self.host_reads}
         return Decoded(response, torch.from_numpy(stop_at).to(end.device), logprobs, steps, row_steps)
 
     def _to_device(self, values: list[int]) -> Tensor:
