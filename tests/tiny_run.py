@@ -1,4 +1,5 @@
-"""The one tiny training run that end-to-end tests build on, and the one reader of what it wrote.
+"""The one tiny training run that end-to-end tests build on, the one reader of what it wrote, and the
+exact comparison of saved state trees.
 
 The run: a tiny random model (``rlvr.models.tiny``) on CPU in float32, 4 prompts x 8 samples of
 at most 8 new tokens, the ``sevens`` reward (registered in process by the ``tiny_dir`` fixture of
@@ -13,6 +14,8 @@ it loads tests/conftest.py.
 from __future__ import annotations
 
 from pathlib import Path
+
+import torch
 
 from rlvr.config import Config, load_config
 from rlvr.run_dir import RunDir
@@ -84,3 +87,16 @@ def assert_same_metrics(run_a: Path | str, run_b: Path | str, steps: int) -> Non
         assert row_a.keys() == row_b.keys()
         for k in row_a:
             assert row_b[k] == pytest.approx(row_a[k], rel=1e-4, abs=1e-6), (row_a["step"], k)
+
+
+def assert_same_state(a, b, where: str = "") -> None:
+    """Two state trees (dicts of tensors and plain values, e.g. loaded checkpoints) equal exactly: the same
+    keys, dtypes and bits."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same_state(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert a == b, where

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tiny_run import assert_same_state
 
 pytestmark = pytest.mark.slow
 
@@ -162,7 +163,7 @@ def test_hsdp_on_2_nodes_of_2_equals_one_process(tmp_path):
 
     # the checkpoint: every parameter and AdamW moment exactly, loaded by 2 flat FSDP ranks
     mp.spawn(_load_flat, args=(_port(), str(tmp_path)), nprocs=2)
-    _same(got["saved"], torch.load(tmp_path / "loaded.pt"))
+    assert_same_state(got["saved"], torch.load(tmp_path / "loaded.pt"))
 
 
 def test_cpu_offload_policy_reaches_the_shards_and_trains_like_one_process(tmp_path):
@@ -170,14 +171,3 @@ def test_cpu_offload_policy_reaches_the_shards_and_trains_like_one_process(tmp_p
     got = torch.load(tmp_path / "trained.pt")
     assert got["crossed"] == {"backward": 0, "reduce_grads": 0}  # flat FSDP: no cross-node group
     _same_as_one_process(got)
-
-
-def _same(a, b, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            _same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b), where
-    else:
-        assert a == b, where

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tiny_run import assert_same_state
 
 pytestmark = pytest.mark.slow
 
@@ -74,17 +75,6 @@ def _load(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def _same(a, b, where: str = "") -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for k in a:
-            _same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b), where
-    else:
-        assert a == b, where
-
-
 def test_a_checkpoint_of_2_ranks_resumes_exactly_on_3(tmp_path):
     mp.spawn(_save, args=(2, _port(), str(tmp_path)), nprocs=2)
     seen = (tmp_path / "seen_at_commit").read_text().split()
@@ -92,7 +82,7 @@ def test_a_checkpoint_of_2_ranks_resumes_exactly_on_3(tmp_path):
     mp.spawn(_load, args=(3, _port(), str(tmp_path)), nprocs=3)
     saved, loaded = torch.load(tmp_path / "saved.pt"), torch.load(tmp_path / "loaded_3.pt")
     assert saved["optim"]["state"], "AdamW state was saved"
-    _same(saved, loaded)
+    assert_same_state(saved, loaded)
 
 
 def test_a_failed_background_write_is_one_line_and_the_previous_checkpoint_stays(tmp_path):
