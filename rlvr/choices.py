@@ -115,6 +115,51 @@ class OnError(str, Enum):
 # Reward rule names are not listed here: config does not check them. The Scorer does, when
 # training starts (built-ins from rlvr.rewards.registry.REWARDS, plugins by importing them).
 
+# -- tools ------------------------------------------------------------------------------------
+
+TOOL_CALL_SYNTAX = "<tool>{name}: {args}</tool>"
+"""The default call syntax (``rollout.tool_call``): what the model writes to call a tool."""
+TOOL_RESULT_SYNTAX = "<result>{output}</result>"
+"""The default result syntax (``rollout.tool_result``): what the environment appends after a call."""
+
+
+def parse_tool_syntax(call: str, result: str) -> tuple[str, str, str, str, str]:
+    """(open, separator, close, result open, result close) of a tool call syntax.
+
+    ``call`` holds ``{args}`` once, after ``{name}`` when it names the tool (without ``{name}``
+    exactly one tool may be configured): non-empty text before the first placeholder (where a call
+    starts) and after ``{args}`` (where it ends: generation pauses there); with ``{name}``, non-empty
+    text between the two. ``result`` holds ``{output}`` once. Tool names and rule names are not
+    checked here: the tool registry does that when a run starts.
+
+    Raises:
+        ValueError: a message that says what is wrong with which of the two.
+    """
+    for key, text, holders in (("call", call, ("{args}",)), ("result", result, ("{output}",))):
+        for h in holders:
+            if text.count(h) != 1:
+                raise ValueError(f"tool_{key}={text!r} must hold {h} exactly once")
+    if call.count("{name}") > 1:
+        raise ValueError(f"tool_call={call!r} holds {{name}} more than once")
+    head, _, close = call.partition("{args}")
+    opening, has_name, sep = head.partition("{name}")
+    if not has_name:
+        opening, sep = head, ""
+    if not opening.strip() or not close.strip():
+        raise ValueError(
+            f"tool_call={call!r} needs text before the first placeholder and after {{args}} "
+            "(where a call starts and ends), e.g. '<tool>{name}: {args}</tool>'"
+        )
+    if has_name and not sep:
+        raise ValueError(f"tool_call={call!r} needs text between {{name}} and {{args}}, e.g. '{{name}}: {{args}}'")
+    if "{" in opening + sep + close:
+        raise ValueError(f"tool_call={call!r}: the only placeholders are {{name}} and {{args}}")
+    r_open, _, r_close = result.partition("{output}")
+    if not r_open.strip():
+        raise ValueError(f"tool_result={result!r} needs text before {{output}}, e.g. '<result>{{output}}</result>'")
+    return opening, sep, close, r_open, r_close
+
+
 # -- data -------------------------------------------------------------------------------------
 
 BUILTIN_TASKS = ("arithmetic", "countdown")

@@ -41,6 +41,8 @@ from rlvr.choices import (
     DATA_TASKS,
     FILE_FORMATS,
     TEMPLATE_NAMES,
+    TOOL_CALL_SYNTAX,
+    TOOL_RESULT_SYNTAX,
     AdvMethod,
     Backend,
     Engine,
@@ -51,6 +53,7 @@ from rlvr.choices import (
     RatioLevel,
     Strategy,
     is_template_file,
+    parse_tool_syntax,
 )
 from rlvr.errors import UserError
 
@@ -240,6 +243,18 @@ class RolloutConfig:
     """Decode on a static KV cache with every row stepping together (rlvr.rollout.static), the step compiled with torch.compile (CUDA graphs) on a GPU: auto = on a CUDA device, true = also on a CPU (the step runs eagerly there), false = the dynamic decode. The same tokens as the dynamic decode (seeded per sequence; greedy token for token)."""
     engine: Engine = Engine.HF
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
+    tools: list[str] = field(default_factory=list)
+    """Tools the model may call mid-response (docs/tools.md): built-ins calculator and python (opt-in: runs code in a limited subprocess), or plugins 'package.module:function' / 'path/to/file.py:function'. Generation pauses at each call, the result is appended (masked out of the loss) and generation goes on. Empty = single-turn rollouts."""
+    max_tool_calls: int = 4
+    """Most tool calls per response; a call past it is not run (generation no longer pauses at it)."""
+    tool_call: str = TOOL_CALL_SYNTAX
+    """How the model calls a tool: {name} (optional with one tool) and {args} between fixed texts; generation pauses at the text after {args}."""
+    tool_result: str = TOOL_RESULT_SYNTAX
+    """What the environment appends after a call, {output} being the tool's result (or 'error: ...')."""
+    tool_timeout_s: float = 5.0
+    """Hard time limit per tool call (in the reward.workers pool); a slower call answers 'error: timed out'."""
+    tool_max_chars: int = 400
+    """Longest tool result, in characters; a longer one answers an error."""
 
     def __post_init__(self) -> None:
         _check(
@@ -260,6 +275,15 @@ class RolloutConfig:
             "rollout.stop holds an empty string; give non-empty stop strings, e.g. rollout.stop=['</answer>']",
         )
         _check(self.batch_seqs >= 1, "rollout.batch_seqs must be >= 1")
+        try:
+            parse_tool_syntax(self.tool_call, self.tool_result)
+        except ValueError as e:
+            raise UserError(f"rollout.{e}") from None
+        _check(self.max_tool_calls >= 1, "rollout.max_tool_calls must be >= 1 (leave rollout.tools empty for no tools)")
+        _check(self.tool_timeout_s > 0, "rollout.tool_timeout_s must be > 0")
+        _check(self.tool_max_chars >= 16, "rollout.tool_max_chars must be >= 16 (room for an error message)")
+        dupes = sorted({t for t in self.tools if self.tools.count(t) > 1})
+        _check(not dupes, f"rollout.tools lists {', '.join(dupes)} twice; list each tool once")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from rlvr.models.precision import needs_resolving, resolve_precision
 from rlvr.rewards import Scorer
 from rlvr.rewards import get as get_reward
 from rlvr.run_dir import RunDir, step_of
+from rlvr.tools import Toolbox
 from rlvr.training import checkpoint as ckpt
 
 LOADED_CORES = 0.5
@@ -92,6 +93,7 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
     get_reward(cfg.reward.accuracy_rule)
+    Toolbox.from_config(cfg.rollout, cfg.reward.workers)  # unknown tools and broken plugins fail now too
     model_path, cfg = _model(cfg)
     checked = Checked(cfg, Path(cfg.resume or cfg.run_dir), model_path, train_split, test_rows, scorer, device=where)
     if writes:
