@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -120,6 +121,70 @@ class ShardedGroup(TorchGroup):
                 m.set_gradient_divide_factor(1.0)
                 m.set_force_sum_reduction_for_comms(True)
         return model
+
+    def shard_loaded(self, model, load, *, bf16_compute: bool = False, offload: bool = False):
+        """Shards ``model``, built on the meta device (:func:`~rlvr.models.loading.empty_model`), and
+        fills its shards with the weights of ``load()``, a whole model that rank 0 alone calls (it reads
+        the checkpoint into its host memory); returns ``model``. The weights are read once, not once
+        per worker: the other ranks never hold more than their shards and the one tensor being
+        broadcast (``set_model_state_dict`` with ``broadcast_from_rank0``, one tensor at a time, as
+        torchtitan and veRL load). Tied parameters stay one parameter (tied on the meta device, sharded
+        once). Buffers, which no state dict of the model may carry (rotary ``inv_freq`` is
+        non-persistent), are broadcast from rank 0's model too, onto the device the passes run on.
+
+        Args:
+            load: () -> the whole unsharded model (in host memory), called on rank 0 only.
+            bf16_compute, offload: as :meth:`shard`; offloaded shards are allocated in host memory.
+        """
+        self.shard(model, bf16_compute=bf16_compute, offload=offload)
+        model.to_empty(device="cpu" if offload else self.device)  # every shard allocated, still unfilled
+        whole = load() if self.rank == 0 else None
+        full = whole.state_dict() if whole is not None else {}
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, full, options=options)
+        self._broadcast_buffers(model, whole)
+        return model
+
+    def _broadcast_buffers(self, model, whole) -> None:
+        """Every buffer of ``model`` set to rank 0's ``whole``'s (the others pass None), on :attr:`device`."""
+        ours = dict(model.named_buffers())
+        if self.rank == 0 and ours.keys() != dict(whole.named_buffers()).keys():
+            raise ValueError(f"{type(whole).__name__}: the loaded model's buffers are not the built model's")
+        for name, buf in ours.items():
+            value = (
+                whole.get_buffer(name).to(self.device, copy=True)
+                if self.rank == 0
+                else torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
+            )
+            dist.broadcast(value, src=0)
+            owner, _, leaf = name.rpartition(".")
+            model.get_submodule(owner)._buffers[leaf] = value  # its persistence flag stays the module's
+
+    @torch.no_grad()
+    def fill_copy(self, copy, model):
+        """Allocates ``copy`` -- a whole model on the meta device, of ``model``'s architecture before it
+        was sharded (the rollout copy: ``cast_copy`` of the meta policy) -- on :attr:`device` in its own
+        dtypes and fills it from the sharded ``model``: its buffers from ``model``'s, each parameter
+        all-gathered one at a time (``DTensor.full_tensor``); returns ``copy``. A collective."""
+        made: dict[int, tuple] = {}  # id of a meta tensor -> (it, its allocation): a tied one allocated once
+        for module in copy.modules():  # not to_empty, which unties a tied head from the embeddings
+            for table in (module._parameters, module._buffers):
+                for name, t in table.items():
+                    if t is not None and id(t) not in made:
+                        data = torch.empty_like(t, device=self.device)
+                        isparam = isinstance(t, torch.nn.Parameter)
+                        made[id(t)] = (t, torch.nn.Parameter(data, requires_grad=t.requires_grad) if isparam else data)
+                    if t is not None:
+                        table[name] = made[id(t)][1]
+        theirs = dict(model.named_buffers())
+        for name, buf in copy.named_buffers():
+            buf.copy_(theirs[name])
+        mine = dict(copy.named_parameters())
+        for name, p in model.named_parameters():
+            if isinstance(p, DTensor):  # an offloaded shard goes to the copy's device for the gather
+                p = p.to(self.device).full_tensor()
+            mine[name].copy_(p)
+        return copy
 
     def reshard(self, model) -> None:
         """Frees the whole weights a sharded ``model``'s root still holds after a forward (embeddings,

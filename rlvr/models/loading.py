@@ -178,6 +178,26 @@ def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
     return contiguous_head_input(model.to(resolve_device(device)))
 
 
+def empty_model(path: Path, *, dtype: str = "float32"):
+    """The causal LM of the HF directory ``path`` with no storage: its parameters and buffers on the
+    meta device in ``dtype`` (the architecture from config.json, its generation settings, the head's
+    input hook of :func:`load_model`), in eval mode as :func:`load_model` returns it. For the ranks that
+    receive their shards from rank 0 (``ShardedGroup.shard_loaded``) and for the rollout copy filled
+    from the shards: nothing of the model is ever whole on them but what they allocate themselves."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    path = Path(path)
+    try:
+        config = AutoConfig.from_pretrained(str(path))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
+        if (path / "generation_config.json").is_file():
+            model.generation_config = GenerationConfig.from_pretrained(str(path))
+    except (OSError, ValueError) as e:
+        raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
+    return contiguous_head_input(model.eval())
+
+
 SHARDED_DIR = "fsdp"
 """Where an FSDP checkpoint keeps its sharded state (``rlvr.training.checkpoint.SHARDED_DIR``)."""
 

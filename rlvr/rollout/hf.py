@@ -142,6 +142,7 @@ class HFRolloutEngine:
         static_decode: bool | None = None,
         static_capacity: int = 0,
         gathered: bool = False,
+        copy=None,
     ) -> None:
         self.logprobs = logprobs
         self.stop = list(stop)
@@ -150,10 +151,13 @@ class HFRolloutEngine:
         self.batch_seqs = batch_seqs
         want = getattr(torch, dtype)
         self.gathered = gathered
-        """The policy is about to be sharded (FSDP): the engine keeps its own copy, which
+        """The policy is sharded (FSDP): the engine keeps its own whole copy -- ``copy``, already filled
+        from the shards, or else a cast copy of the policy before it is sharded -- which
         :meth:`gather_weights` refreshes (a collective) and :meth:`sync_weights` leaves alone."""
         # built in ``want`` directly, one tensor at a time: never a second copy in the policy's dtype
-        self.model = policy if want == policy.dtype and not gathered else cast_copy(policy, want)
+        if copy is None:
+            copy = policy if want == policy.dtype and not gathered else cast_copy(policy, want)
+        self.model = copy
         self.model.eval()
         self.eos_ids = eos_token_ids(policy, tokenizer)
         self.sampling = Sampling(temperature, top_p, top_k, max_new_tokens)

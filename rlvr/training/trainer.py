@@ -32,6 +32,7 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
+from rlvr.models.loading import cast_copy, empty_model
 from rlvr.models.precision import reference_dtype
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
@@ -262,9 +263,10 @@ class Trainer:
             if cfg.train.shared_prompt_forward:
                 note("model.gradient_checkpointing: the update runs each prompt per sequence (exact); "
                      "old/ref log-probs still share it")  # fmt: skip
-        if self.shards:  # the engine copies the whole policy, then it is sharded, then the reference loads:
-            self.engine = self._build_engine()  # a GPU never holds two whole fp32 models
+        if self.shards:  # the rollout copy's tree before the policy's is sharded (on meta: no storage yet),
+            copy = cast_copy(self.policy, getattr(torch, cfg.rollout.dtype))  # then filled from the shards
             self._shard_models()
+            self.engine = self._build_engine(self.group.fill_copy(copy, self.policy))
         else:
             self.ref = self._load_reference()
             self.engine = self._build_engine()
@@ -273,28 +275,29 @@ class Trainer:
 
     def _load_reference(self):
         """The reference model, or None: none is loaded with kl_coef == 0, nor with LoRA (the base with
-        the adapter off)."""
+        the adapter off). Sharded (FSDP/HSDP): read by rank 0 alone and broadcast into every rank's
+        shards (:meth:`~rlvr.distributed.fsdp.ShardedGroup.shard_loaded`): bf16 passes on a GPU with
+        ``model.autocast_bf16``, its shards in host memory with ``offload.reference``."""
         cfg = self.cfg
         if cfg.algo.kl_coef == 0 or self.adapter is not None:
             return None
         dtype = reference_dtype(cfg.model.dtype, cfg.model.autocast_bf16 == Switch.ON)  # bf16 under autocast
-        # offloaded: read into host memory and sharded from there (FSDP2 moves one layer at a time through
-        # the GPU as it shards), so the GPU never holds the whole reference
-        device = "cpu" if cfg.offload.reference else cfg.model.device
-        ref = load_model(self.model_path, dtype=dtype, device=device)
-        return ref.eval().requires_grad_(False)
+        if not self.shards:
+            return load_model(self.model_path, dtype=dtype, device=cfg.model.device).eval().requires_grad_(False)
+        bf16 = cfg.model.autocast_bf16 == Switch.ON and self.device.type == "cuda"
+        ref = empty_model(self.model_path, dtype=dtype).requires_grad_(False)
+        whole = functools.partial(load_model, self.model_path, dtype=dtype)  # rank 0's, in its host memory
+        return self.group.shard_loaded(ref, whole, bf16_compute=bf16, offload=cfg.offload.reference)
 
     def _shard_models(self) -> None:
-        """FSDP: shards the policy, then loads and shards the reference (bf16 passes on a GPU with
-        ``model.autocast_bf16``; its shards in host memory with ``offload.reference``), and turns length
-        buckets and the shared prompt pass off: every rank must run the same passes, as each one gathers
-        the weights with the others."""
+        """FSDP: shards the policy (built on the meta device) and fills its shards from the weights rank 0
+        alone reads, then the reference likewise; turns length buckets and the shared prompt pass off:
+        every rank must run the same passes, as each one gathers the weights with the others."""
         cfg = self.cfg
         bf16 = cfg.model.autocast_bf16 == Switch.ON and self.device.type == "cuda"
-        self.group.shard(self.policy, bf16_compute=bf16, offload=cfg.offload.params)
+        whole = functools.partial(load_model, self.model_path, dtype=cfg.model.dtype)  # rank 0's, in host memory
+        self.group.shard_loaded(self.policy, whole, bf16_compute=bf16, offload=cfg.offload.params)
         self.ref = self._load_reference()
-        if self.ref is not None:
-            self.group.shard(self.ref, bf16_compute=bf16, offload=cfg.offload.reference)
         off = [k for k in ("length_buckets", "shared_prompt_forward") if getattr(cfg.train, k)]
         if off:  # buckets: a data-dependent pass count; a shared prompt: two forwards per backward, which FSDP2
             # cannot backward through (the first pass's layers are resharded by then)
@@ -303,9 +306,10 @@ class Trainer:
             strategy = cfg.distributed.strategy
             self.printer.note(f"distributed.strategy={strategy}: {keys} off (every worker runs the same plain passes)")
 
-    def _build_engine(self) -> HFRolloutEngine:
+    def _build_engine(self, copy=None) -> HFRolloutEngine:
         """The rollout engine (rollout.engine=hf, the one engine built: config rejects vllm) on the policy,
-        with a line for each CPU-speed choice it made. Its static cache (a GPU's decode) holds the data's
+        with a line for each CPU-speed choice it made; sharded, it samples from ``copy``, the whole copy
+        filled from the shards. Its static cache (a GPU's decode) holds the data's
         longest prompt plus the longer of the rollout's and the evaluation's responses: one set of buffers
         for the run (a longer evaluation prompt grows it once)."""
         cfg, note = self.cfg, self.printer.note
@@ -318,7 +322,7 @@ class Trainer:
                 logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
                 stop=r.stop, packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=r.lean_decode.as_bool(), static_decode=r.static_decode.as_bool(),
-                static_capacity=longest, gathered=self.shards,
+                static_capacity=longest, gathered=self.shards, copy=copy,
             )  # fmt: skip
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
@@ -346,9 +350,10 @@ class Trainer:
         one, or the checkpoint's); only the adapter's parameters require grad."""
         cfg, spec = self.cfg, self.cfg.model.lora
         ckpt_dir, dtype, device = self.resume_from, cfg.model.dtype, cfg.model.device
-        weights_from = self.model_path if self.shards else ckpt_dir or self.model_path  # FSDP: from the shards
+        if not spec.rank and self.shards:  # on the meta device: rank 0 reads the weights as it is sharded
+            return empty_model(self.model_path, dtype=dtype), None  # (_shard_models); a resume's come from DCP
         if not spec.rank:
-            return load_model(weights_from, dtype=dtype, device=device), None
+            return load_model(ckpt_dir or self.model_path, dtype=dtype, device=device), None
         base = load_model(self.model_path, dtype=dtype, device=device)
         settings = dict(rank=spec.rank, alpha=spec.alpha, dropout=spec.dropout, target_modules=spec.target_modules)
         if ckpt_dir is not None:
@@ -379,9 +384,7 @@ class Trainer:
         self.skipped_steps = 0  # steps with a skipped update
         if self.packed is not None:
             self.packed.watch(self.optimizer)  # every optimizer step makes the packed copies stale
-        if state is None:
-            if self.shards:
-                self.engine.gather_weights()
+        if state is None:  # sharded: the engine's copy was filled from the shards as it was built
             return
         if self.shards:  # the policy, AdamW state (and a moved reference) are in the checkpoint's shards
             ref = self.ref if cfg.algo.ref_sync_every else None

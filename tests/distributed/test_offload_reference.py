@@ -67,7 +67,9 @@ def test_an_offloaded_reference_gives_the_log_probs_of_one_process(tmp_path):
 
 
 def test_the_trainer_reads_an_offloaded_reference_to_the_host_and_passes_the_policy(monkeypatch):
-    """The wiring of :meth:`Trainer._shard_models` (GPU workers: no process group, no GPU needed)."""
+    """The wiring of :meth:`Trainer._shard_models` (GPU workers: no process group, no GPU needed): rank 0
+    reads the policy and the reference whole into host memory (load_model's default device) and
+    each is sharded, the reference's shards offloaded with ``offload.reference``."""
     pytest.importorskip("ray")
     import rlvr.training.trainer as trainer_module
     from rlvr.config import load_config
@@ -82,9 +84,11 @@ def test_the_trainer_reads_an_offloaded_reference_to_the_host_and_passes_the_pol
     ]
     loaded, sharded = [], []
     monkeypatch.setattr(trainer_module, "load_model", lambda path, **kw: loaded.append(kw) or torch.nn.Linear(1, 1))
+    monkeypatch.setattr(trainer_module, "empty_model", lambda path, **kw: torch.nn.Linear(1, 1, device="meta"))
 
-    class Group:
-        def shard(self, model, **kw):
+    class Group:  # rank 0's view: it calls the loader
+        def shard_loaded(self, model, load, **kw):
+            load()
             sharded.append((model, kw))
             return model
 
@@ -93,8 +97,10 @@ def test_the_trainer_reads_an_offloaded_reference_to_the_host_and_passes_the_pol
         t = trainer_module.Trainer.__new__(trainer_module.Trainer)
         t.cfg = load_config(None, [*gpu_fsdp, f"offload.reference={str(offload).lower()}"])
         t.group, t.device, t.adapter, t.model_path, t.policy = Group(), torch.device("cuda"), None, "m", object()
+        t.shards = True
         t.printer = type("Printer", (), {"note": lambda self, line: None})()
         t._shard_models()
-        assert loaded == [{"dtype": "float32", "device": "cpu" if offload else "cuda"}]
-        (_, policy_kw), (ref, ref_kw) = sharded
-        assert ref is t.ref and ref_kw["offload"] is offload and policy_kw["offload"] is False
+        assert loaded == [{"dtype": "float32"}, {"dtype": "float32"}]  # policy, reference: no device, the host
+        (policy, policy_kw), (ref, ref_kw) = sharded
+        assert policy is t.policy and ref is t.ref and not ref.weight.requires_grad
+        assert ref_kw["offload"] is offload and policy_kw["offload"] is False
