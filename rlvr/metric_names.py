@@ -9,6 +9,7 @@ Standard library only: the light readers (report, compare) import it without tor
 from __future__ import annotations
 
 # -- rollout/: everything sampled this step (with DAPO dynamic sampling, the dropped groups too)
+ROLLOUT = "rollout/"
 REWARD_MEAN = "rollout/reward_mean"
 REWARD_STD = "rollout/reward_std"
 ACCURACY = "rollout/accuracy"
@@ -20,6 +21,17 @@ TRUNCATED_FRAC = "rollout/truncated_frac"
 OVERLONG_PENALTY_MEAN = "rollout/overlong_penalty_mean"
 DROPPED_GROUPS = "rollout/dropped_groups"
 EXTRA_BATCHES = "rollout/extra_batches"
+# with rollout.tools only (evaluation writes the same names under eval/)
+TOOL_CALLS_MEAN = "rollout/tool_calls_mean"
+"""Tool calls per completion (errors included)."""
+TOOL_ERROR_RATE = "rollout/tool_error_rate"
+"""Of the step's tool calls, the fraction that answered an error (0 when none was made)."""
+TOOL_USE_RATE = "rollout/tool_use_rate"
+"""Completions with at least one tool call."""
+ACCURACY_WITH_TOOL = "rollout/accuracy_with_tool"
+"""Accuracy of the completions that called a tool (absent when none did)."""
+ACCURACY_WITHOUT_TOOL = "rollout/accuracy_without_tool"
+"""Accuracy of the completions that called none (absent when all did)."""
 
 # -- reward/: one reward rule
 REWARD = "reward/"

@@ -32,7 +32,13 @@ class RolloutBatch:
     """G, completions per prompt."""
     logprobs: Tensor | None = None
     """[B, T] float32 log-probs of the sampled tokens under the engine's own sampling model, at the
-    sampling temperature (0 on padding); None unless the engine was asked for them (TIS)."""
+    sampling temperature (0 on padding and on tool results); None unless the engine was asked for them (TIS)."""
+    tool_calls: list[int] | None = None
+    """[B] tool calls run in each response (errors included); None for single-turn rollouts. With tools,
+    the response interleaves the model's tokens and the results' (``response_mask`` 0 and
+    ``attention_mask`` 1 on a result's tokens): see :mod:`rlvr.rollout.tool_loop`."""
+    tool_errors: list[int] | None = None
+    """[B] of those calls, how many answered an error; None for single-turn rollouts."""
 
     @property
     def response_ids(self) -> Tensor:
@@ -43,6 +49,13 @@ class RolloutBatch:
     def response_lengths(self) -> Tensor:
         """[B] number of trained tokens per response."""
         return self.response_mask.sum(-1)
+
+    @property
+    def response_extent(self) -> Tensor:
+        """[B] response positions up to each row's end: the trained tokens plus any tool results among
+        them (equal to :attr:`response_lengths` without tools). A forward pass over a row's response
+        must run this far."""
+        return self.attention_mask[:, self.prompt_len :].sum(-1)
 
     def select(self, rows: slice | Tensor, num_response_tokens: int | None = None) -> dict[str, Tensor]:
         """Tensors of some rows (a forward pass: a slice or an index tensor), cut after
@@ -101,6 +114,8 @@ def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
         truncated=pick(batch.truncated),
         group_size=G,
         logprobs=pick(batch.logprobs),
+        tool_calls=None if batch.tool_calls is None else [batch.tool_calls[i] for i in rows.tolist()],
+        tool_errors=None if batch.tool_errors is None else [batch.tool_errors[i] for i in rows.tolist()],
     )
 
 
@@ -132,4 +147,10 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         truncated=torch.cat([b.truncated for b in batches]),
         group_size=batches[0].group_size,
         logprobs=logprobs,
+        tool_calls=_cat_lists([b.tool_calls for b in batches]),
+        tool_errors=_cat_lists([b.tool_errors for b in batches]),
     )
+
+
+def _cat_lists(parts: list[list[int] | None]) -> list[int] | None:
+    return None if any(p is None for p in parts) else [x for p in parts for x in p]

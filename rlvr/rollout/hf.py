@@ -16,6 +16,8 @@ from rlvr.models.loading import cast_copy, eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
 from rlvr.rollout.static import Sampler, StaticDecoder
+from rlvr.rollout.tool_loop import generate_with_tools
+from rlvr.tools import Toolbox
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -118,6 +120,10 @@ class HFRolloutEngine:
     (:mod:`rlvr.cpu`: faster decode products, ``benchmarks/NOTES.md``; one more copy
     of the linear weights in memory, repacked when the policy's weights change).
 
+    ``tools`` (a :class:`~rlvr.tools.Toolbox`) lets a response call tools: :meth:`generate` then
+    pauses at each call, appends the result and goes on (:mod:`rlvr.rollout.tool_loop`), through
+    :meth:`generate_ids` and whichever decoder the engine uses. Without tools nothing changes.
+
     ``lean_decode`` (None = wherever it applies: a float32 Llama or Qwen2 model with packed weights;
     True = required, :class:`~rlvr.cpu.lean.LeanUnavailable` where it cannot run) runs the decode
     steps by :class:`~rlvr.cpu.lean.LeanDecoder` instead of the model's forward (the prefill stays
@@ -143,7 +149,10 @@ class HFRolloutEngine:
         static_capacity: int = 0,
         gathered: bool = False,
         copy=None,
+        tools: Toolbox | None = None,
     ) -> None:
+        self.tools = tools
+        """The tools a response may call (:class:`~rlvr.tools.Toolbox`), or None: single-turn rollouts."""
         self.logprobs = logprobs
         self.stop = list(stop)
         self.policy = policy
@@ -189,9 +198,6 @@ class HFRolloutEngine:
         """The last :meth:`generate`'s work: ``rows``, ``decode_steps`` (forwards after the prefills, all
         chunks), ``row_steps`` (rows computed over those steps) and ``tokens`` (response tokens kept)."""
 
-    def _stopped(self, responses: torch.Tensor) -> torch.Tensor:
-        return self._stop.hits(responses)
-
     @torch.no_grad()
     def sync_weights(self) -> None:
         """Copy the policy's current weights into the generation copy (no copy when shared), and
@@ -233,6 +239,9 @@ class HFRolloutEngine:
     ) -> RolloutBatch:
         """Sample ``samples_per_prompt`` completions for each prompt text.
 
+        With :attr:`tools`, a response may call them: :func:`~rlvr.rollout.tool_loop.generate_with_tools`
+        runs the segments (generation pauses at each call, the result is appended, generation goes on).
+
         Args:
             greedy: decode greedily (argmax) instead of sampling, e.g. for evaluation.
             seeds: one seed per sampled sequence (``len(prompts) * samples_per_prompt``, grouped
@@ -241,11 +250,36 @@ class HFRolloutEngine:
                 the batch it is in or the decoder. Default: the global torch RNG (which, for the static
                 decode, draws the row seeds).
             temperature: sampling temperature for this call only (default: the engine's).
-            max_new_tokens: response length limit for this call only (default: the engine's).
+            max_new_tokens: response length limit for this call only (default: the engine's); with
+                tools it counts the model's and the results' tokens together.
 
         Returns:
             RolloutBatch with B = len(prompts) * samples_per_prompt rows, grouped by prompt.
         """
+        device = next(self.model.parameters()).device
+        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        kw = dict(greedy=greedy, temperature=temperature, max_new_tokens=max_new_tokens, seeds=seeds)
+        if self.tools is not None:
+            return generate_with_tools(self, enc.input_ids, enc.attention_mask, samples_per_prompt, **kw)
+        return self.generate_ids(enc.input_ids, enc.attention_mask, samples_per_prompt, **kw)
+
+    @torch.no_grad()
+    def generate_ids(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        samples_per_prompt: int,
+        *,
+        greedy: bool = False,
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+        seeds: list[int] | None = None,
+        stop: list[str] | None = None,
+    ) -> RolloutBatch:
+        """:meth:`generate` from token ids: ``input_ids`` [P, L] left-padded prompts (``attention_mask``
+        0 on the padding), on the engine's device; a continuation after a tool's result starts from
+        its row's ids, never from re-tokenized text. ``stop``: stop strings for this call only
+        (default: the engine's). No tools are called here."""
         how = self.sampling
         how = dataclasses.replace(
             how,
@@ -253,27 +287,28 @@ class HFRolloutEngine:
             max_new_tokens=how.max_new_tokens if max_new_tokens is None else max_new_tokens,
         )
         tok = self.tokenizer
-        device = next(self.model.parameters()).device
-        G, B = samples_per_prompt, len(prompts) * samples_per_prompt
+        stops = self.stop if stop is None else list(stop)
+        stopper = self._stop if stop is None else StopStrings(tok, stops, 0, 0, "cpu") if stops else None
+        P = input_ids.shape[0]
+        G, B = samples_per_prompt, P * samples_per_prompt
         seeded = seeds is not None and not greedy
         if seeded and len(seeds) != B:
             raise ValueError(f"{len(seeds)} seeds for {B} sequences")
-        enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        prompt_len = enc.input_ids.shape[1]
+        prompt_len = input_ids.shape[1]
         temp = how.temperature
         record = self.logprobs and not greedy
         per_chunk = max(1, self.batch_seqs // G)  # whole groups: a prompt is prefilled once for its G samples
         chunks = []
         if self.static and not greedy and not seeded:  # the global RNG gives the row seeds
             seeds = torch.randint(0, 2**62, (B,)).tolist()  # cpu: the global CPU RNG, as the dynamic decode draws
-        for first in range(0, len(prompts), per_chunk):
+        for first in range(0, P, per_chunk):
             rows = slice(first * G, (first + per_chunk) * G)
-            ids, mask = enc.input_ids[first : first + per_chunk], enc.attention_mask[first : first + per_chunk]
+            ids, mask = input_ids[first : first + per_chunk], attention_mask[first : first + per_chunk]
             common = dict(
                 max_new_tokens=how.max_new_tokens,
                 eos_ids=self.eos_ids,
                 pad_id=tok.pad_token_id,
-                stopped=self._stopped if self.stop else None,
+                stopped=stopper.hits if stopper is not None else None,
             )
             if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
                 sampler = Sampler(greedy, temp, how.top_k, how.top_p, temp if record else None)
@@ -315,15 +350,15 @@ class HFRolloutEngine:
             "tokens": int(response_mask.sum()),
         }
         prompt_ids, prompt_mask = (
-            enc.input_ids.repeat_interleave(G, dim=0),
-            enc.attention_mask.repeat_interleave(G, dim=0),
+            input_ids.repeat_interleave(G, dim=0),
+            attention_mask.repeat_interleave(G, dim=0),
         )
         return RolloutBatch(
             input_ids=torch.cat([prompt_ids, response], dim=1),
             attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
             response_mask=response_mask,
             prompt_len=prompt_len,
-            texts=[cut_at_stop(t, self.stop) for t in tok.batch_decode(response, skip_special_tokens=True)],
+            texts=[cut_at_stop(t, stops) for t in tok.batch_decode(response, skip_special_tokens=True)],
             truncated=truncated,
             group_size=samples_per_prompt,
             logprobs=logprobs,

@@ -144,6 +144,7 @@ class Toolbox:
         syntax: the call and result syntax.
         timeout_s: hard time limit per call (``rollout.tool_timeout_s``).
         max_chars: longest result text; a longer one is an error (``rollout.tool_max_chars``).
+        max_calls: most calls per response (``rollout.max_tool_calls``); the rollout loop keeps to it.
         workers: pool processes to run calls in (``reward.workers``; shared with scoring); 0 = in
             this process, without a time limit (the built-ins bound themselves).
 
@@ -154,7 +155,7 @@ class Toolbox:
 
     def __init__(
         self, specs: list[str], syntax: CallSyntax | None = None, *, timeout_s: float = 5.0, max_chars: int = 400,
-        workers: int = 2,
+        workers: int = 2, max_calls: int = 4,
     ) -> None:  # fmt: skip
         if not specs:
             raise UserError("no tools given; name at least one, e.g. rollout.tools=[calculator]")
@@ -172,7 +173,7 @@ class Toolbox:
                 "put {name} in the call syntax or configure one tool"
             )
         self.by_name = dict(zip(names, self.specs))
-        self.timeout_s, self.max_chars, self.workers = timeout_s, max_chars, workers
+        self.timeout_s, self.max_chars, self.workers, self.max_calls = timeout_s, max_chars, workers, max_calls
 
     @classmethod
     def from_config(cls, rollout_cfg, workers: int) -> Toolbox | None:
@@ -182,7 +183,10 @@ class Toolbox:
         if not c.tools:
             return None
         syntax = CallSyntax(c.tool_call, c.tool_result)
-        return cls(c.tools, syntax, timeout_s=c.tool_timeout_s, max_chars=c.tool_max_chars, workers=workers)
+        return cls(
+            c.tools, syntax, timeout_s=c.tool_timeout_s, max_chars=c.tool_max_chars, workers=workers,
+            max_calls=c.max_tool_calls,
+        )  # fmt: skip
 
     @property
     def names(self) -> list[str]:

@@ -181,7 +181,8 @@ def slices(
     and one per log-prob pass). All row indices then travel to the device in one copy, and every
     pass's tensors are cut before the first forward, so the loop over passes never waits."""
     prompt_lengths = batch.attention_mask[:, : batch.prompt_len].sum(-1)
-    response_lengths, prompt_lengths = torch.stack([batch.response_lengths, prompt_lengths]).tolist()  # host sync
+    # a row runs to its response's end: its trained tokens and any tool results among them (masked out)
+    response_lengths, prompt_lengths = torch.stack([batch.response_extent, prompt_lengths]).tolist()  # host sync
     if micro_batch_tokens:
         tokens = [max(1, p) + max(1, r) for p, r in zip(prompt_lengths, response_lengths)]  # as packing.layout packs
         passes = pack(tokens, response_lengths, micro_batch_tokens=micro_batch_tokens)

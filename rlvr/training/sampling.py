@@ -24,6 +24,7 @@ from rlvr.config import Config
 from rlvr.rewards.registry import RewardResult
 from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
 from rlvr.rollout.hf import sample_seed
+from rlvr.rollout.tool_loop import tool_stats
 from rlvr.training.replicas import OneProcess
 
 
@@ -95,6 +96,8 @@ class Scored:
             self.rewards.cpu(),
             b.response_lengths.cpu(),
             b.truncated.cpu(),
+            b.tool_calls,
+            b.tool_errors,
         )
 
 
@@ -113,6 +116,10 @@ class Sampled:
     """[n] response tokens of each sequence."""
     truncated: torch.Tensor
     """[n] bool: the sequence reached ``rollout.max_new_tokens``."""
+    tool_calls: list[int] | None = None
+    """[n] tool calls per sequence; None without tools."""
+    tool_errors: list[int] | None = None
+    """[n] of those, the calls that answered an error; None without tools."""
 
     @staticmethod
     def concat(parts: list[Sampled]) -> Sampled:
@@ -126,7 +133,13 @@ class Sampled:
             torch.cat([p.rewards for p in parts]),
             torch.cat([p.response_lengths for p in parts]),
             torch.cat([p.truncated for p in parts]),
+            _cat_lists([p.tool_calls for p in parts]),
+            _cat_lists([p.tool_errors for p in parts]),
         )
+
+
+def _cat_lists(parts: list[list[int] | None]) -> list[int] | None:
+    return None if any(p is None for p in parts) else [x for p in parts for x in p]
 
 
 def _concat_results(results: list[RewardResult]) -> RewardResult:
@@ -171,7 +184,7 @@ def _sample_and_score(
     rewards = torch.tensor(result.total, dtype=torch.float32, device=batch.response_lengths.device)
     if cfg.algo.overlong_buffer:
         rewards = rewards + algos.overlong_penalty(
-            batch.response_lengths,
+            batch.response_extent,  # the budget counts tool results too
             max_len=cfg.rollout.max_new_tokens,
             buffer=cfg.algo.overlong_buffer,
             factor=cfg.algo.overlong_penalty,
@@ -261,6 +274,10 @@ def rollout_metrics(sampled: Sampled, info: dict, *, overlong: bool) -> dict:
     result = sampled.result
     total = torch.tensor(result.total, dtype=torch.float32, device=sampled.rewards.device)
     lengths = sampled.response_lengths.float()
+    tools = {}
+    if sampled.tool_calls is not None:
+        stats = tool_stats(sampled.tool_calls, sampled.tool_errors, sampled.acc)
+        tools = {M.ROLLOUT + k: v for k, v in stats.items()}  # M.TOOL_CALLS_MEAN, ...
     return {
         M.REWARD_MEAN: total.mean(),
         M.REWARD_STD: total.std(),
@@ -274,4 +291,5 @@ def rollout_metrics(sampled: Sampled, info: dict, *, overlong: bool) -> dict:
         **{M.reward_mean(name): sum(v) / len(v) for name, v in result.per_rule.items()},
         **{M.reward_errors(name): n for name, n in result.errors.items()},
         **({M.OVERLONG_PENALTY_MEAN: (sampled.rewards - total).mean()} if overlong else {}),
+        **tools,
     }

@@ -36,6 +36,7 @@ from rlvr.models.loading import cast_copy, empty_model
 from rlvr.models.precision import reference_dtype
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
+from rlvr.tools import Toolbox
 from rlvr.tracking import MetricsLogger, peak_memory, train_state_bytes
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
@@ -155,6 +156,8 @@ class Trainer:
         self.last_save = (self.start_step, time.monotonic())  # (step, monotonic time) of the last checkpoint
         # reward workers started, warm and plugins imported before any time limit runs
         self.scorer.warm((cfg.reward.accuracy_rule,))
+        if self.engine.tools is not None:
+            self.engine.tools.warm()
         self.printer.start(self.start_step)
         return True
 
@@ -320,6 +323,7 @@ class Trainer:
                 self.policy, self.tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                 top_p=r.top_p, top_k=r.top_k, dtype=r.dtype, batch_seqs=r.batch_seqs,
                 logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
+                tools=Toolbox.from_config(r, cfg.reward.workers),  # None without rollout.tools
                 stop=r.stop, packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=r.lean_decode.as_bool(), static_decode=r.static_decode.as_bool(),
                 static_capacity=longest, gathered=self.shards, copy=copy,
@@ -607,6 +611,7 @@ class Trainer:
                 "advantage": adv[i],
                 "length": int(batch.response_lengths[i]),
                 "truncated": bool(batch.truncated[i]),
+                **({} if batch.tool_calls is None else {"tool_calls": batch.tool_calls[i]}),
             }
             for i in range(len(batch.texts))
         ]

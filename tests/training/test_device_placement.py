@@ -64,6 +64,7 @@ class _Engine:
             texts=["<answer>7</answer>"] * n,
             truncated=torch.zeros(n, dtype=torch.bool),
             response_lengths=torch.full((n,), 8, device="meta"),
+            response_extent=torch.full((n,), 8, device="meta"),
         )
 
 
