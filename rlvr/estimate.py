@@ -309,6 +309,9 @@ class MemoryEstimate:
     notes: list[str] = field(default_factory=list)
     shards: int = 1
     """Workers the model is sharded over (``distributed.strategy=fsdp``): the figures are one worker's."""
+    largest: int = 0
+    """Elements of the model's largest tensor (the embeddings, vocab x hidden): what sharded loading
+    holds whole at a time beside the shards (:func:`load_memory`)."""
 
     def phase(self, phase: str) -> int:
         return sum(i.bytes for i in self.items if i.phase == phase)
@@ -655,7 +658,8 @@ def estimate(
         notes.append(f"FSDP: with train.save_hf rank 0 writes its whole {rollout_dtype} rollout copy, no gather")
     if device == "cuda" and "auto" in (cfg.rollout.dtype, cfg.model.autocast_bf16.value):
         notes.append("precision auto read as a GPU with bf16")
-    return MemoryEstimate(offloaded(cfg, device, items), device, N, trainable, notes, shards=n)
+    largest = shape.vocab_size * shape.hidden_size
+    return MemoryEstimate(offloaded(cfg, device, items), device, N, trainable, notes, shards=n, largest=largest)
 
 
 def offloaded(cfg: Config, device: str, items: list[Item]) -> list[Item]:
@@ -753,59 +757,79 @@ class LoadMemory:
     """What a run needs while its models load, on the device and in host RAM (:func:`load_memory`)."""
 
     device_peak: int
-    """One worker's device memory while the models load (on a CPU: with the runtime)."""
+    """The largest device memory of a worker while the models load (on a CPU: with the runtime)."""
     device_how: str
     host_worker: int
-    """One worker's host RAM at its peak: the load (a GPU worker reads the weights on the host first),
-    or a checkpoint staged for the background write (FSDP); on a CPU the training peak."""
+    """Rank 0's host RAM at its peak: the load (rank 0 reads the weights into host memory; unsharded,
+    every worker does), or a checkpoint staged for the background write (FSDP); on a CPU the larger of
+    that and the training peak."""
     host_how: str
     workers_per_node: int
     host_node: int
-    """``workers_per_node`` workers' host RAM, plus rank 0's Hugging Face weights while it writes them."""
+    """Rank 0's host RAM, ``workers_per_node - 1`` others', and rank 0's Hugging Face weights while it
+    writes them: each process at its own peak, an upper bound."""
     device: str
     hf_write: int = 0
     """Rank 0's Hugging Face weights in host memory while it writes them (FSDP with ``train.save_hf``)."""
+    host_other: int = -1
+    """Another worker's host RAM at its peak (sharded: it reads no weights); -1 = :attr:`host_worker`."""
+    host_other_how: str = ""
+
+    @property
+    def others(self) -> int:
+        return self.host_worker if self.host_other < 0 else self.host_other
 
     def lines(self) -> list[str]:
         where = "GPU" if self.device == "cuda" else "RAM"
         k = self.workers_per_node
-        return [
-            f"  {'load peak':17s} {self.device_peak / GiB:8.2f} GiB  one process's {where}: {self.device_how}",
-            f"  {'host RAM':17s} {self.host_worker / GiB:8.2f} GiB  one process: {self.host_how}",
-            f"  {'host RAM / node':17s} {self.host_node / GiB:8.2f} GiB  {k} process{'es' if k > 1 else ''} on a node"
+        sharded = self.host_other >= 0
+        out = [f"  {'load peak':17s} {self.device_peak / GiB:8.2f} GiB  one process's {where}: {self.device_how}"]
+        if sharded:
+            out.append(f"  {'host RAM rank 0':17s} {self.host_worker / GiB:8.2f} GiB  {self.host_how}")
+            out.append(f"  {'host RAM others':17s} {self.host_other / GiB:8.2f} GiB  each: {self.host_other_how}")
+        else:
+            out.append(f"  {'host RAM':17s} {self.host_worker / GiB:8.2f} GiB  one process: {self.host_how}")
+        who = f"rank 0 + {k - 1} other{'s' if k > 2 else ''}" if sharded and k > 1 else f"{k} process{'es' * (k > 1)}"
+        out.append(
+            f"  {'host RAM / node':17s} {self.host_node / GiB:8.2f} GiB  {who} on a node"
             + (f" (of {GPUS_PER_NODE} GPUs, assumed)" if self.device == "cuda" else "")
-            + (
-                f", + rank 0's Hugging Face weights {self.hf_write / GiB:.2f} while it writes them"
-                if self.hf_write
-                else ""
-            ),
-        ]
+            + (f", + rank 0's Hugging Face weights {self.hf_write / GiB:.2f} as it writes" if self.hf_write else "")
+        )
+        return out
 
 
 def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
     """The load-time peak of one worker and the host RAM of a node, from the estimate's items.
 
-    Loading, as the trainer does it: every worker reads the whole policy in ``model.dtype`` into host
-    memory (``from_pretrained``) and moves it to its device; the rollout copy is then built in
-    ``rollout.dtype`` directly (no second full-precision copy); under FSDP the policy is sharded, and
-    only then is the reference read (whole, in its dtype; into host memory with ``offload.reference``,
-    so that only one layer at a time passes through the GPU) and sharded. A GPU worker's host peak is the
-    larger of the models it reads, one at a time, and (FSDP, ``distributed.async_save``) the copy of
-    its shards that a background checkpoint stages; with ``train.save_hf`` rank 0 also holds the
-    Hugging Face weights it writes."""
+    Loading, as the trainer does it. Unsharded: every worker reads the whole policy in ``model.dtype``
+    into host memory (``from_pretrained``) and moves it to its device; the rollout copy is then built in
+    ``rollout.dtype`` directly (no second full-precision copy), and the reference read whole.
+
+    Sharded (FSDP/HSDP, :meth:`~rlvr.distributed.fsdp.ShardedGroup.shard_loaded`): global rank 0 alone
+    reads the whole policy in ``model.dtype`` into its host memory, then the reference in its dtype, one
+    after the other; every rank builds them on the meta device, allocates its shards (in host memory
+    when offloaded) and receives rank 0's weights one tensor at a time, so a device holds its shards
+    plus one whole tensor (at most the embeddings) in ``model.dtype``; the whole rollout copy is then
+    allocated and filled from the shards, one all-gathered tensor at a time. Rank 0's host peak is the
+    larger of the models it reads (beside any offloaded shards) and, with ``distributed.async_save``,
+    the copy of its shards that a background checkpoint stages; another worker's is its runtime, its
+    offloaded shards and that staged copy. With ``train.save_hf`` rank 0 also holds the Hugging Face
+    weights it writes. A node's host RAM is rank 0's + ``workers_per_node - 1`` others' (+ that write),
+    each at its own peak."""
     n, N = est.shards, est.params
     item = {i.name: i.bytes for i in est.items}
+    on_device = {i.name: i.bytes for i in est.items if i.phase != "host"}
     policy = N * BYTES[cfg.model.dtype]
     copy, ref = item["rollout copy"], item["reference"] * n  # whole: FSDP's items are 1/n
     gb = lambda b: f"{b / GiB:.2f}"  # noqa: E731
-    ref_host = est.device == "cuda" and cfg.offload.reference  # read into host memory, sharded from there
+    read = max(policy, ref)  # unsharded: by every worker; sharded: by rank 0 alone, one model at a time
     if n > 1:
-        before, after = policy + copy, policy // n + copy + (0 if ref_host else ref)
-        device_peak = max(before, after)
+        shards = on_device.get("parameters", 0) + on_device.get("reference", 0)
+        tensor = est.largest * BYTES[cfg.model.dtype]
+        device_peak = shards + copy + tensor
         device_how = (
-            f"whole policy {gb(policy)} + rollout copy {gb(copy)} before sharding"
-            if before >= after
-            else f"policy shard + rollout copy + the reference {gb(ref)} whole before sharding"
+            f"policy + reference shards {gb(shards)} + the whole rollout copy {gb(copy)}, filled from them "
+            f"one whole {cfg.model.dtype} tensor at a time ({gb(tensor)})"
         )
     else:
         device_peak = policy + copy + ref
@@ -818,27 +842,37 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
     hf = (
         copy if n > 1 and (want_hf if want_hf is not None else N < 3_000_000_000) else 0
     )  # checkpoint.SAVE_HF_BELOW_PARAMS
-    if est.device == "cpu":
-        device_peak += CPU_RUNTIME_BYTES
-        device_how += " + runtime"
+    checkpoint = f"the shards a background checkpoint stages ({gb(staged)})"
+    host_other, other_how = -1, ""
+    if est.device == "cpu":  # the device is the host
+        if n > 1:  # rank 0 reads a whole model beside its shards; the others hold their shards and the copy
+            other = device_peak + CPU_RUNTIME_BYTES
+            device_peak = max(other, shards + read + CPU_RUNTIME_BYTES)
+            device_how = f"rank 0: its shards + the whole {cfg.model.dtype} model it reads ({gb(read)}); " + device_how
+            host_other = max(est.total, other) + staged
+            other_how = "the training peak above or its load peak (the device is the host)" + (
+                f" + {gb(staged)} staged for a background checkpoint" if staged else ""
+            )
+        else:
+            device_peak += CPU_RUNTIME_BYTES
+            device_how += " + runtime"
         host_worker = max(est.total, device_peak) + staged
-        host_how = "the training peak above (the device is the host)" + (
+        host_how = "the training peak above or the load peak (the device is the host)" + (
             f" + {gb(staged)} staged for a background checkpoint" if staged else ""
         )
     else:
-        # an offloaded reference is read whole beside the policy's offloaded shards, then kept as a shard
-        read = max(policy, ref + (est.host - item["reference"] if ref_host else 0))
-        host_worker = GPU_HOST_RUNTIME_BYTES + max(read, staged + est.host)  # offloaded: only once sharded
+        runtime = f"~{gb(GPU_HOST_RUNTIME_BYTES)} runtime (assumed)"
+        offload = f" + the offloaded shards ({gb(est.host)})" if est.host else ""
+        host_worker = GPU_HOST_RUNTIME_BYTES + est.host + max(read, staged)  # offloaded shards: allocated at load
+        whole = f"the whole {cfg.model.dtype} policy" + (" or reference" if ref > policy else "")
         host_how = (
-            f"~{gb(GPU_HOST_RUNTIME_BYTES)} runtime (assumed) + the larger of the whole {cfg.model.dtype} policy "
-            f"read before it moves to the GPU ({gb(read)})"
-            + (f" and the offloaded shards ({gb(est.host)})" if est.host else "")
-            + (
-                f" {'+' if est.host else 'and'} the shards a background checkpoint stages ({gb(staged)})"
-                if staged
-                else ""
-            )
+            f"{runtime}{offload} + the larger of {whole} it reads ({gb(read)})"
+            + (f" and {checkpoint}" if staged else "")
+            + ("" if n > 1 else ", before it moves to the GPU")
         )
+        if n > 1:
+            host_other = GPU_HOST_RUNTIME_BYTES + est.host + staged
+            other_how = f"{runtime}{offload}" + (f" + {checkpoint}" if staged else "") + "; it reads no weights"
     if d.backend == Backend.NONE:
         per_node = 1
     elif d.strategy == Strategy.HSDP:
@@ -847,6 +881,8 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
         per_node = max(1, min(d.num_workers, int(GPUS_PER_NODE // d.gpus_per_worker)))
     else:
         per_node = d.num_workers  # CPU workers: as `distributed.address=local` places them, on one node
+    others = host_worker if host_other < 0 else host_other
     return LoadMemory(
-        device_peak, device_how, host_worker, host_how, per_node, per_node * host_worker + hf, est.device, hf
-    )
+        device_peak, device_how, host_worker, host_how, per_node, host_worker + (per_node - 1) * others + hf,
+        est.device, hf, host_other, other_how,
+    )  # fmt: skip

@@ -307,21 +307,44 @@ def test_rlvr_estimate_reads_the_prompt_lengths_from_the_data(tiny_dir, capsys):
 
 
 def test_load_peak_and_host_ram_per_node_of_the_7b_fsdp_preset():
+    """Sharded, rank 0 alone reads the weights: 8 workers on a node need at most 64 GiB of host RAM."""
     from rlvr.estimate import GPU_HOST_RUNTIME_BYTES, load_memory
 
     cfg = load_config("r1_zero_qwen25_7b", [])
     shape = KNOWN_MODELS["Qwen/Qwen2.5-7B"]
     N = shape.num_params()
     est = estimate(cfg, shape, device="cuda")
-    load = load_memory(cfg, est)
-    # before sharding: the whole fp32 policy and the bf16 rollout copy, built in bf16 (no fp32 clone)
-    assert load.device_peak >= N * 4 + N * 2 and "before sharding" in load.device_how
-    # every worker reads the whole fp32 policy into host memory before it moves to its GPU; 8 to a node
-    assert load.host_worker == GPU_HOST_RUNTIME_BYTES + N * 4
-    assert load.workers_per_node == 8 and load.host_node == 8 * load.host_worker  # save_hf auto: off at 7B
+    items, load = _items(est), load_memory(cfg, est)
+    # a GPU never holds the whole fp32 policy: its shards, the reference's, the bf16 rollout copy, and
+    # the one whole fp32 tensor being broadcast or gathered (the embeddings, 152064 x 3584)
+    embeddings = 152064 * 3584 * 4
+    assert load.device_peak == items["parameters"] + items["reference"] + items["rollout copy"] + embeddings
+    assert load.device_peak < N * 4 and load.device_peak < est.total
+    # rank 0 reads the whole fp32 policy into host memory; the others read nothing (the preset writes
+    # its checkpoints in the step: nothing staged in host memory) and save_hf is auto, off at 7B
+    assert not cfg.distributed.async_save
+    assert load.host_worker == GPU_HOST_RUNTIME_BYTES + N * 4 and load.host_other == GPU_HOST_RUNTIME_BYTES
+    assert load.workers_per_node == 8 and load.host_node == load.host_worker + 7 * load.host_other
+    assert load.host_node <= 64 * 2**30, load.host_node / 2**30
     text = "\n".join(load.lines())
-    assert "load peak" in text and "host RAM / node" in text and "8 processes on a node" in text
-    assert load.host_node > 64 * 2**30  # what reading the weights once per node would fix (not built)
+    for line in ("load peak", "host RAM rank 0", "host RAM others", "host RAM / node", "rank 0 + 7 others on a node"):
+        assert line in text, text
+    # a background checkpoint stages every worker's shards of the policy and AdamW state in host RAM
+    staged_cfg = load_config("r1_zero_qwen25_7b", ["distributed.async_save=true"])
+    staged = load_memory(staged_cfg, estimate(staged_cfg, shape, device="cuda"))
+    shards = items["parameters"] + items["AdamW state"]
+    assert staged.host_other == GPU_HOST_RUNTIME_BYTES + shards and staged.host_worker == load.host_worker
+    assert staged.host_node == load.host_node + 7 * shards > 64 * 2**30
+
+
+def test_unsharded_workers_each_read_the_whole_policy():
+    from rlvr.estimate import GPU_HOST_RUNTIME_BYTES, load_memory
+
+    cfg = load_config("r1_zero_qwen25_7b", ["distributed.strategy=ddp", "model.lora.rank=8"])
+    est = estimate(cfg, KNOWN_MODELS["Qwen/Qwen2.5-7B"], device="cuda")
+    load = load_memory(cfg, est)
+    assert load.others == load.host_worker >= GPU_HOST_RUNTIME_BYTES + est.params * 4
+    assert load.host_node == 8 * load.host_worker and "host RAM others" not in "\n".join(load.lines())
 
 
 def test_a_background_checkpoint_stages_each_workers_shards_in_host_ram():
@@ -334,8 +357,12 @@ def test_a_background_checkpoint_stages_each_workers_shards_in_host_ram():
         est = estimate(cfg, TINY, device="cpu")
         items, load = _items(est), load_memory(cfg, est)
         shards = items["parameters"] + items["AdamW state"] if staged else 0  # 1/2 of the fp32 weights and AdamW
+        # rank 0 reads the whole model beside its shards; the others hold no more than their shards,
+        # the rollout copy and one whole tensor
         assert load.host_worker == max(est.total, load.device_peak) + shards
-        assert load.workers_per_node == 2 and load.host_node == 2 * load.host_worker + items["rollout copy"]  # save_hf
+        assert load.host_other <= load.host_worker and load.host_other >= est.total + shards
+        assert load.workers_per_node == 2
+        assert load.host_node == load.host_worker + load.host_other + items["rollout copy"]  # save_hf
 
 
 def test_one_cpu_process_needs_its_training_peak_in_host_ram():
