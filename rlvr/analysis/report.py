@@ -32,6 +32,7 @@ CONFIG_ROWS = [
     ("rollout.samples_per_prompt", "G: samples per prompt"),
     ("rollout.max_new_tokens", "max new tokens"),
     ("rollout.temperature", "temperature"),
+    ("rollout.tools", "tools the model may call"),
     ("train.lr", "learning rate"),
     ("train.lr_schedule", "lr schedule"),
     ("algo.kl_coef", "KL coefficient"),
@@ -53,6 +54,10 @@ TREND_ROWS = [
     (M.TRUNCATED_FRAC, "truncated fraction", "{:.3f}"),
     (M.ENTROPY, "entropy (nats/token)", "{:.3f}"),
     (M.KL, "KL to reference", "{:.4f}"),
+    (M.TOOL_CALLS_MEAN, "tool calls per completion", "{:.2f}"),
+    (M.TOOL_ERROR_RATE, "tool error rate", "{:.3f}"),
+    (M.ACCURACY_WITH_TOOL, "accuracy with a tool call", "{:.3f}"),
+    (M.ACCURACY_WITHOUT_TOOL, "accuracy without a tool call", "{:.3f}"),
 ]
 
 
@@ -145,7 +150,7 @@ def config_rows(run: Run) -> list[list[str]]:
     rows = []
     for key, label in CONFIG_ROWS:
         v = run.cfg(key)
-        if v is None or v == "":
+        if v is None or v == "" or v == []:
             continue
         rows.append([label, f"`{key}`", str(v)])
         if key == "rollout.samples_per_prompt" and run.reward_rules():
@@ -168,6 +173,27 @@ def aha_hits(run: Run, *, pattern=None, rows: list[dict] | None = None) -> tuple
         aha.reflection_curve(rows, pattern=pattern),
         len(rows),
     )
+
+
+def tool_samples(run: Run, result_syntax: str, top: int = 2) -> list[Sample]:
+    """Up to ``top`` logged completions with a tool call from the last step that has one, best reward
+    first, each tool result highlighted (``result_syntax``: the run's ``rollout.tool_result``)."""
+    rows = [r for r in run.samples() if r.get("tool_calls")]
+    if not rows:
+        return []
+    last = max(r.get("step", 0) for r in rows)
+    best = sorted((r for r in rows if r.get("step", 0) == last), key=lambda r: -float(r.get("reward") or 0))[:top]
+    opening, _, closing = result_syntax.partition("{output}")
+    out = []
+    for r in best:
+        text, spans, at = str(r.get("completion", "")), [], 0
+        while (start := text.find(opening, at)) >= 0:
+            end = text.find(closing, start + len(opening)) if closing else -1
+            at = len(text) if end < 0 else end + len(closing)
+            spans.append((start, at))
+        header = f"step {last}, reward {_fmt(r.get('reward'))}, {r['tool_calls']} tool call(s)"
+        out.append(Sample(header, str(r.get("question", "")), text, spans))
+    return out
 
 
 def aha_sample(hit: aha.AhaHit) -> Sample:
@@ -237,6 +263,18 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
         path = save_panel(panel, [(run.name, run)], plots / f"{panel.name}.png")
         if path:
             doc.image(path, panel.title)
+
+    # -- tool use -------------------------------------------------------------------------------
+    if run.cfg("rollout.tools"):
+        doc.h2("Tool use")
+        doc.p(
+            f"Tools: {', '.join(map(str, run.cfg('rollout.tools')))}; the results are appended to the response "
+            "(not trained on). Tool calls per completion, their error rate and the accuracy with and without a "
+            "call are in the tables above (rollout/tool_* and eval/tool_*). The best-rewarded completions with a "
+            "call from the last logged step, results highlighted:"
+        )
+        for sample in tool_samples(run, str(run.cfg("rollout.tool_result") or "<result>{output}</result>")):
+            doc.sample(sample)
 
     # -- aha moments ----------------------------------------------------------------------------
     doc.h2("Aha moments")

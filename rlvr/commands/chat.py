@@ -11,6 +11,7 @@ from rlvr.errors import UserError
 EXAMPLES = """examples:
   rlvr chat --model runs/quickstart                 # interactive; /reset /system TEXT /temp 0.7 /exit
   rlvr chat --model runs/quickstart --once "What is 3 + 4?"
+  rlvr chat --model runs/arithmetic_tool --tools calculator    # calls run, results fed back
 """
 
 HELP = "commands: /reset (forget the conversation)  /system TEXT  /temp T (0 = greedy)  /exit"
@@ -59,14 +60,21 @@ class Chat:
     """A conversation with one model: history, system prompt, temperature."""
 
     def __init__(
-        self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = ()
+        self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = (), tools=None
     ) -> None:
         from rlvr.cpu import PackedLinears, packable
+        from rlvr.rollout import HFRolloutEngine
         from rlvr.rollout.hf import eos_token_ids
 
         self.model, self.tokenizer = model, tokenizer
+        self.engine = None
+        """With tools: the rollout engine that runs training's tool loop (each reply shown whole, not streamed)."""
+        if tools is not None:
+            self.engine = HFRolloutEngine(
+                model, tokenizer, max_new_tokens=max_new_tokens, batch_seqs=1, stop=list(stop), tools=tools
+            )
         # on a CPU each token multiplies by oneDNN-packed weights (rlvr.cpu): faster products at one row
-        self.packed = PackedLinears(model, rows_hint=1) if packable(model) else None
+        self.packed = PackedLinears(model, rows_hint=1) if packable(model) and tools is None else None
         self.template = style.resolve()
         self.system = self.template.system or ""
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
@@ -88,6 +96,8 @@ class Chat:
 
         messages = self.messages(question)
         prompt = render_chat(self.tokenizer, self.template, messages)
+        if self.engine is not None:
+            return self._reply_with_tools(messages, prompt, on_text)
         device = next(self.model.parameters()).device
         enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(device)
         sample = self.temperature > 0
@@ -120,6 +130,17 @@ class Chat:
         if self._error is not None:
             raise self._error
         answer = self.template.assistant_prefix + "".join(pieces)
+        self.history += [messages[-1], {"role": "assistant", "content": answer}]
+        return answer
+
+    def _reply_with_tools(self, messages: list[dict], prompt: str, on_text) -> str:
+        """One reply through the rollout engine's tool loop: calls paused, run, their results appended."""
+        greedy = self.temperature == 0
+        how = dict(greedy=greedy, temperature=None if greedy else self.temperature, max_new_tokens=self.max_new_tokens)
+        batch = self.engine.generate([prompt], 1, **how)
+        answer = self.template.assistant_prefix + batch.texts[0]
+        if on_text is not None:
+            on_text(answer)
         self.history += [messages[-1], {"role": "assistant", "content": answer}]
         return answer
 
@@ -190,7 +211,7 @@ def _command(chat: Chat, line: str, console) -> bool:
 def cmd_chat(args) -> int:
     from rich.console import Console
 
-    from rlvr.commands.common import model_settings, quiet_libraries
+    from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
     from rlvr.evaluation import loading as eval_models
 
     if args.temperature < 0:
@@ -199,18 +220,21 @@ def cmd_chat(args) -> int:
         raise UserError("--once needs a non-empty question")
     resolved = eval_models.resolve(args.model)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, [resolved], template="r1")
+    tools = tool_settings(args, [resolved])
     quiet_libraries()
     import torch
 
     torch.manual_seed(args.seed)
     model, tokenizer = eval_models.load(resolved, dtype=dtype, device=args.device)
-    chat = Chat(model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature, stop=stop)
+    chat = Chat(model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature, stop=stop, tools=tools)
     if args.once is not None:
         print(chat.reply(args.once), flush=True)
         return 0
     console = Console(highlight=False)
     console.print(f"[bold]rlvr chat[/bold] with {resolved.label}  [dim]{HELP}[/dim]")
     console.print(dtype_line, style="dim", markup=False)  # --once stays quiet: its stdout is the answer
+    if tools is not None:
+        console.print(tools.describe() + " (replies shown whole)", style="dim", markup=False)
     while True:
         try:
             line = console.input("[bold green]you[/bold green] > ").strip()

@@ -138,6 +138,24 @@ def add_model_args(p, *, many: bool = False) -> None:
         metavar="TEXT",
         help="stop string: a response ends after it (repeat for several; default: the run's rollout.stop, else none)",
     )
+    p.add_argument(
+        "--tools",
+        default=None,
+        metavar="NAMES",
+        help="tools the model may call, comma-separated: calculator, python, or plugins module:function / "
+        "file.py:function; 'none' for none (default: the run's rollout.tools, else none; docs/tools.md)",
+    )
+
+
+def tool_settings(args, resolved: list):
+    """The Toolbox of ``--tools`` (or the run's ``rollout.tools``), None for none; see
+    :func:`rlvr.evaluation.loading.tool_settings`."""
+    from rlvr.evaluation.loading import tool_settings as settings
+
+    names = None if args.tools is None else [n.strip() for n in args.tools.split(",") if n.strip()]
+    if names is not None and not names:
+        raise UserError("--tools needs a name, e.g. --tools calculator (or --tools none)")
+    return settings(resolved, names)
 
 
 def model_settings(args, resolved: list, *, template: str) -> tuple:

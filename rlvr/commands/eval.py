@@ -10,6 +10,7 @@ from rlvr.errors import UserError
 EXAMPLES = """examples:
   rlvr eval --model smollm2-135m-instruct --model runs/quickstart --data arithmetic --limit 200
   rlvr eval --model runs/quickstart/checkpoints/step_000020 --data gsm8k_test.jsonl --preset gsm8k --samples 8
+  rlvr eval --model smollm2-135m-instruct --data arithmetic_tool --tools calculator --limit 50
 results: summary.json and predictions.jsonl in runs/eval/DATA-TIME/ (one folder per model when comparing)
 """
 
@@ -62,7 +63,7 @@ def comparison_table(labels: list[str], summaries: list[dict]):
                 else f"{v:d}"
                 if isinstance(v, int)
                 else f"{v:.1f}"
-                if k in ("response_len_mean", "time_s")
+                if k in ("response_len_mean", "time_s", "tool_calls_mean")
                 else f"{v:.3f}"
             )
         table.add_row(k, *cells)
@@ -72,7 +73,7 @@ def comparison_table(labels: list[str], summaries: list[dict]):
 def cmd_eval(args) -> int:
     from rich.console import Console
 
-    from rlvr.commands.common import model_settings, quiet_libraries
+    from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
     from rlvr.data.files import pin
     from rlvr.evaluation import evaluate, load_eval_rows, write_result
     from rlvr.evaluation import loading as eval_models
@@ -89,6 +90,7 @@ def cmd_eval(args) -> int:
     data = pin(args.data, key="--data")  # a Hub data set at the commit it resolves to: summary.json names it
     rows = load_eval_rows(data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, resolved, template="r1")
+    tools = tool_settings(args, resolved)  # the same loop as training: calls paused, results appended
     out = Path(args.output) if args.output else eval_models.default_output("eval", Path(args.data).stem, stamp=True)
     quiet_libraries()
     from rlvr.rollout import HFRolloutEngine
@@ -100,8 +102,12 @@ def cmd_eval(args) -> int:
         if not labels:
             err.print(dtype_line, highlight=False, markup=False)
         engine = HFRolloutEngine(
-            model, tokenizer, max_new_tokens=max_new, dtype=dtype, batch_seqs=args.batch * args.samples, stop=stop
-        )
+            model, tokenizer, max_new_tokens=max_new, dtype=dtype, batch_seqs=args.batch * args.samples, stop=stop,
+            tools=tools,
+        )  # fmt: skip
+        if tools is not None and not labels:
+            err.print(tools.describe(), highlight=False, markup=False)
+            tools.warm()
         progress, on_batch = _progress(err, r.label)
         with progress:
             result = evaluate(

@@ -12,6 +12,7 @@ from rlvr.errors import UserError
 EXAMPLES = """examples:
   rlvr generate --model runs/quickstart --input prompts.jsonl --samples 4 --temperature 0.8
   rlvr generate --model runs/quickstart --input prompts.jsonl --temperature 0 --output runs/generate/greedy.jsonl
+  rlvr generate --model runs/arithmetic_tool --input prompts.jsonl --tools calculator   # calls run, results fed back
   # prompts.jsonl: {"question": "What is 3 + 4?"} or {"prompt": "..."} per line; other keys are copied through
   # without --output the rows go to runs/generate/INPUT-TIME.jsonl
 """
@@ -37,7 +38,7 @@ def read_prompts(path: str | Path) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from rlvr.commands.common import model_settings, quiet_libraries
+    from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
     from rlvr.evaluation import loading as eval_models
 
     if args.samples < 1:
@@ -60,6 +61,7 @@ def cmd_generate(args) -> int:
     rows = read_prompts(args.input)
     resolved = eval_models.resolve(args.model)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, [resolved], template="plain")
+    tools = tool_settings(args, [resolved])
     quiet_libraries()
     import torch
 
@@ -79,7 +81,11 @@ def cmd_generate(args) -> int:
         dtype=dtype,
         batch_seqs=args.batch * args.samples,
         stop=stop,
+        tools=tools,
     )
+    if tools is not None:
+        print(tools.describe(), file=sys.stderr, flush=True)
+        tools.warm()
     template = style.resolve()
     prefix = "" if args.raw else template.assistant_prefix  # what the assistant said includes the prefix
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +100,7 @@ def cmd_generate(args) -> int:
                 )
                 prompts.append(text if args.raw else render_prompt(tokenizer, text, template=template))
             batch = engine.generate(prompts, args.samples, greedy=args.temperature == 0)
-            lengths = batch.response_lengths.tolist()
+            lengths, calls = batch.response_lengths.tolist(), batch.tool_calls
             for i, r in enumerate(chunk):
                 rows_i = range(i * args.samples, (i + 1) * args.samples)
                 f.write(
@@ -104,6 +110,7 @@ def cmd_generate(args) -> int:
                             "completions": [prefix + batch.texts[j] for j in rows_i],
                             "lengths": [int(lengths[j]) for j in rows_i],
                             "truncated": [bool(batch.truncated[j]) for j in rows_i],
+                            **({} if calls is None else {"tool_calls": [calls[j] for j in rows_i]}),
                         },
                         ensure_ascii=False,
                     )

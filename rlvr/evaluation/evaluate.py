@@ -20,6 +20,7 @@ from rlvr.data.templates import get_template
 from rlvr.errors import UserError
 from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
 from rlvr.rewards import Scorer, extract_answer, number_key
+from rlvr.tools import tool_stats
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,8 @@ def evaluate(
                 "length": int(lengths[i]),
                 "truncated": bool(greedy.truncated[i]),
             }
+            if greedy.tool_calls is not None:
+                out.update(tool_calls=greedy.tool_calls[i], tool_errors=greedy.tool_errors[i])
             tally = {"errors": 0, "sample_format": 0}
             if j["error"]:
                 out["error"] = j["error"]
@@ -268,6 +271,9 @@ def _summary(
         "truncated_frac": sum(p["truncated"] for p in preds) / n,
         "scoring_errors": sum(t["errors"] for t in tallies),
     }
+    if preds and "tool_calls" in preds[0]:  # with tools: calls, errors, accuracy with and without a call
+        calls, errors = [p["tool_calls"] for p in preds], [p["tool_errors"] for p in preds]
+        summary.update(tool_stats(calls, errors, [p["correct"] for p in preds]))
     if samples > 1:
         summary.update({f"pass@{k}": v / n for k, v in per_k.items()})
         summary[f"maj@{samples}"] = sum(p["majority_correct"] for p in preds) / n
@@ -295,10 +301,13 @@ def write_result(result: EvalResult, out_dir: Path, **extra) -> Path:
 
 # metrics shown in tables and logged as eval/<key> during training
 SUMMARY_KEYS = ("accuracy", "accuracy_lenient", "format_rate", "response_len_mean", "truncated_frac")
+TOOL_KEYS = ("tool_calls_mean", "tool_use_rate", "tool_error_rate", "accuracy_with_tool", "accuracy_without_tool")
+"""With tools (:func:`rlvr.tools.tool_stats` of the greedy answers)."""
 
 
 def metric_keys(summary: dict) -> list[str]:
     """Summary keys worth a table row / a logged metric, in display order."""
     extra = [k for k in summary if k.startswith(("pass@", "maj@"))]
     tail = [k for k in ("sample_accuracy", "sample_format_rate") if k in summary]
-    return [k for k in SUMMARY_KEYS if k in summary] + extra + tail
+    tools = [k for k in TOOL_KEYS if k in summary]
+    return [k for k in SUMMARY_KEYS if k in summary] + tools + extra + tail

@@ -122,6 +122,27 @@ def generation_dtype(device: str, dtype: str = "auto") -> tuple[str, str]:
     return chosen, line + (f"\nwarning: --dtype {warning}" if warning else "")
 
 
+TOOL_KEYS = ("max_tool_calls", "tool_call", "tool_result", "tool_timeout_s", "tool_max_chars")
+"""The ``rollout.*`` tool settings a run's config lends to ``--tools`` (the syntax it was trained with)."""
+
+
+def tool_settings(resolved: list[ResolvedModel], tools: list[str] | None, *, workers: int = 2):
+    """The :class:`~rlvr.tools.Toolbox` for ``--tools`` (names; ``["none"]`` = no tools), or None.
+
+    Without ``--tools``, the first run's ``rollout.tools`` (none outside a run): a model trained with
+    tools is evaluated with them. The call syntax, call limit and limits are the run's, else the
+    defaults. Unknown tools and broken plugins fail here, in one line, before any model loads."""
+    from rlvr.config import RolloutConfig
+    from rlvr.tools import Toolbox
+
+    rollout = next(((r.run_config.get("rollout") or {}) for r in resolved if r.run_config), {})
+    names = list(rollout.get("tools") or []) if tools is None else [n for n in tools if n != "none"]
+    if not names:
+        return None
+    cfg = RolloutConfig(tools=names, **{k: rollout[k] for k in TOOL_KEYS if k in rollout})
+    return Toolbox.from_config(cfg, workers)
+
+
 def prompt_settings(
     resolved: list[ResolvedModel],
     *,

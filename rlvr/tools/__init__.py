@@ -10,6 +10,7 @@ from rlvr.tools.calculator import calculator
 from rlvr.tools.errors import ToolError
 from rlvr.tools.registry import TOOLS, Toolbox, ToolResult, call_tool, get, short_name
 from rlvr.tools.sandbox import python
+from rlvr.tools.stats import tool_stats
 from rlvr.tools.syntax import CallSyntax
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "get",
     "python",
     "short_name",
+    "tool_stats",
 ]

@@ -24,7 +24,7 @@ from rlvr.config import Config
 from rlvr.rewards.registry import RewardResult
 from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
 from rlvr.rollout.hf import sample_seed
-from rlvr.rollout.tool_loop import tool_stats
+from rlvr.tools import tool_stats
 from rlvr.training.replicas import OneProcess
 
 

@@ -15,8 +15,7 @@ from rlvr.config import load_config
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.rollout.tool_loop import tool_stats
-from rlvr.tools import CallSyntax, Toolbox
+from rlvr.tools import CallSyntax, Toolbox, tool_stats
 from rlvr.training.loop import accumulate_gradients, update_passes
 
 PROMPTS = ["what is 3 + 4 ?", "the answer", "what is 2 + 2 ? 7 7 and 9 + 1 = ?", "what is 5 * 6"]

@@ -10,6 +10,8 @@ from safetensors.torch import load_file
 from tiny_run import metrics, tiny_config
 
 from rlvr import metric_names as M
+from rlvr.analysis.report import build_report
+from rlvr.cli import main
 from rlvr.training import train
 
 TOOLS = (
@@ -37,3 +39,19 @@ def test_a_tool_run_logs_tool_use_and_resumes_bit_exact(tiny_dir, tmp_path):
     assert all("tool_calls" in s for s in samples)
     called = [s for s in samples if s["tool_calls"]]
     assert called and all("?the" in s["completion"] for s in called)
+    report = (build_report(straight) / "report.md").read_text()
+    assert "## Tool use" in report and "tool calls per completion" in report and "1 tool call(s)" in report
+
+
+def test_eval_of_a_tool_run_uses_its_tools_and_syntax(tiny_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(tiny_config(tiny_dir, run, *TOOLS, "train.steps=1"))
+    data = tmp_path / "q.jsonl"
+    data.write_text(
+        "".join(json.dumps({"question": f"what is {i} + 1 ?", "answer": str(i + 1)}) + "\n" for i in range(8))
+    )
+    argv = ["eval", "--model", str(run), "--data", str(data), "-k", "4", "-o", str(tmp_path / "ev"), "--device", "cpu"]
+    assert main(argv) == 0
+    assert "tools: calculator; call one as = 12*34 ?" in capsys.readouterr().err
+    summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
+    assert {"tool_calls_mean", "tool_use_rate", "tool_error_rate"} <= summary.keys()

@@ -1,0 +1,67 @@
+"""`rlvr eval | generate | chat --once --tools` on a tiny model: the tool loop runs, the outputs count
+the calls, and a bad tool name is one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlvr.cli import main
+
+pytestmark = pytest.mark.slow
+
+PLAIN = ["--template", "plain", "--system", "", "--max-new-tokens", "6", "--device", "cpu"]
+
+
+def _data(path):
+    path.write_text(
+        "".join(json.dumps({"question": f"what is {i} + {i} ?", "answer": str(2 * i)}) + "\n" for i in range(3))
+    )
+    return path
+
+
+def test_eval_generate_and_chat_take_tools(cwd, tiny_model, capsys):
+    data = _data(cwd / "q.jsonl")
+    assert (
+        main(["eval", "--model", str(tiny_model), "--data", str(data), "--tools", "calculator", "-o", "ev", *PLAIN])
+        == 0
+    )
+    out = capsys.readouterr()
+    assert "tools: calculator; call one as <tool>calculator: 12*34</tool>" in out.err
+    assert "tool_calls_mean" in out.out
+    summary = json.loads((cwd / "ev" / "summary.json").read_text())
+    assert summary["tool_calls_mean"] == 0 and summary["tool_error_rate"] == 0
+    preds = [json.loads(line) for line in (cwd / "ev" / "predictions.jsonl").read_text().splitlines()]
+    assert all(p["tool_calls"] == 0 for p in preds)
+
+    argv = [
+        "generate",
+        "--model",
+        str(tiny_model),
+        "-i",
+        str(data),
+        "-o",
+        "gen.jsonl",
+        "-k",
+        "2",
+        "--tools",
+        "calculator",
+    ]
+    assert main([*argv, *PLAIN]) == 0
+    rows = [json.loads(line) for line in (cwd / "gen.jsonl").read_text().splitlines()]
+    assert all(r["tool_calls"] == [0, 0] for r in rows)
+    capsys.readouterr()
+
+    assert main(["chat", "--model", str(tiny_model), "--once", "what is 2 + 2 ?", "--tools", "calculator", *PLAIN]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("command", ["eval", "generate", "chat"])
+def test_an_unknown_tool_is_one_line(cwd, tiny_model, capsys, command):
+    data = _data(cwd / "q.jsonl")
+    extra = {"eval": ["--data", str(data)], "generate": ["-i", str(data)], "chat": ["--once", "hi"]}[command]
+    rc = main([command, "--model", str(tiny_model), *extra, "--tools", "calculater", *PLAIN])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "unknown tool 'calculater'" in err and "did you mean 'calculator'" in err
