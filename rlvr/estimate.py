@@ -850,14 +850,14 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
             device_peak = max(other, shards + read + CPU_RUNTIME_BYTES)
             device_how = f"rank 0: its shards + the whole {cfg.model.dtype} model it reads ({gb(read)}); " + device_how
             host_other = max(est.total, other) + staged
-            other_how = "the training peak above or its load peak (the device is the host)" + (
+            other_how = "the training peak above (the device is the host)" + (
                 f" + {gb(staged)} staged for a background checkpoint" if staged else ""
             )
         else:
             device_peak += CPU_RUNTIME_BYTES
             device_how += " + runtime"
         host_worker = max(est.total, device_peak) + staged
-        host_how = "the training peak above or the load peak (the device is the host)" + (
+        host_how = "the training peak above (the device is the host)" + (
             f" + {gb(staged)} staged for a background checkpoint" if staged else ""
         )
     else:
