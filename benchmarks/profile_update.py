@@ -8,6 +8,11 @@ repeat warms up (allocator, oneDNN primitives) and is left out.
 
     .venv/bin/python benchmarks/profile_update.py                 # fp32
     .venv/bin/python benchmarks/profile_update.py --bf16          # under bf16 autocast
+    .venv/bin/python benchmarks/profile_update.py --packed        # the trainer's fp32 path on AVX-512
+
+``--packed`` multiplies by oneDNN-prepacked weights (:class:`rlvr.cpu.packed.PackedLinears`, repacked
+after each optimizer step), as the trainer does in fp32 where ``packed_training_pays()``; without it
+the products run MKL's sgemm.
 
 Writes benchmarks/results/profile_update-<capability>-<precision>-<date>.json and prints two tables.
 Nothing else should run on the machine meanwhile.
@@ -24,6 +29,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from rlvr.cpu.packed import PackedLinears
 from rlvr.models import load_model, resolve_model_path
 from rlvr.models.forward import pass_logprobs
 
@@ -34,6 +40,7 @@ PHASES = ("forward + log-probs", "backward", "AdamW step")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast in the update")
+    ap.add_argument("--packed", action="store_true", help="oneDNN-prepacked linears (the trainer's fp32 path)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=126)
     ap.add_argument("--response", type=int, default=48)
@@ -51,16 +58,21 @@ def main() -> None:
     mask = torch.ones_like(ids)
     tokens = ids[:, args.prompt :]
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
+    packs = PackedLinears(model, train=True) if args.packed else None
+    if packs is not None:
+        packs.watch(opt)
+    active = packs.active if packs is not None else contextlib.nullcontext
 
     def one_update() -> None:
-        with record_function(PHASES[0]), autocast:
-            logp, _ = pass_logprobs(model, ids, mask, tokens, entropy=True, group_size=G)
-            loss = -logp.mean()
-        with record_function(PHASES[1]):
-            loss.backward()
-        with record_function(PHASES[2]):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        with active():
+            with record_function(PHASES[0]), autocast:
+                logp, _ = pass_logprobs(model, ids, mask, tokens, entropy=True, group_size=G)
+                loss = -logp.mean()
+            with record_function(PHASES[1]):
+                loss.backward()
+            with record_function(PHASES[2]):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
 
     one_update()  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -84,6 +96,7 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "precision": "bf16 autocast" if args.bf16 else "fp32",
+        "products": "oneDNN prepacked" if args.packed else "MKL sgemm (F.linear)",
         "batch": {"rows": G, "group_size": G, "prompt": args.prompt, "response": args.response},
         "repeats": n,
         "phases_s": phases,
@@ -92,7 +105,7 @@ def main() -> None:
         "top_ops": top,
     }
     RESULTS.mkdir(exist_ok=True)
-    tag = "bf16" if args.bf16 else "fp32"
+    tag = ("bf16" if args.bf16 else "fp32") + ("-packed" if args.packed else "")
     out = RESULTS / f"profile_update-{capability}-{tag}-{result['date']}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{capability}, {result['threads']} threads, {result['precision']}: one micro-batch update {total:.2f} s")

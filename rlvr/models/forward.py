@@ -11,6 +11,8 @@ from torch import Tensor
 
 from rlvr import algos
 from rlvr.algos import logprobs as _logprobs_mod
+from rlvr.models import shared_prefix
+from rlvr.models.shared_prefix import one_pass_applies
 
 
 def cache_kwargs(model, cache) -> dict:
@@ -87,7 +89,7 @@ def pass_logprobs(
     """
     T = tokens.shape[1]
     if group_size > 1 and not prompt_sharing_pays(
-        input_ids.shape[0], group_size, input_ids.shape[1] - T, input_ids.device
+        input_ids.shape[0], group_size, input_ids.shape[1] - T, input_ids.device, one_pass=one_pass_applies(model)
     ):
         group_size = 1
     run = functools.partial(_response_forward, model, input_ids, attention_mask, T, group_size)
@@ -191,7 +193,7 @@ def _logprob_head(head, tokens: Tensor, *, temperature: float, entropy: bool):
     runs, inside the model's forward (FSDP2 has gathered them there)."""
 
     def forward(hidden: Tensor) -> Tensor:  # [b, T, H]: the positions logits_to_keep kept
-        if hidden.shape[:-1] != tokens.shape:
+        if hidden.shape[:-1].numel() != tokens.numel():  # a one-pass shared prompt's [P, G*T] is [B, T]
             raise RuntimeError(f"LM head got hidden states {tuple(hidden.shape)} for tokens {tuple(tokens.shape)}")
         logp, ent = algos.lm_head_logprobs(
             hidden.reshape(-1, hidden.shape[-1]),
@@ -226,15 +228,18 @@ one plain pass), so a pass costs thousands of token positions. Other device type
 figure."""
 
 
-def prompt_sharing_pays(rows: int, group_size: int, prompt_len: int, device) -> bool:
+def prompt_sharing_pays(rows: int, group_size: int, prompt_len: int, device, *, one_pass: bool = False) -> bool:
     """Whether a pass over ``rows`` rows in groups of ``group_size`` saves more by running each
-    prompt once than the second model pass costs (:data:`SHARED_PROMPT_PASS_COST_TOKENS`).
+    prompt once than the second model pass costs (:data:`SHARED_PROMPT_PASS_COST_TOKENS`); with
+    ``one_pass`` (:mod:`rlvr.models.shared_prefix`: no second pass) whenever it saves a position.
 
     Sharing computes ``rows / group_size`` prompts instead of ``rows``, all but the prompt's last
     token (which runs with the response, once per row): saved = (rows − rows/G) · (prompt_len − 1)."""
     if group_size <= 1:
         return False
     saved = (rows - rows // group_size) * (prompt_len - 1)
+    if one_pass:
+        return saved > 0
     cost = SHARED_PROMPT_PASS_COST_TOKENS.get(torch.device(device).type, SHARED_PROMPT_PASS_COST_TOKENS["cuda"])
     return saved > cost
 
@@ -291,8 +296,31 @@ def _response_forward(
                 use_cache=False,
             )
         return out.logits  # [B, T, V]: positions L-T-1 .. L-2 predict the response
+    if one_pass_applies(model):
+        return _one_pass_logits(model, input_ids, attention_mask, positions, T, group_size, response_pass)
     with checkpointing_off(model):
         return _shared_prompt_logits(model, input_ids, attention_mask, positions, T, group_size, response_pass)
+
+
+def _one_pass_logits(
+    model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int, response_pass
+) -> Tensor:
+    """The ``group_size > 1`` branch of :func:`response_logits` for sdpa models: each group's prompt and
+    its G rows in one pass (:mod:`rlvr.models.shared_prefix`). The head sees [P, G·T] positions, which
+    are the B rows' T positions in order; a fused head returns them as [B, T, ·] (it reads the
+    tokens' shape), full logits are reshaped to [B, T, V]."""
+    ids, pos, masks, keep = shared_prefix.layout(input_ids, attention_mask, positions, T, G)
+    with shared_prefix.shared_attention(model), response_pass():
+        out = model(
+            input_ids=ids,
+            attention_mask=None,  # the segment masks travel to the attention layers as shared_prefix
+            position_ids=pos,
+            logits_to_keep=keep,
+            use_cache=False,
+            shared_prefix=(G, T, masks),
+        )
+    logits = out.logits
+    return logits.reshape(input_ids.shape[0], T, *logits.shape[2:])
 
 
 def _keep(start: int, stop: int, device) -> Tensor:

@@ -1,0 +1,132 @@
+"""A GRPO group's prompt and its G responses in one forward pass, each response attending to the
+prompt and to itself.
+
+Why: the trainer's passes over a group (the update, the old-policy and reference log-probs) would
+otherwise run the prompt once per row, or (the two-pass shared prompt) once per group in a pass of
+its own whose key/value cache the responses' pass reads. The second pass doubles the model's fixed
+per-pass work (every linear runs twice, on two smaller products; every weight gets two gradient
+contributions that autograd then adds), and FSDP2 cannot run it (two forwards per backward). One
+pass computes the same thing with every linear run once, on all of the group's tokens.
+
+How: each group becomes one row of the pass, ``[prompt (left-padded) | response 1 | … | response G]``,
+with the position ids the rows had (each response continues from the prompt). transformers' attention
+layers run under :data:`SHARED_ATTENTION`, which splits each layer's queries, keys and values by
+segment: the prompt attends to itself causally, and the G responses are stacked as a batch of G whose
+keys are the prompt's (expanded, not copied per row until the concatenation) followed by their own,
+under a bottom-right causal mask. Left padding in the prompt is masked out as a key (a padding query
+attends to itself, so no row of scores is empty). Everything is on the device: the masks come from the
+attention mask tensor, and no host read is needed. No hand-written kernel: both parts are transformers'
+own ``sdpa_attention_forward``.
+
+Exact: the logits and gradients equal the per-row pass to float rounding
+(``tests/models/test_shared_prefix.py``).
+
+Applies to models whose attention is sdpa with no sliding-window layers (:func:`one_pass_applies`);
+others keep the two-pass shared prompt (:func:`rlvr.models.forward.response_logits`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import Tensor
+
+SHARED_ATTENTION = "rlvr_shared_prefix"
+"""The attention implementation the one-pass shared prompt runs under (:func:`_shared_prefix_attention`)."""
+
+
+def one_pass_applies(model) -> bool:
+    """Whether ``model``'s attention can run the one-pass shared prompt: sdpa (or already under
+    :data:`SHARED_ATTENTION`), no sliding-window layers."""
+    config = getattr(model, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or [])
+    return impl in ("sdpa", SHARED_ATTENTION) and not sliding and not getattr(config, "sliding_window", None)
+
+
+@contextlib.contextmanager
+def shared_attention(model):
+    """Run ``model``'s attention layers under :data:`SHARED_ATTENTION` for the block (they read the
+    implementation off the one config object at each call). Re-entrant."""
+    config = model.config
+    if config._attn_implementation == SHARED_ATTENTION:
+        yield
+        return
+    prev, config._attn_implementation = config._attn_implementation, SHARED_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = prev
+
+
+def layout(
+    input_ids: Tensor, attention_mask: Tensor, positions: Tensor, T: int, G: int
+) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], Tensor]:
+    """The one-pass inputs of a row micro-batch whose consecutive runs of G rows share a prompt.
+
+    The prompt part is each group's first ``Lp = L - T - 1`` positions (the prompt but its last
+    token, left padding included); each row's segment is its last prompt token and its response but
+    the last token (T positions, whose outputs predict the T response tokens).
+
+    Args:
+        input_ids, attention_mask, positions: [B, L], L = prompt_len + T, B = P * G.
+        T: response positions.
+        G: rows per group.
+
+    Returns:
+        (input_ids [P, Lp + G·T], position_ids [P, Lp + G·T], (prompt_mask [P, 1, Lp, Lp] bool,
+        segment_mask [P·G, 1, T, Lp + T] bool), keep [G·T]: the positions whose outputs predict the
+        responses, row by row).
+    """
+    B, L = input_ids.shape
+    P, Lp = B // G, L - T - 1
+    device = input_ids.device
+    seg = slice(Lp, L - 1)
+    ids = torch.cat([input_ids[::G, :Lp], input_ids[:, seg].reshape(P, G * T)], 1)
+    pos = torch.cat([positions[::G, :Lp], positions[:, seg].reshape(P, G * T)], 1)
+    real = attention_mask[::G, :Lp].bool()  # [P, Lp] prompt keys that are not padding
+    i = torch.arange(Lp, device=device)
+    causal = i[:, None] >= i[None, :]
+    prompt_mask = (causal & real[:, None, :]) | torch.eye(Lp, dtype=torch.bool, device=device)  # [P, Lp, Lp]
+    t = torch.arange(T, device=device)
+    own = t[:, None] >= t[None, :]  # [T, T] causal within the segment
+    seg_keys = torch.cat([real.repeat_interleave(G, 0)[:, None, :].expand(B, T, Lp), own.expand(B, T, T)], 2)
+    keep = torch.arange(Lp, Lp + G * T, device=device)
+    return ids, pos, (prompt_mask[:, None], seg_keys[:, None]), keep
+
+
+def _shared_prefix_attention(
+    module, query, key, value, attention_mask, *, shared_prefix: tuple[int, int, tuple[Tensor, Tensor]], **kwargs
+):
+    """Attention of one-pass rows ``[prompt | G segments of T]`` ([P, heads, Lp + G·T, d] queries, keys,
+    values): the prompt by itself, the segments as a batch of P·G against the prompt's keys and
+    their own; the outputs joined back to [P, Lp + G·T, heads, d], as ``sdpa_attention_forward``
+    returns them."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    G, T, (prompt_mask, seg_mask) = shared_prefix
+    P, Lp = query.shape[0], query.shape[2] - G * T
+
+    def rows(x: Tensor) -> Tensor:  # [P, h, G*T, d] -> [P*G, h, T, d]
+        h, d = x.shape[1], x.shape[3]
+        return x[:, :, Lp:].reshape(P, h, G, T, d).transpose(1, 2).reshape(P * G, h, T, d)
+
+    def with_prompt(x: Tensor) -> Tensor:  # keys or values: [P*G, h, Lp + T, d]
+        h, d = x.shape[1], x.shape[3]
+        prompt = x[:, None, :, :Lp].expand(P, G, h, Lp, d).reshape(P * G, h, Lp, d)
+        return torch.cat([prompt, rows(x)], 2)
+
+    kw = dict(kwargs, is_causal=False)
+    head = sdpa_attention_forward(module, query[:, :, :Lp], key[:, :, :Lp], value[:, :, :Lp], prompt_mask, **kw)[0]
+    tail = sdpa_attention_forward(module, rows(query), with_prompt(key), with_prompt(value), seg_mask, **kw)[0]
+    return torch.cat([head, tail.reshape(P, G * T, *tail.shape[2:])], 1), None  # [P, Lp + G*T, heads, d]
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(SHARED_ATTENTION, _shared_prefix_attention)
+
+
+_register()
