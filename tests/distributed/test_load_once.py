@@ -4,8 +4,9 @@ shards one tensor at a time (``ShardedGroup.shard_loaded``). On 2 gloo ranks, fo
 embeddings and a tiny Qwen2 (q/k/v biases, untied head) saved to a folder: rank 1 never calls
 ``from_pretrained`` and never creates a tensor larger than the largest parameter; every rank's whole
 state, rotary ``inv_freq`` buffers included, equals the file's bit for bit; the head stays tied; one
-AdamW step equals one process's. Through the Trainer: the rollout copy filled from the shards samples on
-rank 1 what rank 0 and one process sample for the same seeds. Plain processes, no Ray (seconds)."""
+AdamW step equals one process's; also with the shards offloaded and under HSDP. Through the Trainer:
+the rollout copy filled from the shards is the file's, and its first rollout on rank 1 samples what
+rank 0 samples for the same seeds. Plain processes, no Ray (seconds)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
         return out
 
 
-def _shard_loaded(rank: int, port: int, model_dir: str, out: str) -> None:
+def _shard_loaded(rank: int, port: int, model_dir: str, out: str, per_node: int, offload: bool) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.tensor import DTensor
 
@@ -76,14 +77,14 @@ def _shard_loaded(rank: int, port: int, model_dir: str, out: str) -> None:
     from rlvr.models.loading import empty_model, load_model
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    group = ShardedGroup(rank, WORLD, "cpu", wait_for_rank0_s=120)
+    group = ShardedGroup(rank, WORLD, "cpu", wait_for_rank0_s=120, workers_per_node=per_node)
     if rank != 0:
         _never_whole()
     model = empty_model(Path(model_dir))
     assert all(t.device.type == "meta" for t in (*model.parameters(), *model.buffers()))
     largest = _Largest()
     with largest:
-        group.shard_loaded(model, lambda: load_model(Path(model_dir)))
+        group.shard_loaded(model, lambda: load_model(Path(model_dir)), offload=offload)
     if rank != 0:  # its shards and the one tensor being broadcast, never a whole model
         assert largest.numel <= max(p.numel() for p in model.parameters()), largest.numel
     assert all(isinstance(p, DTensor) for p in model.parameters())
@@ -94,19 +95,26 @@ def _shard_loaded(rank: int, port: int, model_dir: str, out: str) -> None:
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     _loss(model, _batch()[rank]).backward()
+    group.reduce_grads(model)  # HSDP: the node shards' sum across "nodes"
     optimizer.step()
     trained = get_model_state_dict(model, options=whole)
     torch.save({"loaded": loaded, "buffers": buffers, "trained": trained}, Path(out) / f"rank{rank}.pt")
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("make", [tiny_model, tiny_qwen2], ids=["llama-tied", "qwen2"])
-def test_rank0_reads_the_weights_and_every_rank_holds_the_files_exactly(tmp_path, make):
+@pytest.mark.parametrize(
+    "make, per_node, offload",
+    [(tiny_model, 0, False), (tiny_qwen2, 0, True), (tiny_model, 1, False)],
+    ids=["llama-tied", "qwen2-offloaded", "llama-tied-hsdp"],
+)
+def test_rank0_reads_the_weights_and_every_rank_holds_the_files_exactly(tmp_path, make, per_node, offload):
+    """FSDP over both ranks, with the shards offloaded (CPUOffloadPolicy: on a CPU they stay in host
+    memory), and HSDP as 2 "nodes" of 1 (a 2-D mesh: each rank holds its node's whole shard)."""
     from rlvr.models.loading import load_model
 
     model_dir = tmp_path / "m"
     make(seed=3).save_pretrained(model_dir)
-    mp.spawn(_shard_loaded, args=(_port(), str(model_dir), str(tmp_path)), nprocs=WORLD)
+    mp.spawn(_shard_loaded, args=(_port(), str(model_dir), str(tmp_path), per_node, offload), nprocs=WORLD)
 
     one = load_model(model_dir)  # the file, as one process reads it
     want = {k: v.clone() for k, v in one.state_dict().items()}  # before the step below
