@@ -278,7 +278,8 @@ def cast_copy(model, dtype: torch.dtype):
 
     Tied parameters stay tied, ``requires_grad`` and hooks are kept, non-persistent buffers (rotary
     ``inv_freq``) are copied too. ``model`` must be a plain module, not yet sharded by FSDP (the trainer
-    builds its rollout copy before sharding)."""
+    builds its rollout copy before sharding). A model on the meta device gives a copy on the meta
+    device: the sharded trainer's, which ``ShardedGroup.fill_copy`` allocates and fills from the shards."""
     sources: dict[int, torch.Tensor] = {}
     memo: dict[int, torch.Tensor] = {}
     for t in (*model.parameters(), *model.buffers()):
