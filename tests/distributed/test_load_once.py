@@ -34,7 +34,7 @@ def _port() -> int:
 
 def _batch() -> torch.Tensor:
     """[WORLD, 2 rows, 7 tokens]: rank r's rows of the step."""
-    return torch.randint(0, 100, (WORLD, 2, 7), generator=torch.Generator().manual_seed(7))
+    return torch.randint(0, 100, (WORLD, 2, 7), generator=torch.Generator().manual_seed(7), device="cpu")  # gloo ranks
 
 
 def _loss(model, ids: torch.Tensor) -> torch.Tensor:
