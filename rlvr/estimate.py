@@ -846,9 +846,13 @@ def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
     host_other, other_how = -1, ""
     if est.device == "cpu":  # the device is the host
         if n > 1:  # rank 0 reads a whole model beside its shards; the others hold their shards and the copy
-            other = device_peak + CPU_RUNTIME_BYTES
-            device_peak = max(other, shards + read + CPU_RUNTIME_BYTES)
-            device_how = f"rank 0: its shards + the whole {cfg.model.dtype} model it reads ({gb(read)}); " + device_how
+            other, first = device_peak + CPU_RUNTIME_BYTES, shards + read + CPU_RUNTIME_BYTES
+            device_peak = max(other, first)
+            device_how = (
+                f"rank 0: its shards {gb(shards)} + the whole {cfg.model.dtype} model it reads ({gb(read)})"
+                if first >= other
+                else device_how
+            ) + " + runtime"
             host_other = max(est.total, other) + staged
             other_how = "the training peak above (the device is the host)" + (
                 f" + {gb(staged)} staged for a background checkpoint" if staged else ""
