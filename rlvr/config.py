@@ -133,7 +133,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     task: str = "arithmetic"
-    """Where prompts come from: 'arithmetic' or 'countdown' (built-in, offline, seeded) or 'files' (data.path)."""
+    """Where prompts come from: 'arithmetic', 'arithmetic_tool' (products and expressions for a model with a calculator) or 'countdown' (built-in, offline, seeded) or 'files' (data.path)."""
     path: str | None = None
     """Training data when data.task=files: a Hugging Face data set name, org/name[:config][@revision] (e.g. openai/gsm8k:main: fetched into the Hugging Face cache when online, the cache alone with HF_HUB_OFFLINE=1; the run's config.yaml records the commit read), a file (.jsonl .json .parquet .csv .arrow), a folder, a save_to_disk folder, a glob, or several separated by commas. A local path of the same name wins."""
     test_path: str | None = None
@@ -173,7 +173,7 @@ class DataConfig:
     cache: bool = True
     """Cache prepared prompts under $RLVR_CACHE/data, keyed by files, mapping, template and tokenizer."""
     difficulty: int = 1
-    """Built-in task difficulty 1..4. arithmetic: 1 = single-digit a+b, 2 = a+b / a-b up to 20, 3 = a*b and a-b+c with two digits, 4 = three operands up to 99. countdown: 3 numbers up to 10, 3 up to 25, 4 up to 50, 5 up to 100."""
+    """Built-in task difficulty 1..4. arithmetic: 1 = single-digit a+b, 2 = a+b / a-b up to 20, 3 = a*b and a-b+c with two digits, 4 = three operands up to 99. countdown: 3 numbers up to 10, 3 up to 25, 4 up to 50, 5 up to 100. arithmetic_tool: 1 = a 3-digit times a 2-digit number, 2 (and above) = half of those, half two-step expressions."""
     train_size: int = 5000
     """Number of generated training problems (built-in tasks)."""
     test_size: int = 100
@@ -185,14 +185,14 @@ class DataConfig:
     system_prompt: str | None = None
     """System turn; null = the template's own (r1: 'You are a helpful assistant.'), empty string = none."""
     template: str = "r1"
-    """Prompt template: r1 (= qwen_r1, MindSpeed-RL's R1-Zero text), r1_base (plain text for base models), cot, plain, or a .yaml/.json template file (FILE or FILE:NAME)."""
+    """Prompt template: r1 (= qwen_r1, MindSpeed-RL's R1-Zero text), r1_base (plain text for base models), r1_tool (r1 plus the calculator's call syntax and a worked example), cot, plain, or a .yaml/.json template file (FILE or FILE:NAME)."""
     assistant_prefix: str | None = None
     """Text after the assistant turn opens (e.g. '<think>'); part of the prompt, not trained on; null = the template's own (r1_base: '<think>', others: none)."""
 
     def __post_init__(self) -> None:
         _check(
             self.task in DATA_TASKS,
-            f"data.task={self.task}: use arithmetic, countdown or files (files reads data.path: .jsonl .json .parquet .csv .arrow, folders)",
+            f"data.task={self.task}: use arithmetic, arithmetic_tool, countdown or files (files reads data.path: .jsonl .json .parquet .csv .arrow, folders)",
         )
         _check(self.task != "files" or bool(self.path), "data.task=files needs data.path=FILE (or a folder or glob)")
         _check(

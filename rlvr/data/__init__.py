@@ -14,7 +14,7 @@ from rlvr.data.loading import Split, load_rows, load_split
 from rlvr.data.prepare import Prepared, prepare, prepare_rows
 from rlvr.data.presets import PRESETS
 from rlvr.data.stream import PromptStream
-from rlvr.data.tasks import arithmetic, countdown, countdown_reward, countdown_score, safe_arithmetic
+from rlvr.data.tasks import arithmetic, arithmetic_tool, countdown, countdown_reward, countdown_score, safe_arithmetic
 from rlvr.data.templates import (
     R1_INSTRUCTION,
     TEMPLATES,
@@ -34,6 +34,7 @@ __all__ = [
     "Split",
     "TEMPLATES",
     "arithmetic",
+    "arithmetic_tool",
     "build_messages",
     "countdown",
     "countdown_reward",

@@ -9,7 +9,15 @@ from fractions import Fraction
 
 from rlvr.rewards.countdown import countdown_reward, countdown_score, safe_arithmetic
 
-__all__ = ["arithmetic", "countdown", "countdown_question", "countdown_reward", "countdown_score", "safe_arithmetic"]
+__all__ = [
+    "arithmetic",
+    "arithmetic_tool",
+    "countdown",
+    "countdown_question",
+    "countdown_reward",
+    "countdown_score",
+    "safe_arithmetic",
+]
 
 
 def _problem(rng: random.Random, difficulty: int) -> tuple[str, int]:
@@ -51,6 +59,38 @@ def arithmetic(n: int, *, seed: int, difficulty: int = 1, exclude: set[str] = fr
         if question in exclude and attempts < 50 * n:
             continue
         rows.append({"question": question, "answer": str(value)})
+    return rows
+
+
+# --- arithmetic_tool: exact products and short expressions, for a model with a calculator ---------
+
+
+def _tool_problem(rng: random.Random, difficulty: int) -> tuple[str, int]:
+    if difficulty == 1 or rng.random() < 0.5:  # a 3-digit by 2-digit product
+        a, b = rng.randint(100, 999), rng.randint(10, 99)
+        return f"{a} * {b}", a * b
+    shape = rng.randrange(3)  # difficulty 2: half products, half two-step expressions
+    if shape == 0:
+        a, b, c = rng.randint(100, 999), rng.randint(10, 99), rng.randint(100, 999)
+        return f"{a} * {b} + {c}", a * b + c
+    if shape == 1:
+        a, b, c = rng.randint(10, 999), rng.randint(10, 999), rng.randint(10, 99)
+        return f"({a} + {b}) * {c}", (a + b) * c
+    a, b, c, d = rng.randint(10, 99), rng.randint(10, 99), rng.randint(10, 99), rng.randint(2, 9)
+    return f"{a} * {b} - {c} * {d}", a * b - c * d
+
+
+def arithmetic_tool(n: int, *, seed: int, difficulty: int = 1) -> list[dict]:
+    """``n`` problems ``{"question", "answer"}`` a small model cannot do in its head but can with a
+    calculator: difficulty 1 = a 3-digit times a 2-digit number (``What is 437 * 58?``), 2 = half of
+    those, half two-step expressions (``a * b + c``, ``(a + b) * c``, ``a * b - c * d``). Exact
+    integer answers; a seeded generator (train and test use different seeds; 90,000 distinct
+    products, so a test problem rarely appears in training)."""
+    rng = random.Random(f"arithmetic_tool:{seed}")
+    rows = []
+    for _ in range(n):
+        expr, value = _tool_problem(rng, min(max(difficulty, 1), 2))
+        rows.append({"question": f"What is {expr}?", "answer": str(value)})
     return rows
 
 

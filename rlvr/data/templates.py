@@ -12,6 +12,8 @@ Built-in templates (:data:`TEMPLATES`):
   user turn = :data:`R1_INSTRUCTION` + problem; exactly MindSpeed-RL's ``qwen_r1`` text.
 - ``r1_base``: the same instruction as plain text for base models, ending in
   ``"User: {problem}\\nAssistant: <think>"`` (``<think>`` is the assistant prefix).
+- ``r1_tool``: ``r1`` with a sentence that shows the calculator's call syntax and a worked answer
+  (:data:`TOOL_INSTRUCTION`), for ``rollout.tools=[calculator]`` with the default syntax.
 - ``cot``: problem + "Please reason step by step, and put your final answer within \\boxed{}."
 - ``plain``: the problem alone.
 
@@ -39,6 +41,14 @@ R1_INSTRUCTION = (
     "respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>. "
     "Put your final answer within \\boxed{}.\n"
 )
+TOOL_INSTRUCTION = (
+    "While thinking, the Assistant can use a calculator: it writes <tool>calculator: 123*45</tool> and the "
+    "exact result follows as <result>5535</result>. For example: <think><tool>calculator: 123*45</tool>"
+    "<result>5535</result></think><answer>\\boxed{5535}</answer>\n"
+)
+"""The R1 instruction's tool sentence (template ``r1_tool``): the default call syntax
+(``rollout.tool_call``, ``rollout.tool_result``) and a whole worked answer, for a model that has
+never seen a tool call."""
 COT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 PLACEHOLDER = "{problem}"
 
@@ -72,6 +82,9 @@ TEMPLATES: dict[str, PromptTemplate] = {
     "qwen_r1": PromptTemplate("qwen_r1", R1_INSTRUCTION + PLACEHOLDER, system="You are a helpful assistant."),
     "r1_base": PromptTemplate(
         "r1_base", R1_INSTRUCTION + "User: " + PLACEHOLDER + "\nAssistant: ", assistant_prefix="<think>", chat=False
+    ),
+    "r1_tool": PromptTemplate(
+        "r1_tool", R1_INSTRUCTION + TOOL_INSTRUCTION + PLACEHOLDER, system="You are a helpful assistant."
     ),
     "cot": PromptTemplate("cot", PLACEHOLDER + "\n" + COT_INSTRUCTION),
     "plain": PromptTemplate("plain", PLACEHOLDER, chat=None),

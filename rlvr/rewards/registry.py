@@ -34,6 +34,7 @@ REWARDS: dict[str, Rule] = {
     "reasoning_steps": R.each(R.reasoning_steps),
     "boxed": R.each(R.has_boxed),
     "countdown": countdown_reward,
+    "tool_format": R.each(R.tool_format),
     # MindSpeed-RL names and score values (rule_verifier.py)
     "base_acc": R.base_acc,
     "acc": R.acc,

@@ -91,6 +91,22 @@ def reasoning_steps(completion: str, answer: str = "") -> float:
     return min(1.0, len(_STEPS.findall(completion)) / 3)
 
 
+_TOOL_CALL = re.compile(r"<tool>\s*[A-Za-z_][\w.-]*\s*:.*?</tool>\s*<result>(.*?)(?:</result>|\Z)", re.DOTALL)
+
+
+def tool_format(completion: str, answer: str = "") -> float:
+    """1 if the text makes a tool call in the default syntax (``<tool>NAME: ARGS</tool>``, answered by
+    ``<result>…</result>``) and no result is an error; 0.5 if it calls but a result is an error; 0.25
+    for a ``<tool>`` that never became a call; else 0.
+
+    Pays for using a tool well, not for the answer: pair it with an accuracy rule. For another call
+    syntax (``rollout.tool_call``) write a plugin rule on the same pattern."""
+    results = _TOOL_CALL.findall(completion)
+    if not results:
+        return 0.25 if "<tool>" in completion else 0.0
+    return 0.5 if any(r.strip().startswith("error:") for r in results) else 1.0
+
+
 def ms_step(completion: str, answer: str = "") -> float:
     """MindSpeed-RL step: min(1, steps/3) with its exact regex (numbered items count only at the very start).
 

@@ -41,6 +41,9 @@ from torch import Tensor
 
 from rlvr.rollout.base import RolloutBatch
 
+LEAD_TOKENS = 32
+"""Prompt tokens searched for a call's opening when the response so far holds none."""
+
 
 @dataclass
 class _Piece:
@@ -94,6 +97,15 @@ def generate_with_tools(
     stats = {"rows": B, "decode_steps": 0, "row_steps": 0}
     kw = dict(greedy=greedy, temperature=temperature)
 
+    prompts = [input_ids[p][attention_mask[p].bool()] for p in range(P)]  # unpadded
+
+    def first_call(r: int, tokens: Tensor) -> str:
+        """The text a row's first call is read from: the prompt's last tokens and the segment's, decoded
+        together (a call may open in the prompt: an assistant prefix such as ``<think><tool>calculator:``),
+        up to the segment's closing text."""
+        text = tok.decode(torch.cat([prompts[r // G][-LEAD_TOKENS:], tokens]), skip_special_tokens=True)
+        return text[: text.rfind(syntax.close) + len(syntax.close)]
+
     def absorb(seg: RolloutBatch, which: list[int], may_call: bool) -> list[tuple[int, tuple | None]]:
         """Appends each row's new tokens (cut at its own budget); returns the rows that end with a call."""
         for k in ("decode_steps", "row_steps"):
@@ -118,15 +130,14 @@ def generate_with_tools(
             )
             if bool(seg.truncated[i]) or (ended_on_call and row.used >= budget):
                 row.truncated = True  # no room left for a result: the response is cut here
-            elif ended_on_call:
-                calls.append((r, syntax.parse(text)))
+            elif ended_on_call:  # the call opened in this segment, or (before any call) in the prompt
+                calls.append((r, syntax.parse(first_call(r, tokens) if row.calls == 0 else text)))
         return calls
 
     seg = engine.generate_ids(
         input_ids, attention_mask, G, max_new_tokens=budget, seeds=seeds, stop=call_stop, **kw
     )  # segment 0: a single-turn rollout's tokens until the first call
     pending = absorb(seg, list(range(B)), True)
-    prompts = [input_ids[p][attention_mask[p].bool()] for p in range(P)]  # unpadded
     while pending:
         results = box.run([call for _, call in pending])
         going = []

@@ -1,7 +1,8 @@
 """The ``calculator`` tool: exact arithmetic on a parsed expression tree, never ``eval``.
 
 Numbers (integers and decimals, read exactly as fractions), ``+ - * /`` (also ``×`` and ``÷``),
-parentheses, unary minus and plus, and powers (``**`` or ``^``) with an integer exponent. The
+parentheses, unary minus and plus, and powers (``**`` or ``^``) with an integer exponent; text from
+an ``=`` on is ignored (small models write ``37 * 58 =``). The
 value is exact (Python integers and :class:`fractions.Fraction`): an integer prints as one, any
 other value as ``p/q``. Every hostile input ends fast with a :class:`ToolError`: the text is at
 most :data:`MAX_CHARS` characters and :data:`MAX_DEPTH` levels deep, and no value (an operand, an
@@ -35,7 +36,7 @@ def calculator(args: str) -> str:
     Raises:
         ToolError: not an arithmetic expression, too long, too deep, too large, or a division by zero.
     """
-    expr = args.strip()
+    expr = args.split("=")[0].strip()  # "37 * 58 =" and "37*58 = 2146" ask for 37 * 58
     for spelled, op in _SPELLINGS:
         expr = expr.replace(spelled, op)
     if not expr:

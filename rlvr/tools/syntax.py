@@ -62,6 +62,8 @@ class CallSyntax:
         if start < 0:
             return None
         inner = text[start + len(self.open) : end]
+        if self.close in inner:  # that opening belongs to an earlier, finished call
+            return None
         if not self.named:
             return None, inner.strip()
         m = re.match(rf"\s*({NAME})\s*{re.escape(self.sep.strip())}(.*)\Z", inner, re.DOTALL)

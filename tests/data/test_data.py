@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from rlvr.config import DataConfig
-from rlvr.data import PromptStream, arithmetic
+from rlvr.data import PromptStream, arithmetic, arithmetic_tool
 from rlvr.data.loading import load_rows
 
 QUESTION = re.compile(r"^What is ([0-9 +\-*]+)\?$")
@@ -147,3 +147,31 @@ def test_stream_batch_sizes_and_range():
     assert len(batch) == 8
     assert all(0 <= i < 5 for i in batch)
     assert sorted(batch[:5]) == list(range(5))
+
+
+# --- arithmetic_tool -------------------------------------------------------------------------
+
+TOOL_QUESTION = re.compile(r"^What is ([0-9 +\-*()]+)\?$")
+
+
+@pytest.mark.parametrize("difficulty", [1, 2])
+def test_arithmetic_tool_is_seeded_exact_and_hard_to_do_in_the_head(difficulty):
+    rows = arithmetic_tool(400, seed=5, difficulty=difficulty)
+    assert (
+        rows
+        == arithmetic_tool(400, seed=5, difficulty=difficulty)
+        != arithmetic_tool(400, seed=6, difficulty=difficulty)
+    )
+    shapes = Counter()
+    for row in rows:
+        expr = TOOL_QUESTION.match(row["question"]).group(1)
+        assert row["answer"] == str(eval(expr)), row  # noqa: S307 - digits, + - * and parentheses (the regex)
+        shapes[re.sub(r"\d+", "n", expr)] += 1
+        assert int(row["answer"]) >= 1000 or "-" in expr  # at least four digits: no single-step mental sum
+    if difficulty == 1:
+        assert set(shapes) == {"n * n"}
+        ops = [[int(x) for x in re.findall(r"\d+", r["question"])] for r in rows]
+        assert all(100 <= a <= 999 and 10 <= b <= 99 for a, b in ops)
+    else:
+        assert set(shapes) == {"n * n", "n * n + n", "(n + n) * n", "n * n - n * n"}
+    assert len({r["question"] for r in rows}) > 390  # 90,000 products: few repeats

@@ -405,9 +405,25 @@ def test_qwen_accuracy_label_without_number_is_an_error():
     assert math.isnan(get("qwen_accuracy_reward")(["\\boxed{5}"], ["five"])[0])  # counted as an error by the Scorer
 
 
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("<think><tool>calculator: 437*58</tool><result>25346</result></think><answer>25346</answer>", 1.0),
+        ("<tool>calculator: 1+</tool><result>error: not an arithmetic expression</result> so 2", 0.5),
+        ("<tool>calculator: 2*3</tool><result>6</result><tool>x: 1</tool><result>error: no tool 'x'</result>", 0.5),
+        ("<tool>calculator: 2*3</tool><result>6", 1.0),  # a result cut by the length limit
+        ("<tool>calculator 2*3", 0.25),
+        ("</tool><result>6</result>", 0.0),
+        ("<answer>\\boxed{6}</answer>", 0.0),
+    ],
+)
+def test_tool_format(completion, expected):
+    assert get("tool_format")([completion], [""]) == [expected]
+
+
 def test_registry_names():
     assert {
         "accuracy", "accuracy_lenient", "format", "strict_format", "format_partial", "tag_count", "reasoning_steps",
         "boxed", "countdown", "base_acc", "acc", "ms_strict_format", "math_17k_acc", "acc_for_dapo", "step",
-        "qwen_accuracy_reward", "format_reward",
+        "qwen_accuracy_reward", "format_reward", "tool_format",
     } == set(REWARDS)  # fmt: skip

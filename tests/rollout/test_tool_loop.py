@@ -173,3 +173,18 @@ def test_update_passes_run_to_each_rows_end(sampled, extra):
     for cfg in (plain, _cfg(8, *extra)):  # every trained token lies in a pass (none cut off after a result)
         passes = update_passes(batch, cfg)
         assert sum(int(p.mask.sum()) for p in passes) == int(batch.response_mask.sum())
+
+
+def test_a_call_may_open_in_the_prompt(tmp_path):
+    """An assistant prefix can open the first call ("<think><tool>calculator:"): the response closes it."""
+    plugin = tmp_path / "echo.py"
+    plugin.write_text("def seven(args):\n    return '7'\n")
+    box = Toolbox([f"{plugin}:seven"], SYNTAX, workers=0)
+    engine = _engine()
+    engine.tools = box
+    batch = engine.generate([p + " =" for p in PROMPTS], G, seeds=SEEDS)
+    called = [t for t, c in zip(batch.texts, batch.tool_calls) if c]
+    assert called
+    for text in called:  # the first call is whole (opened by the prompt), so its result is the tool's
+        after = text.split(" ?", 1)[1]
+        assert "the 7 answer".startswith(after[:12]), text  # (a result may be cut by the budget)

@@ -26,6 +26,8 @@ from rlvr.tools import CallSyntax, Toolbox, ToolError, calculator, get, python, 
         ("10**-3", "1/1000"),
         ("1,234 + 1", "1235"),
         ("  -(-5)  ", "5"),
+        ("37 * 58 =", "2146"),  # the left side of an equation
+        ("37 * 58 = 1000", "2146"),
     ],
 )
 def test_calculator_is_exact(expr, value):
