@@ -134,14 +134,23 @@ def _grads(model, batch, adv, old, ref, cfg):
     return torch.cat([p.grad.flatten() for p in model.parameters()]), stats
 
 
-def test_result_logprobs_change_no_loss_and_no_gradient(sampled):
+@pytest.mark.parametrize(
+    "algo",
+    [
+        (),
+        ("algo.ratio_level=sequence", "algo.loss_agg=seq_mean_token_mean"),  # GSPO
+        ("algo.loss_agg=seq_mean_token_sum_norm", "algo.entropy_coef=0.01"),  # Dr. GRPO's, an entropy bonus
+    ],
+    ids=["grpo", "gspo", "dr_grpo-entropy"],
+)
+def test_result_logprobs_change_no_loss_and_no_gradient(sampled, algo):
     _, batch = sampled
     model = tiny_model(seed=5)
     gen = torch.Generator().manual_seed(0)
     adv = torch.randn(batch.input_ids.shape[0], generator=gen)
     old = torch.randn(batch.response_mask.shape, generator=gen) * 0.1 - 3
     ref = torch.randn(batch.response_mask.shape, generator=gen) * 0.1 - 3
-    cfg = _cfg(8)
+    cfg = _cfg(8, *algo)
     g0, s0 = _grads(model, batch, adv, old, ref, cfg)
     env = batch.attention_mask[:, batch.prompt_len :].bool() & ~batch.response_mask.bool()
     assert env.any()
