@@ -208,7 +208,7 @@ def evaluate(
                 "length": int(lengths[i]),
                 "truncated": bool(greedy.truncated[i]),
             }
-            if greedy.tool_calls is not None:
+            if getattr(greedy, "tool_calls", None) is not None:  # an engine with tools
                 out.update(tool_calls=greedy.tool_calls[i], tool_errors=greedy.tool_errors[i])
             tally = {"errors": 0, "sample_format": 0}
             if j["error"]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -15,6 +14,7 @@ from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackabl
 from rlvr.models.loading import cast_copy, eval_mode
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
+from rlvr.rollout.sampling import sample_seed as sample_seed  # re-exported: callers import it from here
 from rlvr.rollout.static import Sampler, StaticDecoder
 from rlvr.rollout.tool_loop import generate_with_tools
 from rlvr.tools import Toolbox
@@ -29,13 +29,6 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     elif gen_eos:
         ids.update(gen_eos)
     return sorted(i for i in ids if i is not None)
-
-
-def sample_seed(*key: int) -> int:
-    """A 63-bit seed from a tuple of integers, e.g. ``(seed, step, group, sample)``: the same key gives
-    the same seed in every process (unlike ``hash()``), and nearby keys give unrelated seeds."""
-    digest = hashlib.blake2b(":".join(map(str, key)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
 
 
 class StopStrings(StoppingCriteria):

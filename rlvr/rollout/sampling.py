@@ -23,11 +23,20 @@ not per row, and its CPU and CUDA streams differ; NumPy's ``Philox`` runs on the
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 from torch import Tensor
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 _MASK32 = 0xFFFFFFFF
+
+
+def sample_seed(*key: int) -> int:
+    """A 63-bit seed from a tuple of integers, e.g. ``(seed, step, group, sample)``: the same key gives
+    the same seed in every process (unlike ``hash()``), and nearby keys give unrelated seeds."""
+    digest = hashlib.blake2b(":".join(map(str, key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 def _mul32(x: Tensor, c: int) -> Tensor:

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from rlvr.rollout.base import RolloutBatch
+from rlvr.rollout.sampling import sample_seed
 
 LEAD_TOKENS = 32
 """Prompt tokens searched for a call's opening when the response so far holds none."""
@@ -82,8 +83,6 @@ def generate_with_tools(
         input_ids, attention_mask: [P, L] left-padded prompts on the engine's device.
         The rest: as :meth:`~rlvr.rollout.hf.HFRolloutEngine.generate`.
     """
-    from rlvr.rollout.hf import sample_seed  # hf imports this module
-
     box, tok = engine.tools, engine.tokenizer
     syntax = box.syntax
     budget = engine.sampling.max_new_tokens if max_new_tokens is None else max_new_tokens
