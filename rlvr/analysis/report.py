@@ -182,7 +182,12 @@ def tool_samples(run: Run, result_syntax: str, top: int = 2) -> list[Sample]:
     if not rows:
         return []
     last = max(r.get("step", 0) for r in rows)
-    best = sorted((r for r in rows if r.get("step", 0) == last), key=lambda r: -float(r.get("reward") or 0))[:top]
+    ranked = sorted((r for r in rows if r.get("step", 0) == last), key=lambda r: -float(r.get("reward") or 0))
+    best, seen = [], set()
+    for r in ranked:  # distinct completions (a group's samples often agree)
+        if str(r.get("completion")) not in seen and len(best) < top:
+            seen.add(str(r.get("completion")))
+            best.append(r)
     opening, _, closing = result_syntax.partition("{output}")
     out = []
     for r in best:
