@@ -34,6 +34,7 @@ from rlvr.models import load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
 from rlvr.models.loading import cast_copy, empty_model
 from rlvr.models.precision import reference_dtype
+from rlvr.models.shared_prefix import one_pass_applies
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
 from rlvr.tools import Toolbox
@@ -301,9 +302,12 @@ class Trainer:
         whole = functools.partial(load_model, self.model_path, dtype=cfg.model.dtype)  # rank 0's, in host memory
         self.group.shard_loaded(self.policy, whole, bf16_compute=bf16, offload=cfg.offload.params)
         self.ref = self._load_reference()
-        off = [k for k in ("length_buckets", "shared_prompt_forward") if getattr(cfg.train, k)]
-        if off:  # buckets: a data-dependent pass count; a shared prompt: two forwards per backward, which FSDP2
-            # cannot backward through (the first pass's layers are resharded by then)
+        # buckets: a data-dependent pass count; a two-pass shared prompt: two forwards per backward, which
+        # FSDP2 cannot backward through (the first pass's layers are resharded by then). The one-pass shared
+        # prompt (rlvr.models.shared_prefix, sdpa models) is one forward like a plain pass, so it stays on.
+        keys = ("length_buckets",) if one_pass_applies(self.policy) else ("length_buckets", "shared_prompt_forward")
+        off = [k for k in keys if getattr(cfg.train, k)]
+        if off:
             self.cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **dict.fromkeys(off, False)))
             keys = " and ".join(f"train.{k}" for k in off)
             strategy = cfg.distributed.strategy

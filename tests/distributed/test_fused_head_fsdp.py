@@ -1,6 +1,8 @@
 """The fused LM-head log-probs under FSDP2: the head's weight is whole only inside the root module's
 forward, where pass_logprobs swaps the head; values and the full gradients of every parameter equal
-the full-logits path on two gloo processes (tied and untied heads), and the state dict is unchanged."""
+the full-logits path on two gloo processes (tied and untied heads), and the state dict is unchanged.
+The one-pass shared prompt (each group's prompt and rows in one forward) runs under FSDP2 too, and
+equals the per-row pass."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def _worker(rank: int, world: int, port: int) -> None:
         mesh = init_device_mesh("cpu", (world,))
         for make in (tiny_model, tiny_qwen2):
             got = {}
-            for fused in (True, False):
+            for fused, G in ((True, 1), (False, 1), ("shared", 2)):
                 model = make()
                 keys = list(model.state_dict())
                 for layer in decoder_layers(model):
@@ -48,15 +50,17 @@ def _worker(rank: int, world: int, port: int) -> None:
                 fully_shard(model, mesh=mesh)
                 assert fused_head(model) is not None
                 ids = torch.randint(2, 100, (4, 12), generator=torch.Generator().manual_seed(rank))
-                kw = dict(temperature=0.7, entropy=True, entropy_grad=True, fused=fused)
+                ids[1::2, :6] = ids[::2, :6]  # two groups of two rows, each sharing its prompt
+                kw = dict(temperature=0.7, entropy=True, entropy_grad=True, fused=fused is not False, group_size=G)
                 logp, ent = pass_logprobs(model, ids, torch.ones_like(ids), ids[:, 6:], **kw)
                 ((logp * torch.linspace(-1, 1, 6)).sum() + 0.3 * ent.sum()).backward()
                 grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
                 got[fused] = (logp.detach(), grads)
                 assert list(model.state_dict()) == keys
-            torch.testing.assert_close(got[True][0], got[False][0])
-            for name, g in got[False][1].items():
-                torch.testing.assert_close(got[True][1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+            for side in (True, "shared"):
+                torch.testing.assert_close(got[side][0], got[False][0], rtol=1e-5, atol=1e-5)
+                for name, g in got[False][1].items():
+                    torch.testing.assert_close(got[side][1][name], g, rtol=1e-4, atol=1e-6, msg=f"{side} {name}")
     finally:
         dist.destroy_process_group()
 
