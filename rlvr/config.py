@@ -116,7 +116,7 @@ class ModelConfig:
     autocast_bf16: Switch = Switch.AUTO
     """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on only where bf16 is native: a bf16 CUDA device, or an AVX-512 CPU with AMX), true or false."""
     packed_weights: Switch = Switch.AUTO
-    """Multiply by oneDNN-prepacked copies of the linear weights on a CPU: sampling, log-prob passes and, where torch dispatches AVX-512, the fp32 update (faster products, benchmarks/NOTES.md; one or two more copies of the linear weights in memory, repacked after every optimizer step): auto (on for float32, and for bfloat16 where oneDNN can pack it on this CPU: AVX-512 BW/VL/DQ or AVX-NE-CONVERT; elsewhere unpacked, with a line saying so), true (an error where it cannot pack), false."""
+    """Multiply by oneDNN-prepacked copies of the linear weights on a CPU: sampling and the no-grad log-prob passes (faster products, benchmarks/NOTES.md; one more copy of the linear weights in memory, repacked after every optimizer step; the update keeps PyTorch's products, which were as fast, unless RLVR_PACKED_UPDATE=1): auto (on for float32, and for bfloat16 where oneDNN can pack it on this CPU: AVX-512 BW/VL/DQ or AVX-NE-CONVERT; elsewhere unpacked, with a line saying so), true (an error where it cannot pack), false."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory; exact together with train.shared_prompt_forward (the update then runs each prompt per sequence)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)

@@ -15,8 +15,8 @@ memory). Inside :meth:`PackedLinears.active` the linears' forwards multiply by t
 - with gradients (the update): :class:`_PackedLinearFn`, whose backward computes
   ``dx = dy W`` by the packed W^T and ``dW = dy^T x`` by oneDNN with one of the two activations
   reordered per call (:func:`_weight_grad`);
-- under autocast, for an input of another dtype, and with gradients where
-  :func:`packed_training_pays` says no (AVX2 dispatch), the module's own forward.
+- under autocast, for an input of another dtype, and with gradients unless
+  :func:`packed_training_pays` (off by default: it did not pay), the module's own forward.
 
 Which dtypes pack is probed once per process (:func:`dtype_unpackable`): float32 everywhere, bfloat16
 only where oneDNN's bf16 reorder runs on this CPU. ``RLVR_CPU_ACCEL=0`` turns packing off.
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from pathlib import Path
 
 import torch
@@ -130,10 +131,17 @@ def packable(model) -> bool:
 
 
 def packed_training_pays() -> bool:
-    """Whether the update's products are faster packed: where torch dispatches AVX-512. With AVX2
-    dispatch the packed update was no faster than MKL's and peaked higher in memory, while sampling
-    from packed weights still ran faster (``benchmarks/NOTES.md``, "packed weights")."""
-    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    """Whether the update's products run packed (:class:`_PackedLinearFn`): only when
+    ``RLVR_PACKED_UPDATE=1`` asks for it. Sampling and the no-grad passes stay packed either way.
+
+    Why off by default: since the update's LM head is fused (its product runs on the weight itself)
+    and each group's prompt and responses run in one pass, the packed update was no faster than
+    PyTorch's own products on any CPU measured, and it keeps a packed W^T of every linear besides.
+    On a 2-core AVX-512 AMD EPYC (no AMX), 4 quickstart micro-batches and an AdamW step took 10 %
+    longer packed with 2 threads and the same with 1 (per-call reorders of the activations for the
+    weight gradient, and a repack of every weight and its transpose after each step); with AVX2
+    dispatch it was no faster before either (``benchmarks/NOTES.md``)."""
+    return os.environ.get("RLVR_PACKED_UPDATE") == "1"
 
 
 def pack_weight(w: torch.Tensor, rows_hint: int) -> torch.Tensor:
