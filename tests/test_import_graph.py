@@ -25,14 +25,15 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "__init__": (0, set(), set()),  # rlvr/__init__.py
     "errors": (0, set(), set()),
     "choices": (0, set(), set()),  # the modes and names config validates
+    "plugins": (1, {"errors"}, set()),  # functions by name: built-ins, modules, files (reward rules, tools)
     "config": (1, {"errors", "choices"}, {"yaml"}),
     "algos": (1, {"choices"}, {"torch"}),
-    "rewards": (1, {"errors", "choices"}, {"math_verify"}),
+    "rewards": (2, {"errors", "choices", "plugins"}, {"math_verify"}),
     "jsonl": (1, {"errors"}, set()),  # the one JSONL reader/writer
     "hub": (1, {"errors"}, {"huggingface_hub"}),  # Hub names: cache, offline, one-line errors (models, data)
     "metric_names": (1, set(), set()),  # every metric key, named once
     "models": (2, None, None),  # -> config, errors
-    "tools": (2, {"errors", "choices", "rewards"}, set()),  # tool plugins, run in the rewards' worker pool
+    "tools": (3, {"errors", "choices", "rewards", "plugins"}, set()),  # tool plugins, run in the rewards' worker pool
     "run_dir": (2, {"errors", "jsonl"}, {"yaml"}),  # a run's files; no torch
     "data": (3, None, None),  # -> models (tokenizer), rewards (countdown rules)
     "cpu": (3, {"models"}, None),  # CPU acceleration; others import only rlvr.cpu's names

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import importlib
-import importlib.util
 import logging
 import math
 import sys
 from dataclasses import dataclass
 from numbers import Real
-from pathlib import Path
 
+from rlvr import plugins
 from rlvr.choices import OnError
 from rlvr.errors import UserError
 from rlvr.rewards import rules as R
@@ -55,35 +51,12 @@ class RewardError(RuntimeError):
 
 def is_plugin(name: str) -> bool:
     """Whether ``name`` is ``package.module:function`` or ``path/to/file.py:function``."""
-    return ":" in name and name not in REWARDS
-
-
-def _load_file(path: Path, name: str):
-    key = "rlvr_reward_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    if key in sys.modules:
-        return sys.modules[key]
-    if not path.is_file():
-        raise UserError(
-            f"reward plugin file {path} not found (from '{name}'); give an existing path/to/file.py:function"
-        )
-    spec = importlib.util.spec_from_file_location(key, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[key]
-        raise UserError(f"reward plugin file {path} failed to import: {type(e).__name__}: {e}") from None
-    return module
+    return plugins.is_plugin(name, REWARDS)
 
 
 def canonical(name: str) -> str:
     """``name`` with a relative plugin file path made absolute (workers may run in another directory)."""
-    if is_plugin(name):
-        where, _, fn = name.rpartition(":")
-        if where.endswith(".py"):
-            return f"{Path(where).resolve()}:{fn}"
-    return name
+    return plugins.canonical(name, REWARDS)
 
 
 def get(name: str) -> Rule:
@@ -99,33 +72,7 @@ def get(name: str) -> Rule:
         UserError: unknown name (with close matches and the known names), or a plugin that
             cannot be imported or has no such function.
     """
-    if name in REWARDS:
-        return REWARDS[name]
-    if ":" not in name:
-        close = difflib.get_close_matches(name, REWARDS, n=3)
-        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise UserError(
-            f"unknown reward '{name}'; {hint}known: {', '.join(sorted(REWARDS))}, "
-            "or a plugin 'package.module:function' / 'path/to/file.py:function'"
-        )
-    where, _, fn_name = name.rpartition(":")
-    if where.endswith(".py"):
-        module = _load_file(Path(where).resolve(), name)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as e:
-            raise UserError(
-                f"cannot import reward module '{where}' (from '{name}'): {e}; "
-                "check it is on PYTHONPATH, or give a file as path/to/file.py:function"
-            ) from None
-    fn = getattr(module, fn_name, None)
-    if not callable(fn):
-        raise UserError(
-            f"reward plugin '{where}' has no function '{fn_name}'; "
-            "expected a function (completions, labels, **fields) -> list[float]"
-        )
-    return fn
+    return plugins.load(name, REWARDS, kind="reward", expects="(completions, labels, **fields) -> list[float]")
 
 
 def load_rule(name: str, path: list[str]) -> None:

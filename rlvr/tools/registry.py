@@ -13,15 +13,11 @@ error result, is counted, and never stops the run.
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import importlib
-import importlib.util
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
+from rlvr import plugins
 from rlvr.errors import UserError
 from rlvr.rewards import verify
 from rlvr.tools.calculator import calculator
@@ -37,7 +33,7 @@ TOOLS: dict[str, Tool] = {"calculator": calculator, "python": python}
 
 def is_plugin(name: str) -> bool:
     """Whether ``name`` is ``package.module:function`` or ``path/to/file.py:function``."""
-    return ":" in name and name not in TOOLS
+    return plugins.is_plugin(name, TOOLS)
 
 
 def short_name(spec: str) -> str:
@@ -47,28 +43,7 @@ def short_name(spec: str) -> str:
 
 def canonical(spec: str) -> str:
     """``spec`` with a relative plugin file path made absolute (pool workers may run elsewhere)."""
-    if is_plugin(spec):
-        where, _, fn = spec.rpartition(":")
-        if where.endswith(".py"):
-            return f"{Path(where).resolve()}:{fn}"
-    return spec
-
-
-def _load_file(path: Path, spec: str):
-    key = "rlvr_tool_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    if key in sys.modules:
-        return sys.modules[key]
-    if not path.is_file():
-        raise UserError(f"tool plugin file {path} not found (from '{spec}'); give an existing path/to/file.py:function")
-    loader = importlib.util.spec_from_file_location(key, path)
-    module = importlib.util.module_from_spec(loader)
-    sys.modules[key] = module
-    try:
-        loader.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[key]
-        raise UserError(f"tool plugin file {path} failed to import: {type(e).__name__}: {e}") from None
-    return module
+    return plugins.canonical(spec, TOOLS)
 
 
 def get(spec: str) -> Tool:
@@ -77,30 +52,9 @@ def get(spec: str) -> Tool:
     Raises:
         UserError: an unknown name (with close matches), a plugin that does not import or has no such function.
     """
-    if spec in TOOLS:
-        return TOOLS[spec]
-    if ":" not in spec:
-        close = difflib.get_close_matches(spec, TOOLS, n=2)
-        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise UserError(
-            f"unknown tool '{spec}' in rollout.tools; {hint}known: {', '.join(sorted(TOOLS))}, "
-            "or a plugin 'package.module:function' / 'path/to/file.py:function'"
-        )
-    where, _, fn_name = spec.rpartition(":")
-    if where.endswith(".py"):
-        module = _load_file(Path(where).resolve(), spec)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as e:
-            raise UserError(
-                f"cannot import tool module '{where}' (from '{spec}'): {e}; "
-                "check it is on PYTHONPATH, or give a file as path/to/file.py:function"
-            ) from None
-    fn = getattr(module, fn_name, None)
-    if not callable(fn):
-        raise UserError(f"tool plugin '{where}' has no function '{fn_name}'; expected a function (args: str) -> str")
-    return fn
+    return plugins.load(
+        spec, TOOLS, kind="tool", expects="(args: str) -> str", context=" in rollout.tools", close_matches=2
+    )
 
 
 def load_tool(spec: str, path: list[str]) -> None:
