@@ -12,7 +12,6 @@ from torch import Tensor
 from rlvr import algos
 from rlvr.algos import logprobs as _logprobs_mod
 from rlvr.models import shared_prefix
-from rlvr.models.shared_prefix import one_pass_applies
 
 
 def cache_kwargs(model, cache) -> dict:
@@ -88,8 +87,9 @@ def pass_logprobs(
         (logp [b, T] float32, entropy [b, T] float32 or None).
     """
     T = tokens.shape[1]
+    one_pass = shared_prefix.one_pass_applies(model)
     if group_size > 1 and not prompt_sharing_pays(
-        input_ids.shape[0], group_size, input_ids.shape[1] - T, input_ids.device, one_pass=one_pass_applies(model)
+        input_ids.shape[0], group_size, input_ids.shape[1] - T, input_ids.device, one_pass=one_pass
     ):
         group_size = 1
     run = functools.partial(_response_forward, model, input_ids, attention_mask, T, group_size)
@@ -254,9 +254,10 @@ def response_logits(
     go through the LM head (``logits_to_keep``).
 
     With ``group_size=G > 1``, consecutive runs of G rows share one prompt (a GRPO group).
-    The prompt then goes through the model once per group and its key/value cache is repeated
-    G times for the responses; autograd flows through the repeat, so logits *and gradients*
-    equal the plain per-row pass (tests assert it) while the prompt costs 1/G as much.
+    The prompt then goes through the model once per group: for sdpa models in one pass with the
+    G responses (:mod:`rlvr.models.shared_prefix`), for others in a pass of its own whose key/value
+    cache is repeated G times for the responses. Autograd flows through either, so logits *and
+    gradients* equal the plain per-row pass (tests assert it) while the prompt costs 1/G as much.
 
     Gradient checkpointing (Hugging Face's, on a model in training mode) drops the key/value
     cache inside every checkpointed layer, so the shared pass cannot run under it. With
@@ -296,7 +297,7 @@ def _response_forward(
                 use_cache=False,
             )
         return out.logits  # [B, T, V]: positions L-T-1 .. L-2 predict the response
-    if one_pass_applies(model):
+    if shared_prefix.one_pass_applies(model):
         return _one_pass_logits(model, input_ids, attention_mask, positions, T, group_size, response_pass)
     with checkpointing_off(model):
         return _shared_prompt_logits(model, input_ids, attention_mask, positions, T, group_size, response_pass)
