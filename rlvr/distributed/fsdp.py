@@ -44,6 +44,7 @@ from torch.distributed.tensor import DTensor
 from rlvr.distributed.group import _BUCKET_ELEMENTS, TorchGroup
 from rlvr.distributed.placement import check_shared, mark_shared, unmark
 from rlvr.errors import UserError
+from rlvr.models.loading import gather_parameters
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
@@ -179,11 +180,7 @@ class ShardedGroup(TorchGroup):
         theirs = dict(model.named_buffers())
         for name, buf in copy.named_buffers():
             buf.copy_(theirs[name])
-        mine = dict(copy.named_parameters())
-        for name, p in model.named_parameters():
-            if isinstance(p, DTensor):  # an offloaded shard goes to the copy's device for the gather
-                p = p.to(self.device).full_tensor()
-            mine[name].copy_(p)
+        gather_parameters(copy, model)
         return copy
 
     def reshard(self, model) -> None:

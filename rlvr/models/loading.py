@@ -269,6 +269,21 @@ def eval_mode(model):
 
 
 @torch.no_grad()
+@torch.no_grad()
+def gather_parameters(into, sharded) -> None:
+    """Copy every parameter of ``sharded`` into the whole model ``into`` (same names), one at a time:
+    an FSDP2 shard (a ``DTensor``) is all-gathered with ``full_tensor`` on ``into``'s device (an
+    offloaded shard moves there first), so no more than one whole parameter is gathered at once. A
+    collective when ``sharded`` is: every rank calls it at the same point."""
+    from torch.distributed.tensor import DTensor
+
+    mine = dict(into.named_parameters())
+    for name, p in sharded.named_parameters():
+        if isinstance(p, DTensor):
+            p = p.to(mine[name].device).full_tensor()
+        mine[name].copy_(p)
+
+
 def cast_copy(model, dtype: torch.dtype):
     """A copy of ``model`` whose floating-point parameters and buffers are ``dtype``, built without a
     second full-precision copy: the module tree is copied on the meta device (no storage), then each

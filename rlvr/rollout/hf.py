@@ -7,11 +7,10 @@ import contextlib
 import dataclasses
 
 import torch
-from torch.distributed.tensor import DTensor
 from transformers import GenerationConfig, StoppingCriteria
 
 from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackable
-from rlvr.models.loading import cast_copy, eval_mode
+from rlvr.models.loading import cast_copy, eval_mode, gather_parameters
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
 from rlvr.rollout.sampling import sample_seed as sample_seed  # re-exported: callers import it from here
@@ -211,11 +210,7 @@ class HFRolloutEngine:
     def gather_weights(self) -> None:
         """A sharded policy's current weights into this engine's whole copy, one parameter at a
         time (``DTensor.full_tensor``, an all-gather: every rank calls it at the same point)."""
-        mine = dict(self.model.named_parameters())
-        for name, p in self.policy.named_parameters():
-            if isinstance(p, DTensor):  # an offloaded shard (offload.params) goes to the copy's GPU for the gather
-                p = p.to(mine[name].device).full_tensor()
-            mine[name].copy_(p)
+        gather_parameters(self.model, self.policy)
         if self.packed is not None:
             self.packed.invalidate()
 
