@@ -15,8 +15,15 @@ segment: the prompt attends to itself causally, and the G responses are stacked 
 keys are the prompt's (expanded, not copied per row until the concatenation) followed by their own,
 under a bottom-right causal mask. Left padding in the prompt is masked out as a key (a padding query
 attends to itself, so no row of scores is empty). Everything is on the device: the masks come from the
-attention mask tensor, and no host read is needed. No hand-written kernel: both parts are transformers'
-own ``sdpa_attention_forward``.
+attention mask tensor, and no host read is needed.
+
+Two kernels compute that attention. On a CPU, where the scores are small (:data:`MATH_SCORES_MAX`),
+:func:`_grouped_attention` writes it as a few batched products and a softmax in float32: the G
+segments' queries meet the prompt's keys in one product (no per-row copy of the prompt's keys), the
+query heads of a key/value head are grouped instead of the keys being repeated, and autograd's
+backward of those products replaces PyTorch's CPU flash-attention backward, which is slow on these
+short blocks (and slower still on bf16 inputs). Elsewhere both parts are transformers' own
+``sdpa_attention_forward``.
 
 Exact: the logits and gradients equal the per-row pass to float rounding
 (``tests/models/test_shared_prefix.py``).
@@ -33,6 +40,11 @@ import torch
 from torch import Tensor
 
 SHARED_ATTENTION = "rlvr_shared_prefix"
+MATH_SCORES_MAX = {torch.float32: 1 << 20, "low": 5 << 19}
+"""Most attention scores per layer (one group's heads × queries × keys) for which a CPU pass takes
+:func:`_grouped_attention` rather than sdpa, by the inputs' dtype (``"low"``: bf16/fp16, whose flash
+backward is slower). Above these the math path's float32 scores cost more than flash attention's
+blocked loop saves (``benchmarks/NOTES.md``), and they would also be kept for the backward."""
 """The attention implementation the one-pass shared prompt runs under (:func:`_shared_prefix_attention`)."""
 
 
@@ -107,6 +119,9 @@ def _shared_prefix_attention(
 
     G, T, (prompt_mask, seg_mask) = shared_prefix
     P, Lp = query.shape[0], query.shape[2] - G * T
+    if _math_applies(module, query, key, Lp, G, T, kwargs):
+        scale = kwargs.get("scaling")
+        return _grouped_attention(query, key, value, prompt_mask, seg_mask, G, T, scale), None
 
     def rows(x: Tensor) -> Tensor:  # [P, h, G*T, d] -> [P*G, h, T, d]
         h, d = x.shape[1], x.shape[3]
@@ -121,6 +136,63 @@ def _shared_prefix_attention(
     head = sdpa_attention_forward(module, query[:, :, :Lp], key[:, :, :Lp], value[:, :, :Lp], prompt_mask, **kw)[0]
     tail = sdpa_attention_forward(module, rows(query), with_prompt(key), with_prompt(value), seg_mask, **kw)[0]
     return torch.cat([head, tail.reshape(P, G * T, *tail.shape[2:])], 1), None  # [P, Lp + G*T, heads, d]
+
+
+_SDPA_ONLY = ("softcap", "s_aux", "sinks", "sliding_window", "position_bias")
+
+
+def _math_applies(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict) -> bool:
+    """Whether :func:`_grouped_attention` computes this call: a CPU pass without dropout or
+    attention extras, grouped heads that divide evenly, and at most :data:`MATH_SCORES_MAX` scores."""
+    if query.device.type != "cpu" or query.shape[1] % key.shape[1]:
+        return False
+    if (module.training and kwargs.get("dropout", 0.0)) or any(kwargs.get(k) is not None for k in _SDPA_ONLY):
+        return False
+    scores = query.shape[1] * (Lp * Lp + G * T * (Lp + T))
+    return scores <= MATH_SCORES_MAX[torch.float32 if query.dtype == torch.float32 else "low"]
+
+
+def _grouped_attention(
+    query: Tensor, key: Tensor, value: Tensor, prompt_mask: Tensor, seg_mask: Tensor, G: int, T: int, scale
+) -> Tensor:
+    """The shared-prefix attention as batched products and a softmax, in float32.
+
+    Written out rather than left to sdpa because on a CPU, for the short blocks of a group (a prompt of
+    a few hundred tokens, segments of tens), PyTorch's flash-attention backward costs more than
+    these few products and their autograd backward; :func:`_math_applies` keeps larger passes on sdpa.
+    Each key/value head's r query heads are one batch dimension of r·L queries (no repeated keys), and
+    all G segments' queries take their prompt scores in one product with the prompt's keys.
+
+    Args:
+        query: [P, h, Lp + G·T, d]; key, value: [P, h_kv, Lp + G·T, d].
+        prompt_mask: [P, 1, Lp, Lp] bool; seg_mask: [P·G, 1, T, Lp + T] bool (:func:`layout`).
+
+    Returns:
+        [P, Lp + G·T, h, d] in the query's dtype.
+    """
+    P, h, L, d = query.shape
+    kv = key.shape[1]
+    r, Lp = h // kv, L - G * T
+    scale = d**-0.5 if scale is None else scale
+    q = query.float().reshape(P, kv, r, L, d)  # query head i·r + j reads key/value head i
+    k, v = key.float()[:, :, None], value.float()[:, :, None]  # [P, kv, 1, L, d]
+    kp, vp = k[..., :Lp, :], v[..., :Lp, :]
+    neg = float("-inf")
+    # the prompt by itself
+    s = (q[..., :Lp, :] @ kp.transpose(-1, -2)).mul_(scale)  # [P, kv, r, Lp, Lp]
+    head = s.masked_fill_(~prompt_mask[:, None], neg).softmax(-1) @ vp
+    # the segments: their prompt keys in one product, their own keys segment by segment
+    qs = q[..., Lp:, :]  # [P, kv, r, G*T, d]
+    to_prompt = qs @ kp.transpose(-1, -2)  # [P, kv, r, G*T, Lp]
+    ks = k[..., Lp:, :].reshape(P, kv, 1, G, T, d)
+    vs = v[..., Lp:, :].reshape(P, kv, 1, G, T, d)
+    own = qs.reshape(P, kv, r, G, T, d) @ ks.transpose(-1, -2)  # [P, kv, r, G, T, T]
+    s = torch.cat([to_prompt, own.reshape(P, kv, r, G * T, T)], -1).mul_(scale)
+    mask = seg_mask.reshape(P, 1, 1, G * T, Lp + T)
+    p = s.masked_fill_(~mask, neg).softmax(-1)
+    tail = p[..., :Lp] @ vp + (p[..., Lp:].reshape(P, kv, r, G, T, T) @ vs).reshape(P, kv, r, G * T, d)
+    out = torch.cat([head, tail], 3).reshape(P, h, L, d)
+    return out.transpose(1, 2).to(query.dtype).contiguous()
 
 
 def _register() -> None:

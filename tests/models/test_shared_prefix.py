@@ -43,9 +43,21 @@ def _logprobs_and_grads(model, ids, mask, T, G, *, fused: bool, entropy_grad: bo
     return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+@pytest.fixture(params=["grouped", "sdpa"])
+def kernel(request, monkeypatch):
+    """Both attention kernels of the one pass: the CPU's grouped products (these tiny passes are far
+    below MATH_SCORES_MAX) and sdpa (the limit set to 0), counting the grouped kernel's calls."""
+    calls = []
+    grouped = shared_prefix._grouped_attention
+    monkeypatch.setattr(shared_prefix, "_grouped_attention", lambda *a: calls.append(1) or grouped(*a))
+    if request.param == "sdpa":
+        monkeypatch.setattr(shared_prefix, "MATH_SCORES_MAX", {torch.float32: 0, "low": 0})
+    yield request.param, calls
+
+
 @pytest.mark.parametrize("build", [tiny_model, tiny_qwen2], ids=["llama-tied", "qwen2-gqa-bias"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-head", "full-logits"])
-def test_one_pass_equals_the_per_row_pass(build, fused, monkeypatch):
+def test_one_pass_equals_the_per_row_pass(build, fused, kernel, monkeypatch):
     model = build().train()
     G, P, prompt, T = 4, 2, 12, 6
     ids, mask = _batch(G, P, prompt, T)
@@ -56,6 +68,8 @@ def test_one_pass_equals_the_per_row_pass(build, fused, monkeypatch):
     calls.clear()
     got = _logprobs_and_grads(model, ids, mask, T, G, fused=fused)
     assert len(calls) == 1  # one model call for both groups: no separate prompt pass
+    name, grouped = kernel
+    assert (len(grouped) == model.config.num_hidden_layers) == (name == "grouped")  # one per layer
     resp = mask[:, -T:].bool()
     torch.testing.assert_close(got[0][resp], want[0][resp], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got[1][resp], want[1][resp], rtol=1e-5, atol=1e-5)
@@ -102,3 +116,54 @@ def test_eager_models_keep_the_two_pass_shared_prompt():
         plain, _ = F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=1)
     resp = mask[:, -T:].bool()
     torch.testing.assert_close(shared[resp], plain[resp], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_kernel_equals_sdpa_on_padded_prompts(dtype):
+    """The grouped kernel against transformers' sdpa on the same one-pass inputs: grouped query heads,
+    a left-padded prompt, float32 and bf16 inputs, outputs and input gradients."""
+    import types
+
+    torch.manual_seed(0)
+    P, h, kv, Lp, G, T, d = 2, 6, 2, 7, 3, 4, 8
+    L = Lp + G * T
+    real = torch.ones(P * G, Lp + 1 + T, dtype=torch.long)
+    real[G:, :3] = 0  # the second group's prompt has 3 tokens of left padding
+    positions = (real.cumsum(1) - 1).clamp(min=0)
+    *_, (pm, sm), _ = shared_prefix.layout(torch.zeros_like(real), real, positions, T, G)
+    module = types.SimpleNamespace(num_key_value_groups=h // kv, is_causal=True, training=True)
+    qkv = [torch.randn(P, n, L, d, dtype=dtype) for n in (h, kv, kv)]
+    grad_out = torch.randn(P, L, h, d)
+
+    def run(math: bool):
+        q, k, v = (x.clone().requires_grad_() for x in qkv)
+        if math:
+            out = shared_prefix._grouped_attention(q, k, v, pm, sm, G, T, 0.3)
+        else:  # sdpa in float32, the reference
+            q32, k32, v32 = (x.float() for x in (q, k, v))
+            kw = dict(shared_prefix=(G, T, (pm, sm)), scaling=0.3, dropout=0.0)
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(shared_prefix, "MATH_SCORES_MAX", {torch.float32: 0, "low": 0})
+                out = shared_prefix._shared_prefix_attention(module, q32, k32, v32, None, **kw)[0]
+        out.float().backward(grad_out)
+        return out.float(), [x.grad.float() for x in (q, k, v)]
+
+    got, want = run(True), run(False)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    assert got[0].dtype == torch.float32 and run(True)[0].shape == (P, L, h, d)
+    torch.testing.assert_close(got[0], want[0], **tol)
+    for a, b in zip(got[1], want[1]):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_large_passes_and_dropout_take_sdpa():
+    """The grouped kernel only below MATH_SCORES_MAX, without dropout, on a CPU."""
+    import types
+
+    q, k = torch.zeros(1, 9, 126 + 8 * 21, 4), torch.zeros(1, 3, 126 + 8 * 21, 4)
+    module = types.SimpleNamespace(training=True)
+    assert shared_prefix._math_applies(module, q, k, 126, 8, 21, {"dropout": 0.0})
+    assert not shared_prefix._math_applies(module, q, k, 126, 8, 21, {"dropout": 0.1})
+    assert not shared_prefix._math_applies(module, q, k, 126, 8, 21, {"softcap": 30.0})
+    long_q, long_k = torch.zeros(1, 9, 126 + 8 * 512, 4), torch.zeros(1, 3, 126 + 8 * 512, 4)
+    assert not shared_prefix._math_applies(module, long_q, long_k, 126, 8, 512, {})
