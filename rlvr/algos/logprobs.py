@@ -226,7 +226,8 @@ def _tile_logits(tiles: _Tiles, h: Tensor, w: Tensor, b: Tensor | None, temperat
 class _ChunkedHeadLogProbs(torch.autograd.Function):
     """See :func:`lm_head_logprobs`. Saved for backward: ``hidden``, ``weight``, ``bias`` (the
     caller's tensors, no copies), the tokens, two float32 [N] vectors (log-sum-exp, entropy) and,
-    below :data:`HEAD_KEEP_LOGITS_BYTES`, the float32 logit tiles."""
+    below :data:`HEAD_KEEP_LOGITS_BYTES` each, the float32 logit tiles and the weight's autocast-dtype
+    copy."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, tokens, temperature, entropy, chunk_tokens, chunk_vocab, keep):
@@ -269,20 +270,25 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
                 if entropy:
                     ent[t0 : t0 + n] = lse[t0 : t0 + n] - weighted / total
         logp = target - lse
-        ctx.save_for_backward(hidden, weight, bias, tokens, lse, ent, *kept)
+        # the weight's low-precision copy too when small (as an autocast linear saves its cast weight),
+        # so the backward does not cast it again
+        small = w_all.nbytes <= HEAD_KEEP_LOGITS_BYTES
+        low = w_all if w_all is not weight and small and any(ctx.needs_input_grad[:3]) else None
+        ctx.save_for_backward(hidden, weight, bias, tokens, lse, ent, low, *kept)
         ctx.config = (temperature, chunk_tokens, chunk_vocab, dtype)
         return logp, ent
 
     @staticmethod
     def backward(ctx, grad_logp, grad_ent):
-        hidden, weight, bias, tokens, lse, ent, *kept = ctx.saved_tensors
+        hidden, weight, bias, tokens, lse, ent, low, *kept = ctx.saved_tensors
         temperature, chunk_tokens, chunk_vocab, dtype = ctx.config
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_ent is None:
             return (None,) * 9
         N, V = hidden.shape[0], weight.shape[0]
-        grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if need_h else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=hidden.device) if need_w else None
+        # each tile's product writes its block the first time (no zero fill of the [V, H] gradient)
+        grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if need_h else None
+        grad_w = torch.empty(weight.shape, dtype=torch.float32, device=hidden.device) if need_w else None
         grad_b = torch.zeros(V, dtype=torch.float32, device=hidden.device) if need_b else None
         # 1/temperature folded into the upstream gradients: dz/dlogits = 1/T
         g_logp = None if grad_logp is None else grad_logp.float() / temperature
@@ -291,7 +297,8 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
         tiles = _Tiles(names, min(N, chunk_tokens), min(V, chunk_vocab), hidden.device)
         kept = iter(kept)
         with torch.autocast(hidden.device.type, enabled=False):
-            w_all, b_all = weight.to(dtype), None if bias is None else bias.to(dtype)
+            w_all = weight.to(dtype) if low is None else low
+            b_all = None if bias is None else bias.to(dtype)
             for t0 in range(0, N, chunk_tokens):
                 h, y = hidden[t0 : t0 + chunk_tokens].to(dtype), tokens[t0 : t0 + chunk_tokens]
                 rows = slice(t0, t0 + h.shape[0])
@@ -321,9 +328,9 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
                     if dtype != torch.float32:
                         grad = tiles.tile("low", *grad.shape).copy_(grad)
                     if need_h:
-                        _add_product(grad_h[rows], grad, w)
+                        _add_product(grad_h[rows], grad, w, first=v0 == 0)
                     if need_w:
-                        _add_product(grad_w[v0 : v0 + chunk_vocab], grad.t(), h)
+                        _add_product(grad_w[v0 : v0 + chunk_vocab], grad.t(), h, first=t0 == 0)
         return (
             None if grad_h is None else grad_h.to(hidden.dtype),
             None if grad_w is None else grad_w.to(weight.dtype),
@@ -332,10 +339,13 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
         )
 
 
-def _add_product(out: Tensor, a: Tensor, b: Tensor) -> None:
-    """out += a @ b, in place (one fused ``addmm_`` when the dtypes agree; a low-precision product
-    is summed into the float32 ``out``)."""
+def _add_product(out: Tensor, a: Tensor, b: Tensor, *, first: bool) -> None:
+    """out += a @ b in place, or out = a @ b for the ``first`` product into ``out`` (one ``mm`` /
+    ``addmm_`` when the dtypes agree; a low-precision product is copied or summed into the float32
+    ``out``)."""
     if out.dtype == a.dtype:
-        out.addmm_(a, b)
+        torch.mm(a, b, out=out) if first else out.addmm_(a, b)
+    elif first:
+        out.copy_(a @ b)
     else:
         out += a @ b

@@ -8,6 +8,7 @@ import inspect
 
 import torch
 from torch import Tensor
+from torch.distributed.fsdp import FSDPModule
 
 from rlvr import algos
 from rlvr.algos import logprobs as _logprobs_mod
@@ -123,6 +124,11 @@ def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, 
     """(logp, entropy) of ``tokens`` from ``run(response_pass)``, which returns the ``out.logits`` of
     the model call it makes inside ``response_pass()``: fused when the head allows, else in full."""
     head = fused_head(model) if fused else None
+    with _sparse_tied_embedding_grad(model):
+        return _logprobs_of(run, head, tokens, temperature=temperature, entropy=entropy, entropy_grad=entropy_grad)
+
+
+def _logprobs_of(run, head, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool):
     if head is None:
         logits = run(contextlib.nullcontext)  # [b, T, V]
         with torch.autocast(logits.device.type, enabled=False):  # float32 math, as outside the forward's autocast
@@ -132,6 +138,37 @@ def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, 
     if not with_entropy:  # out: [b, T, 1 or 2]
         return out[..., 0], None
     return out[..., 0], out[..., 1] if entropy_grad else out[..., 1].detach()
+
+
+@contextlib.contextmanager
+def _sparse_tied_embedding_grad(model):
+    """On a CPU, a tied input embedding's gradient is made sparse for the block's passes.
+
+    Why: its dense gradient is a zero-filled [V, H] tensor holding a few hundred rows, which autograd
+    then adds to the LM head's [V, H] gradient of the same weight; as a sparse gradient, the add
+    touches only those rows, and the weight's ``.grad`` stays dense (dense + sparse). Only where the
+    head's gradient always joins it (tied), the weight trains, and it is not sharded (FSDP2 reduces
+    dense unsharded gradients); elsewhere, or on other devices, nothing changes."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    applies = (
+        torch.is_grad_enabled()
+        and isinstance(emb, torch.nn.Embedding)
+        and not emb.sparse
+        and emb.max_norm is None
+        and emb.weight.requires_grad
+        and emb.weight.device.type == "cpu"
+        and getattr(out, "weight", None) is emb.weight
+        and not any(isinstance(m, FSDPModule) for m in (model, emb))
+    )
+    if not applies:
+        yield
+        return
+    emb.sparse = True
+    try:
+        yield
+    finally:
+        emb.sparse = False
 
 
 def _full_logits_logprobs(logits: Tensor, tokens: Tensor, temperature: float, entropy: bool, entropy_grad: bool):
