@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=126)
     ap.add_argument("--response", type=int, default=48)
     ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--tag", default="", help="added to the results file's name")
     args = ap.parse_args()
 
     model = load_model(resolve_model_path("smollm2-135m-instruct"))
@@ -105,7 +106,7 @@ def main() -> None:
         "top_ops": top,
     }
     RESULTS.mkdir(exist_ok=True)
-    tag = ("bf16" if args.bf16 else "fp32") + ("-packed" if args.packed else "")
+    tag = ("bf16" if args.bf16 else "fp32") + ("-packed" if args.packed else "") + (f"-{args.tag}" if args.tag else "")
     out = RESULTS / f"profile_update-{capability}-{tag}-{result['date']}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{capability}, {result['threads']} threads, {result['precision']}: one micro-batch update {total:.2f} s")

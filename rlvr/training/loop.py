@@ -307,21 +307,34 @@ def accumulate_gradients(
     engine_logp = batch.logprobs if algo.tis_cap is not None else None
     targets = [_Targets.cut(p, adv, old_logp, ref_logp, engine_logp) for p in passes]
     stats = _UpdateStats()
-    for p, t in zip(passes, targets):
-        # packed: the rows' own attention through the backward too (checkpointed layers run again there)
-        with packing.row_attention(policy) if p.unpad is not None else contextlib.nullcontext():
-            # the entropy is a metric (one pass with the log-probs) unless algo.entropy_coef puts it in the loss
-            kw = dict(temperature=cfg.rollout.temperature, entropy=True, entropy_grad=bool(algo.entropy_coef))
-            logp, entropy = _pass_logprobs(policy, p, autocast, **kw)
+    # One autocast region spans all micro-batches, so its cache casts each weight to bf16 once per
+    # update instead of once per micro-batch; the loss and the backward run with autocast off, as
+    # they did outside the per-pass region.
+    off = partial(torch.autocast, mask.device.type, enabled=False)
+    with autocast():
+        for p, t in zip(passes, targets):
+            _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats)
+    return stats.result(num_tokens)
+
+
+def _micro_batch_backward(policy, p: microbatch.Slice, t: _Targets, cfg: Config, autocast, off, agg: dict, stats):
+    """One micro-batch of :func:`accumulate_gradients`: its forward under ``autocast``, its loss and
+    backward under ``off`` (autocast disabled), its statistics added to ``stats``."""
+    algo = cfg.algo
+    # packed: the rows' own attention through the backward too (checkpointed layers run again there)
+    with packing.row_attention(policy) if p.unpad is not None else contextlib.nullcontext():
+        # the entropy is a metric (one pass with the log-probs) unless algo.entropy_coef puts it in the loss
+        kw = dict(temperature=cfg.rollout.temperature, entropy=True, entropy_grad=bool(algo.entropy_coef))
+        logp, entropy = _pass_logprobs(policy, p, autocast, **kw)
+        with off():
             loss_tok, pg_tok, pg_stats = _micro_batch_loss(logp, entropy, t, cfg, stats)
             loss = algos.aggregate(loss_tok, t.mask, **agg)
             loss.backward()
-        with torch.no_grad():
-            stats.add(M.LOSS, loss)
-            stats.add(M.PG_LOSS, algos.aggregate(pg_tok.detach(), t.mask, **agg))
-            stats.policy(pg_stats, entropy, dual_clip=algo.dual_clip is not None)
-            stats.flush(t.mask)
-    return stats.result(num_tokens)
+    with torch.no_grad(), off():
+        stats.add(M.LOSS, loss)
+        stats.add(M.PG_LOSS, algos.aggregate(pg_tok.detach(), t.mask, **agg))
+        stats.policy(pg_stats, entropy, dual_clip=algo.dual_clip is not None)
+        stats.flush(t.mask)
 
 
 def update_policy(

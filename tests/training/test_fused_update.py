@@ -100,3 +100,82 @@ def test_fused_update_under_bf16_autocast_is_close_to_the_full_logits_update(mon
     a, b = flat(fused[0]), flat(full[0])
     assert ((a - b).norm() / b.norm()).item() < 2e-2  # bf16 rounding of the head's product, on both paths
     torch.testing.assert_close(fused[2], full[2], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # gradient_checkpointing_enable's rename in transformers 5
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_bf16_weights_are_cast_once_per_update_not_per_micro_batch(checkpointing):
+    """One autocast region spans the update's micro-batches: each weight is cast to bf16 once (autocast's
+    cache), and the gradients are bit-identical to casting afresh in every micro-batch (no cache)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    model = tiny_qwen2()
+    if checkpointing:
+        model.gradient_checkpointing_enable()  # as the trainer does
+    batch, adv, old_logp, ref_logp = _features_batch(model)
+    weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
+
+    class WeightCasts(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in weights:
+                WeightCasts.n += (kwargs or {}).get("dtype") == torch.bfloat16
+            return func(*args, **(kwargs or {}))
+
+    def update(cache: bool):
+        model.zero_grad(set_to_none=True)
+        overrides = ["rollout.samples_per_prompt=4", "train.prompts_per_step=2", "train.micro_batch_seqs=2"]
+        cfg = load_config(None, overrides)
+        autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=cache)  # noqa: E731
+        WeightCasts.n = 0
+        with WeightCasts():
+            accumulate_gradients(model, batch, adv, old_logp, ref_logp, cfg, autocast)
+        return WeightCasts.n, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    casts, grads = update(cache=True)
+    fresh_casts, fresh = update(cache=False)
+    linears = sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    # each linear's weight once; the fused LM head's once per micro-batch (its backward reuses it)
+    assert casts == linears - 1 + 4
+    assert fresh_casts >= 4 * linears  # 4 micro-batches of 2 rows, each casting every weight
+    for name, g in fresh.items():
+        assert torch.equal(grads[name], g), name
+    assert sum(g.abs().sum() for g in grads.values()) > 0
+
+
+@pytest.mark.parametrize("make", [tiny_model, tiny_qwen2], ids=["llama_tied", "qwen2_untied"])
+def test_a_tied_embedding_takes_a_sparse_gradient_into_the_dense_one(make, monkeypatch):
+    """Tied: the embedding's gradient reaches the shared weight sparse (no dense [V, H] embedding
+    backward), and every gradient equals the dense path's; untied: the dense path, unchanged."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    model = make()
+    batch, adv, old_logp, ref_logp = _features_batch(model)
+
+    def grads(sparse: bool):
+        with monkeypatch.context() as m:
+            if not sparse:
+                m.setattr(fwd, "_sparse_tied_embedding_grad", lambda model: contextlib.nullcontext())
+            with Ops() as ops:
+                g = _update(model, batch, adv, old_logp, ref_logp, shared=True, mb=4, autocast=contextlib.nullcontext)
+        return g[0], ops.names
+
+    got, ops = grads(True)
+    want, dense_ops = grads(False)
+    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert ("embedding_dense_backward.default" in ops) != tied
+    assert "embedding_dense_backward.default" in dense_ops
+    for name, g in want.items():
+        assert got[name].layout == torch.strided
+        torch.testing.assert_close(got[name], g, rtol=1e-5, atol=1e-6, msg=name)
+    assert not model.get_input_embeddings().sparse  # switched back after the pass
