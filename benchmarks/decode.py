@@ -230,9 +230,9 @@ def main() -> None:
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
     if not cuda:  # as rlvr's command line runs: glibc's malloc on huge pages where that applies
-        from rlvr.cpu.runtime_env import reexec_with_huge_pages
+        from rlvr.cpu.runtime_env import reexec_with_runtime_env
 
-        reexec_with_huge_pages()
+        reexec_with_runtime_env()
 
     import torch
 

@@ -669,7 +669,7 @@ def main() -> None:
     import transformers
     import yaml
 
-    from rlvr.cpu import huge_pages_env
+    from rlvr.cpu import process_env
 
     if args.device != "cpu" and not torch.cuda.is_available():
         sys.exit(f"--device {args.device}: no CUDA device is visible here; use --device cpu")
@@ -702,9 +702,10 @@ def main() -> None:
         for s in range(args.steps)
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    # rlvr's command line re-executes itself with glibc's malloc on huge pages (rlvr.cpu.runtime_env); TRL's
-    # child gets the same environment, so both run with the same allocator
-    env = huge_pages_env(env) or env
+    # rlvr's command line re-executes itself with glibc's malloc on huge pages and, on an AMD CPU with
+    # AVX-512, MKL's AVX-512 kernels (rlvr.cpu.runtime_env); TRL's child gets the same environment, so
+    # both run with the same allocator and the same matrix products
+    env = process_env(env) or env
     date = datetime.date.today().isoformat()
     skip = ("child_trl", "workdir", "out", "only", "model_path", "rules", "weights")
     settings = {k: v for k, v in vars(args).items() if k not in skip}

@@ -83,7 +83,7 @@ def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | N
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # a process of its own (not a call from Python): huge pages for malloc first
-        cpu.reexec_with_huge_pages()
+        cpu.reexec_with_runtime_env()
     parser = build_parser()
     if message := unknown_command(parser, sys.argv[1:] if argv is None else argv):
         print(f"error: {message}", file=sys.stderr)

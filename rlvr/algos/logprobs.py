@@ -145,6 +145,7 @@ def lm_head_logprobs(
     entropy: bool = False,
     chunk_tokens: int | None = None,
     chunk_vocab: int | None = None,
+    accumulate_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """(log p(token) [N], entropy [N] or None) of the LM head ``hidden @ weight.T + bias``, tile by tile.
 
@@ -177,6 +178,14 @@ def lm_head_logprobs(
         temperature: sampling temperature the logits are divided by.
         entropy: also return the entropy of each position's distribution.
         chunk_tokens, chunk_vocab: the tile shape; None: :data:`HEAD_CHUNK_TOKENS` × :data:`HEAD_CHUNK_VOCAB`.
+        accumulate_grad: the backward adds the weight's gradient straight into ``weight.grad`` (a float32
+            leaf; the tiles' products write it directly, allocating it when it is None) and returns none
+            to autograd, as Megatron-LM's gradient-accumulation fusion does for its weight gradients. It
+            saves the [V, H] temporary every micro-batch would otherwise allocate, fill and add into
+            ``.grad`` (on a CPU, fresh pages of that size fault in slowly). Only for a plain
+            ``loss.backward()``: hooks on the weight do not see this gradient, and
+            ``torch.autograd.grad`` does not return it (:func:`rlvr.models.forward.pass_logprobs` turns
+            it on only where neither can happen).
 
     Returns:
         ([N] float32 log-probs, [N] float32 entropies or None).
@@ -185,8 +194,18 @@ def lm_head_logprobs(
     chunk_vocab = HEAD_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
     keep = grad and hidden.shape[0] * weight.shape[0] * 4 <= HEAD_KEEP_LOGITS_BYTES
+    direct = accumulate_grad and grad and weight.requires_grad and weight.is_leaf and weight.dtype == torch.float32
     logp, ent = _ChunkedHeadLogProbs.apply(
-        hidden, weight, bias, tokens, float(temperature), bool(entropy), int(chunk_tokens), int(chunk_vocab), keep
+        hidden,
+        weight,
+        bias,
+        tokens,
+        float(temperature),
+        bool(entropy),
+        int(chunk_tokens),
+        int(chunk_vocab),
+        keep,
+        weight if direct else None,
     )
     return logp, ent
 
@@ -230,8 +249,9 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
     copy."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, tokens, temperature, entropy, chunk_tokens, chunk_vocab, keep):
+    def forward(ctx, hidden, weight, bias, tokens, temperature, entropy, chunk_tokens, chunk_vocab, keep, direct):
         ctx.set_materialize_grads(False)  # an entropy logged as a metric brings no gradient: skip its term
+        ctx.direct = direct  # the weight whose .grad the backward adds into, or None
         N, V = hidden.shape[0], weight.shape[0]
         dtype = _compute_dtype(weight)
         lse = torch.empty(N, dtype=torch.float32, device=hidden.device)
@@ -284,11 +304,20 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
         temperature, chunk_tokens, chunk_vocab, dtype = ctx.config
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_ent is None:
-            return (None,) * 9
+            return (None,) * 10
         N, V = hidden.shape[0], weight.shape[0]
         # each tile's product writes its block the first time (no zero fill of the [V, H] gradient)
         grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if need_h else None
-        grad_w = torch.empty(weight.shape, dtype=torch.float32, device=hidden.device) if need_w else None
+        direct, fresh = ctx.direct if need_w else None, True  # fresh: grad_w's first products write it
+        have = None if direct is None else direct.grad
+        if have is not None and not (have.dtype == torch.float32 and have.layout == torch.strided):
+            direct = have = None  # an unusual .grad: the gradient goes back through autograd
+        if have is not None and have.is_contiguous():
+            grad_w, fresh = have, False
+        elif need_w:
+            grad_w = torch.empty(weight.shape, dtype=torch.float32, device=hidden.device)
+        else:
+            grad_w = None
         grad_b = torch.zeros(V, dtype=torch.float32, device=hidden.device) if need_b else None
         # 1/temperature folded into the upstream gradients: dz/dlogits = 1/T
         g_logp = None if grad_logp is None else grad_logp.float() / temperature
@@ -330,12 +359,18 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
                     if need_h:
                         _add_product(grad_h[rows], grad, w, first=v0 == 0)
                     if need_w:
-                        _add_product(grad_w[v0 : v0 + chunk_vocab], grad.t(), h, first=t0 == 0)
+                        _add_product(grad_w[v0 : v0 + chunk_vocab], grad.t(), h, first=fresh and t0 == 0)
+        if direct is not None and grad_w is not None:
+            if fresh and have is None:
+                direct.grad = grad_w
+            elif fresh:  # a non-contiguous .grad: added once at the end
+                have += grad_w
+            grad_w = None  # in the weight's .grad already
         return (
             None if grad_h is None else grad_h.to(hidden.dtype),
             None if grad_w is None else grad_w.to(weight.dtype),
             None if grad_b is None else grad_b.to(bias.dtype),
-            *(None,) * 6,
+            *(None,) * 7,
         )
 
 

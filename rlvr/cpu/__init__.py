@@ -5,14 +5,16 @@
 - ``kernels`` + ``decode_kernels.c``: the compiled decode step, built with the C compiler at first
   use and self-checked against the torch step before it is used;
 - ``lean``: the lean decode step (``rollout.lean_decode``) that runs on them;
-- ``runtime_env``: glibc's malloc on transparent huge pages for the command line.
+- ``runtime_env`` + ``mkl_intel_cpu.c``: the command line's process environment: glibc's malloc on
+  transparent huge pages, and oneMKL's AVX-512 kernels on AMD CPUs with AVX-512.
 
 One switch turns all of it off: ``RLVR_CPU_ACCEL=0`` in the environment (the finer switches stay:
-``model.packed_weights``, ``rollout.lean_decode``, ``RLVR_DECODE_KERNELS``, ``RLVR_HUGE_PAGES``).
+``model.packed_weights``, ``rollout.lean_decode``, ``RLVR_DECODE_KERNELS``, ``RLVR_HUGE_PAGES``,
+``RLVR_MKL_AVX512``).
 
 The rest of rlvr imports only the names in ``__all__`` from this package, never its modules
 (``tests/test_import_graph.py`` checks it). They load on first use, so the command line's
-``reexec_with_huge_pages`` (standard library only) loads no torch.
+``reexec_with_runtime_env`` (standard library only) loads no torch.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ _EXPORTS = {
     "LeanUnavailable": ("lean", "LeanUnavailable"),
     "lean_unsupported": ("lean", "unsupported"),
     "decode_kernels": ("kernels", "load"),
-    "reexec_with_huge_pages": ("runtime_env", "reexec_with_huge_pages"),
+    "reexec_with_runtime_env": ("runtime_env", "reexec_with_runtime_env"),
     "huge_pages_env": ("runtime_env", "huge_pages_env"),
+    "process_env": ("runtime_env", "process_env"),
+    "mkl_avx512_note": ("runtime_env", "mkl_avx512_note"),
 }
 
 __all__ = ["SWITCH", "enabled", *_EXPORTS]

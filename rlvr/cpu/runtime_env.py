@@ -1,4 +1,7 @@
-"""glibc's malloc on transparent huge pages for rlvr's processes.
+"""The process environment rlvr's command line runs in: glibc's malloc on transparent huge pages, and
+oneMKL's AVX-512 kernels on AMD CPUs that have AVX-512.
+
+**Huge pages.**
 
 Why: glibc serves every block above its mmap threshold (at most 32 MB) with a fresh ``mmap`` and
 unmaps it on ``free``, so each large tensor torch allocates faults its pages in again, 4 KB at a
@@ -9,19 +12,37 @@ in hundreds of times fewer. The update gets faster at equal peak memory; keeping
 instead (``glibc.malloc.mmap_max=0``) saved about as much but grew the peak. Measurements:
 ``benchmarks/NOTES.md`` ("Huge pages").
 
-How: tunables are read when a process starts, so :func:`reexec_with_huge_pages` (the first thing
-``rlvr``'s command line does) re-executes the same command once with ``GLIBC_TUNABLES`` extended,
+How: tunables are read when a process starts, so :func:`reexec_with_runtime_env` (the first thing
+``rlvr``'s command line does) re-executes the same command once with ``GLIBC_TUNABLES`` extended
+(and, below, ``LD_PRELOAD``),
 before any work, where it applies: Linux, glibc 2.35 or newer (the tunable's first release), the
 kernel's transparent huge pages in ``madvise`` mode (with ``always`` they are used already, with
 ``never`` not at all), the tunable not already set, and neither ``RLVR_HUGE_PAGES=0`` nor
 ``RLVR_CPU_ACCEL=0``. The process keeps its PID; its children (Ray workers, reward workers) inherit
 the setting.
+
+**MKL on AMD.** PyTorch's CPU products (``aten::mm``, so every ``nn.Linear`` in training) run oneMKL's
+sgemm, and oneMKL takes its AVX-512 kernels only on CPUs it identifies as Intel's: on an AMD EPYC
+with AVX-512 (Zen 4, Zen 5) it runs its AVX2 kernels. :func:`mkl_avx512_env` preloads
+``mkl_intel_cpu.c`` (one function answering MKL's vendor check), built once with the C compiler
+into ``$RLVR_CACHE/cpu/`` (default ``~/.cache/rlvr``), so MKL chooses its kernels from the CPU's
+feature flags as it would on an Intel CPU. Where: Linux x86-64, an AMD CPU whose flags include
+AVX-512 F, BW, DQ and VL, a C compiler (``$CC``, ``cc`` or ``gcc``); ``RLVR_MKL_AVX512=0`` (or
+``RLVR_CPU_ACCEL=0``) turns it off. The results are float32 products as before, rounded as MKL's
+AVX-512 kernels round. Measurements: ``benchmarks/NOTES.md`` ("MKL's AVX-512 kernels on AMD").
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform as _platform
+import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 TUNABLE = "glibc.malloc.hugetlb=1"
 THP_MODE = "/sys/kernel/mm/transparent_hugepage/enabled"
@@ -69,9 +90,119 @@ def huge_pages_env(
     return env
 
 
-def reexec_with_huge_pages() -> None:
-    """Re-executes this process's command with :func:`huge_pages_env`, where it applies; else returns."""
-    env = huge_pages_env()
+MKL_SHIM = Path(__file__).with_name("mkl_intel_cpu.c")
+MKL_SWITCH = "RLVR_MKL_AVX512"
+AVX512_FLAGS = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
+
+
+def _cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read(1 << 16)  # the first CPU's block is enough
+    except OSError:
+        return ""
+
+
+def amd_avx512(cpuinfo: str) -> bool:
+    """Whether ``cpuinfo`` (``/proc/cpuinfo``'s text) describes an AMD CPU with the AVX-512 subsets
+    MKL's AVX-512 kernels use."""
+    vendor = flags = ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "vendor_id" and not vendor:
+            vendor = value.strip()
+        elif key == "flags" and not flags:
+            flags = value
+    have = set(flags.split())
+    return vendor == "AuthenticAMD" and all(f in have for f in AVX512_FLAGS)
+
+
+def _compiler(env: dict) -> list[str] | None:
+    if env.get("CC", "").strip():
+        return shlex.split(env["CC"])
+    found = shutil.which("cc") or shutil.which("gcc")
+    return [found] if found else None
+
+
+def build_mkl_shim(env: dict) -> Path | None:
+    """The shared library built from :data:`MKL_SHIM`, in the cache (built there once, atomically); None
+    when no compiler is found or the build fails."""
+    cc = _compiler(env)
+    if cc is None:
+        return None
+    source = MKL_SHIM.read_bytes()
+    tag = hashlib.sha256(source + " ".join(cc).encode()).hexdigest()[:12]
+    cache = Path(env.get("RLVR_CACHE") or Path(env.get("HOME") or Path.home()) / ".cache" / "rlvr") / "cpu"
+    out = cache / f"mkl_intel_cpu-{tag}.so"
+    if out.is_file():
+        return out
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            part = Path(tmp) / out.name
+            cmd = [*cc, "-shared", "-fPIC", "-O2", "-o", str(part), str(MKL_SHIM)]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+            os.replace(part, out)  # atomic: a concurrent build leaves one whole file
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out
+
+
+def mkl_avx512_env(
+    environ: dict | None = None, *, platform: str | None = None, machine: str | None = None, cpuinfo: str | None = None
+) -> dict | None:
+    """``environ`` (default ``os.environ``) with the MKL shim added to ``LD_PRELOAD``, or None where it
+    does not apply, is preloaded already, or cannot be built (see the module docstring). The keyword
+    arguments stand in for this machine's platform, architecture and ``/proc/cpuinfo``."""
+    env = dict(os.environ if environ is None else environ)
+    platform = sys.platform if platform is None else platform
+    machine = _platform.machine().lower() if machine is None else machine
+    if platform != "linux" or machine not in ("x86_64", "amd64"):
+        return None
+    if env.get(MKL_SWITCH, "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0":
+        return None
+    preload = env.get("LD_PRELOAD", "")
+    if "mkl_intel_cpu" in preload or not amd_avx512(_cpuinfo() if cpuinfo is None else cpuinfo):
+        return None
+    shim = build_mkl_shim(env)
+    if shim is None:
+        return None
+    env["LD_PRELOAD"] = f"{shim} {preload}".strip()
+    return env
+
+
+def mkl_avx512_note() -> str | None:
+    """One line for a run's summary on an AMD CPU with AVX-512 (None elsewhere): whether this process
+    runs MKL's AVX-512 kernels, and how to change it."""
+    if not amd_avx512(_cpuinfo()):
+        return None
+    if "mkl_intel_cpu" in os.environ.get("LD_PRELOAD", ""):
+        return f"MKL's AVX-512 kernels on this AMD CPU (rlvr preloads {MKL_SHIM.name}; {MKL_SWITCH}=0 turns it off)"
+    why = (
+        f"{MKL_SWITCH}=0"
+        if os.environ.get(MKL_SWITCH) == "0" or os.environ.get("RLVR_CPU_ACCEL") == "0"
+        else "not started by the rlvr command, or no C compiler to build its shim"
+    )
+    return f"MKL's AVX2 kernels on this AMD CPU, which has AVX-512 ({why})"
+
+
+def process_env(environ: dict | None = None) -> dict | None:
+    """``environ`` (default ``os.environ``) with everything of this module that applies here
+    (:func:`huge_pages_env`, :func:`mkl_avx512_env`), or None where nothing does."""
+    env = dict(os.environ if environ is None else environ)
+    changed = False
+    for step in (huge_pages_env, mkl_avx512_env):
+        new = step(env)
+        if new is not None:
+            env, changed = new, True
+    return env if changed else None
+
+
+def reexec_with_runtime_env() -> None:
+    """Re-executes this process's command with :func:`process_env`, where anything of it applies;
+    else returns. Never twice: a re-executed process has everything set already."""
+    env = process_env()
     if env is None:
         return
     sys.stdout.flush()

@@ -125,19 +125,38 @@ def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, 
     the model call it makes inside ``response_pass()``: fused when the head allows, else in full."""
     head = fused_head(model) if fused else None
     with _sparse_tied_embedding_grad(model):
-        return _logprobs_of(run, head, tokens, temperature=temperature, entropy=entropy, entropy_grad=entropy_grad)
+        return _logprobs_of(
+            model, run, head, tokens, temperature=temperature, entropy=entropy, entropy_grad=entropy_grad
+        )
 
 
-def _logprobs_of(run, head, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool):
+def _logprobs_of(model, run, head, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool):
     if head is None:
         logits = run(contextlib.nullcontext)  # [b, T, V]
         with torch.autocast(logits.device.type, enabled=False):  # float32 math, as outside the forward's autocast
             return _full_logits_logprobs(logits, tokens, temperature, entropy, entropy_grad)
     with_entropy = entropy or entropy_grad
-    out = run(functools.partial(_logprob_head, head, tokens, temperature=temperature, entropy=with_entropy))
+    out = run(
+        functools.partial(_logprob_head, head, tokens, temperature=temperature, entropy=with_entropy, model=model)
+    )
     if not with_entropy:  # out: [b, T, 1 or 2]
         return out[..., 0], None
     return out[..., 0], out[..., 1] if entropy_grad else out[..., 1].detach()
+
+
+def _plain_cpu_training(model, module, param) -> bool:
+    """Whether ``param`` of ``module`` trains here as a plain CPU leaf: grad mode on, a float32 leaf
+    that requires grad, no hooks on it, neither the model nor the module sharded by FSDP2."""
+    return (
+        torch.is_grad_enabled()
+        and param.is_leaf
+        and param.requires_grad
+        and param.dtype == torch.float32
+        and param.device.type == "cpu"
+        and not param._backward_hooks
+        and not getattr(param, "_post_accumulate_grad_hooks", None)
+        and not any(isinstance(m, FSDPModule) for m in (model, module))
+    )
 
 
 @contextlib.contextmanager
@@ -152,14 +171,11 @@ def _sparse_tied_embedding_grad(model):
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     applies = (
-        torch.is_grad_enabled()
-        and isinstance(emb, torch.nn.Embedding)
+        isinstance(emb, torch.nn.Embedding)
         and not emb.sparse
         and emb.max_norm is None
-        and emb.weight.requires_grad
-        and emb.weight.device.type == "cpu"
+        and _plain_cpu_training(model, emb, emb.weight)
         and getattr(out, "weight", None) is emb.weight
-        and not any(isinstance(m, FSDPModule) for m in (model, emb))
     )
     if not applies:
         yield
@@ -224,10 +240,12 @@ _PACKED_LINEARS = "rlvr.cpu.packed"
 
 
 @contextlib.contextmanager
-def _logprob_head(head, tokens: Tensor, *, temperature: float, entropy: bool):
+def _logprob_head(head, tokens: Tensor, *, temperature: float, entropy: bool, model=None):
     """Make ``head`` return [b, T, 1] log-probs (or [b, T, 2] log-probs and entropies) of ``tokens``
     in place of [b, T, V] logits, for one forward pass; the weight and bias are read when the head
-    runs, inside the model's forward (FSDP2 has gathered them there)."""
+    runs, inside the model's forward (FSDP2 has gathered them there). On a CPU, an unsharded head
+    weight without hooks takes its gradient straight into ``.grad``
+    (``lm_head_logprobs(accumulate_grad=True)``): rlvr's update runs a plain ``loss.backward()``."""
 
     def forward(hidden: Tensor) -> Tensor:  # [b, T, H]: the positions logits_to_keep kept
         if hidden.shape[:-1].numel() != tokens.numel():  # a one-pass shared prompt's [P, G*T] is [B, T]
@@ -239,6 +257,7 @@ def _logprob_head(head, tokens: Tensor, *, temperature: float, entropy: bool):
             bias=head.bias,
             temperature=temperature,
             entropy=entropy,
+            accumulate_grad=_plain_cpu_training(model, head, head.weight),
         )
         # a new tensor, not a view: FSDP2 hooks the root's outputs for its backward (it warns on views)
         return torch.stack([t.view(tokens.shape) for t in (logp, ent) if t is not None], -1)  # [b, T, 1 or 2]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr import cpu
 from rlvr.config import Config
 from rlvr.data.loading import load_split, pin_hub_data
 from rlvr.errors import UserError
@@ -103,6 +104,8 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
         checked.start_step = step_of(checked.resume_from)
     if writes:
         _check_run_dir(cfg, checked.run_dir, model_path)
+    mkl = cpu.mkl_avx512_note() if where is not None and where.type == "cpu" else None
+    precision += [mkl] if mkl else []
     checked.precision, checked.notes = precision, _eval_note(cfg, test_rows) + _load_note()
     return checked
 

@@ -123,3 +123,27 @@ def test_tiles_are_kept_below_the_budget_and_recomputed_above(monkeypatch):
     assert saved_logit_elements(37 * 53 * 4) == 37 * 53
     assert saved_logit_elements(37 * 53 * 4 - 1) == 0
     assert saved_logit_elements(2**30, grad=False) == 0
+
+
+@pytest.mark.parametrize("chunk_tokens", [8, 37], ids=["token_tiles", "one_token_tile"])
+def test_accumulate_grad_adds_the_weight_gradient_into_dot_grad(chunk_tokens):
+    """accumulate_grad=True: the weight's gradient lands in .grad directly, allocated on the first
+    backward and added to on the next (gradient accumulation), equal to autograd's; the hidden states'
+    and the bias's gradients still go through autograd."""
+    hidden, weight, bias, tokens, (g_logp, g_ent) = _inputs(3)
+    tiles = dict(chunk_tokens=chunk_tokens, chunk_vocab=16)
+
+    def loss(direct: bool):
+        logp, ent = lm_head_logprobs(hidden, weight, tokens, bias=bias, entropy=True, accumulate_grad=direct, **tiles)
+        return (logp * g_logp).sum() + (ent * g_ent).sum()
+
+    want = [g.clone() for g in torch.autograd.grad(loss(False), (hidden, weight, bias))]
+    for micro_batch in (1, 2):
+        loss(True).backward()
+        for got, w in zip((hidden.grad, weight.grad, bias.grad), want):
+            torch.testing.assert_close(got, micro_batch * w, rtol=1e-4, atol=1e-5)
+    assert weight.grad.is_contiguous() and weight.grad.dtype == torch.float32
+    # a non-contiguous .grad is added to once at the end, not written over
+    weight.grad = torch.zeros(weight.shape[::-1]).t()
+    loss(True).backward()
+    torch.testing.assert_close(weight.grad, want[1], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,143 @@
+"""Time one quickstart-shaped update of this tree against a git revision, interleaved.
+
+The update: the quickstart's batch shape (4 prompts x G 8, prompts of 110-126 tokens left-padded to
+126, responses of 12 to ``--response`` tokens), the quickstart's config (shared prompt, micro-batches
+of one group, the fused head), ``accumulate_gradients`` then one fused AdamW step, on the built-in
+model. Each side runs in its own process (the revision's ``rlvr`` first on ``PYTHONPATH``, from a
+temporary ``git worktree``), the sides alternate ``--rounds`` times, and each process times
+``--updates`` updates after a warm-up; so a slow spell of a shared VM hits both sides alike. Each
+side's processes run in the environment its own ``rlvr`` command gives itself (:func:`tree_env`).
+
+    python benchmarks/update_ab.py --base b6df056                # fp32
+    python benchmarks/update_ab.py --base b6df056 --bf16         # under bf16 autocast
+
+Writes benchmarks/results/update_ab-<capability>-<precision>-<date>.json and prints a table. Nothing
+else should run on the machine meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def child(args) -> None:
+    """Time ``args.updates`` updates in this process; print one JSON line."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from update_tokens import quickstart_batch
+
+    import rlvr
+    from rlvr.config import load_config
+    from rlvr.models import load_model, resolve_model_path
+    from rlvr.training.loop import accumulate_gradients
+
+    model = load_model(resolve_model_path("smollm2-135m-instruct"))
+    batch = quickstart_batch(model.config.vocab_size, P=4, T=args.response)
+    adv = torch.randn(batch.input_ids.shape[0], generator=torch.Generator().manual_seed(1))
+    cfg = load_config("quickstart", [f"rollout.max_new_tokens={args.response}"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    import contextlib
+
+    bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    autocast = bf16 if args.bf16 else contextlib.nullcontext
+    times = []
+    for i in range(args.updates + 1):
+        model.train()
+        t0 = time.perf_counter()
+        accumulate_gradients(model, batch, adv, None, None, cfg, autocast)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i:  # the first warms up the allocator and the kernels
+            times.append(time.perf_counter() - t0)
+    out = {"rlvr": str(Path(rlvr.__file__).parent.parent), "times": times, "threads": torch.get_num_threads()}
+    out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    print(json.dumps(out))
+
+
+def tree_env(tree: str) -> dict:
+    """The environment ``tree``'s own ``rlvr`` command gives itself (``rlvr.cpu.runtime_env``: huge pages
+    for malloc; from this change on also MKL's AVX-512 kernels on AMD CPUs), with ``tree`` on PYTHONPATH."""
+    code = (
+        "import json, os; from rlvr.cpu import runtime_env as r; "
+        "f = getattr(r, 'process_env', None) or r.huge_pages_env; print(json.dumps(f() or dict(os.environ)))"
+    )
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+    return dict(json.loads(out), PYTHONPATH=tree)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", help="git revision to compare against (required)")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast in the update")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--updates", type=int, default=3, help="timed updates per process")
+    ap.add_argument("--response", type=int, default=21, help="longest response (the quickstart's: about 21)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    if not args.base:
+        ap.error("--base REVISION is required: the git revision to compare this tree against")
+    flags = ["--updates", str(args.updates), "--response", str(args.response)] + (["--bf16"] if args.bf16 else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = Path(tmp) / "base"
+        git = ["git", "-C", str(ROOT), "worktree"]
+        subprocess.run([*git, "add", "-q", "--detach", str(base_tree), args.base], check=True)
+        try:
+            sides = {f"base {args.base}": str(base_tree), "this tree": str(ROOT)}
+            runs: dict[str, list[float]] = {name: [] for name in sides}
+            info = {}
+            for r in range(args.rounds):
+                for name, tree in sides.items():
+                    env = tree_env(tree)
+                    cmd = [sys.executable, __file__, "--child", *flags]
+                    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    if proc.returncode:
+                        sys.exit(f"the {name} side failed:\n{proc.stderr[-3000:]}")
+                    line = proc.stdout
+                    got = json.loads(line.strip().splitlines()[-1])
+                    assert Path(got["rlvr"]).resolve() == Path(tree).resolve(), got["rlvr"]
+                    runs[name] += got["times"]
+                    info = got
+                    print(f"round {r + 1} {name}: " + " ".join(f"{t:.2f}" for t in got["times"]), flush=True)
+        finally:
+            subprocess.run([*git, "remove", "--force", str(base_tree)], check=False)
+    precision = "bf16" if args.bf16 else "fp32"
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "cpu_capability": info["cpu_capability"],
+        "threads": info["threads"],
+        "precision": precision,
+        "batch": {"prompts": 4, "G": 8, "prompt": 126, "response_max": args.response},
+        "rounds": args.rounds,
+        "updates_per_round": args.updates,
+        "update_s": {name: {"median": statistics.median(t), "min": min(t), "all": t} for name, t in runs.items()},
+    }
+    names = list(runs)
+    result["ratio_median"] = result["update_s"][names[1]]["median"] / result["update_s"][names[0]]["median"]
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"update_ab-{info['cpu_capability']}-{precision}-{result['date']}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\n{info['cpu_capability']}, {info['threads']} threads, {precision}: one quickstart update, seconds")
+    print("| side | median | min |\n| --- | --- | --- |")
+    for name, t in result["update_s"].items():
+        print(f"| {name} | {t['median']:.2f} | {t['min']:.2f} |")
+    print(f"this tree / base: {result['ratio_median']:.3f} (medians)\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
