@@ -47,12 +47,17 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-from roofline_model import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost
+if __name__ == "__main__":  # the rates as rlvr runs: in its own process environment (huge pages, MKL on AMD)
+    from rlvr.cpu.runtime_env import reexec_with_runtime_env
 
-from rlvr.cpu.packed import pack_weight, packed_linear, packing_available
-from rlvr.estimate import BYTES, model_shape
-from rlvr.models.forward import shared_prompt_group
+    reexec_with_runtime_env()
+
+import torch  # noqa: E402
+from roofline_model import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost  # noqa: E402
+
+from rlvr.cpu.packed import pack_weight, packed_linear, packing_available  # noqa: E402
+from rlvr.estimate import BYTES, model_shape  # noqa: E402
+from rlvr.models.forward import shared_prompt_group  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -82,6 +87,8 @@ def write_report(kind: str, body: dict, out: Path | None = None) -> tuple[dict, 
         "cpu_capability": capability,
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        "mkl_avx512_shim": "mkl_intel_cpu" in os.environ.get("LD_PRELOAD", ""),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
         "load_avg_1m_at_end": os.getloadavg()[0],
     }
     report = {"date": date, "machine": machine, "torch": torch.__version__, **body}

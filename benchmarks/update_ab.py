@@ -53,16 +53,20 @@ def child(args) -> None:
 
     bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
     autocast = bf16 if args.bf16 else contextlib.nullcontext
-    times = []
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    times, cpu = [], []
     for i in range(args.updates + 1):
         model.train()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         accumulate_gradients(model, batch, adv, None, None, cfg, autocast)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if i:  # the first warms up the allocator and the kernels
             times.append(time.perf_counter() - t0)
-    out = {"rlvr": str(Path(rlvr.__file__).parent.parent), "times": times, "threads": torch.get_num_threads()}
+            cpu.append(time.process_time() - c0)
+    out = {"rlvr": str(Path(rlvr.__file__).parent.parent), "times": times, "cpu": cpu}
+    out["threads"] = torch.get_num_threads()
     out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     print(json.dumps(out))
 
@@ -75,7 +79,9 @@ def tree_env(tree: str) -> dict:
         "f = getattr(r, 'process_env', None) or r.huge_pages_env; print(json.dumps(f() or dict(os.environ)))"
     )
     env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+    # from inside the tree: `python -c` puts the working directory first on sys.path
+    cmd = [sys.executable, "-c", code]
+    out = subprocess.run(cmd, env=env, cwd=tree, check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out), PYTHONPATH=tree)
 
 
@@ -86,13 +92,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--updates", type=int, default=3, help="timed updates per process")
     ap.add_argument("--response", type=int, default=21, help="longest response (the quickstart's: about 21)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: PyTorch's); 1 on a busy machine")
+    ap.add_argument("--tag", default="", help="added to the results file's name")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
     if not args.base:
         ap.error("--base REVISION is required: the git revision to compare this tree against")
-    flags = ["--updates", str(args.updates), "--response", str(args.response)] + (["--bf16"] if args.bf16 else [])
+    flags = ["--updates", str(args.updates), "--response", str(args.response), "--threads", str(args.threads)]
+    flags += ["--bf16"] if args.bf16 else []
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = Path(tmp) / "base"
         git = ["git", "-C", str(ROOT), "worktree"]
@@ -100,6 +109,7 @@ def main() -> None:
         try:
             sides = {f"base {args.base}": str(base_tree), "this tree": str(ROOT)}
             runs: dict[str, list[float]] = {name: [] for name in sides}
+            cpu: dict[str, list[float]] = {name: [] for name in sides}
             info = {}
             for r in range(args.rounds):
                 for name, tree in sides.items():
@@ -112,6 +122,7 @@ def main() -> None:
                     got = json.loads(line.strip().splitlines()[-1])
                     assert Path(got["rlvr"]).resolve() == Path(tree).resolve(), got["rlvr"]
                     runs[name] += got["times"]
+                    cpu[name] += got["cpu"]
                     info = got
                     print(f"round {r + 1} {name}: " + " ".join(f"{t:.2f}" for t in got["times"]), flush=True)
         finally:
@@ -126,16 +137,18 @@ def main() -> None:
         "rounds": args.rounds,
         "updates_per_round": args.updates,
         "update_s": {name: {"median": statistics.median(t), "min": min(t), "all": t} for name, t in runs.items()},
+        "update_cpu_s": {name: {"median": statistics.median(t), "all": t} for name, t in cpu.items()},
     }
     names = list(runs)
     result["ratio_median"] = result["update_s"][names[1]]["median"] / result["update_s"][names[0]]["median"]
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"update_ab-{info['cpu_capability']}-{precision}-{result['date']}.json"
+    tag = f"{precision}-{info['threads']}t" + (f"-{args.tag}" if args.tag else "")
+    out = RESULTS / f"update_ab-{info['cpu_capability']}-{tag}-{result['date']}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\n{info['cpu_capability']}, {info['threads']} threads, {precision}: one quickstart update, seconds")
-    print("| side | median | min |\n| --- | --- | --- |")
+    print("| side | median | min | CPU s, median |\n| --- | --- | --- | --- |")
     for name, t in result["update_s"].items():
-        print(f"| {name} | {t['median']:.2f} | {t['min']:.2f} |")
+        print(f"| {name} | {t['median']:.2f} | {t['min']:.2f} | {result['update_cpu_s'][name]['median']:.2f} |")
     print(f"this tree / base: {result['ratio_median']:.3f} (medians)\nwrote {out}")
 
 
