@@ -25,7 +25,8 @@ the setting.
 sgemm, and oneMKL takes its AVX-512 kernels only on CPUs it identifies as Intel's: on an AMD EPYC
 with AVX-512 (Zen 4, Zen 5) it runs its AVX2 kernels. :func:`mkl_avx512_env` preloads
 ``mkl_intel_cpu.c`` (one function answering MKL's vendor check), built once with the C compiler
-into ``$RLVR_CACHE/cpu/`` (default ``~/.cache/rlvr``), so MKL chooses its kernels from the CPU's
+into ``$RLVR_CACHE/cpu/`` (default ``~/.cache/rlvr``; before that cache exists, into a private
+temporary directory), so MKL chooses its kernels from the CPU's
 feature flags as it would on an Intel CPU. Where: Linux x86-64, an AMD CPU whose flags include
 AVX-512 F, BW, DQ and VL, a C compiler (``$CC``, ``cc`` or ``gcc``); ``RLVR_MKL_AVX512=0`` (or
 ``RLVR_CPU_ACCEL=0``) turns it off. The results are float32 products as before, rounded as MKL's
@@ -126,14 +127,19 @@ def _compiler(env: dict) -> list[str] | None:
 
 
 def build_mkl_shim(env: dict) -> Path | None:
-    """The shared library built from :data:`MKL_SHIM`, in the cache (built there once, atomically); None
-    when no compiler is found or the build fails."""
+    """The shared library built from :data:`MKL_SHIM`, in the cache (built there once, atomically; in a
+    private temporary directory while the cache does not exist yet); None when no compiler is found or
+    the build fails."""
     cc = _compiler(env)
     if cc is None:
         return None
     source = MKL_SHIM.read_bytes()
     tag = hashlib.sha256(source + " ".join(cc).encode()).hexdigest()[:12]
-    cache = Path(env.get("RLVR_CACHE") or Path(env.get("HOME") or Path.home()) / ".cache" / "rlvr") / "cpu"
+    root = Path(env.get("RLVR_CACHE") or Path(env.get("HOME") or Path.home()) / ".cache" / "rlvr")
+    # Before the cache exists (a first run), build into a private temporary directory instead of
+    # creating it now: a directory created before the re-execution can shadow the package (a cache
+    # named ``rlvr`` in the working directory of ``python -m rlvr.cli``).
+    cache = root / "cpu" if root.is_dir() else Path(tempfile.mkdtemp(prefix="rlvr-mkl-"))
     out = cache / f"mkl_intel_cpu-{tag}.so"
     if out.is_file():
         return out

@@ -80,11 +80,16 @@ def test_the_mkl_shim_is_preloaded_where_it_applies_and_only_there(tmp_path, mon
 
 
 def test_the_shim_builds_once_into_the_cache(tmp_path):
-    env = {"RLVR_CACHE": str(tmp_path), "PATH": __import__("os").environ.get("PATH", "")}
+    env = {"RLVR_CACHE": str(tmp_path / "rlvr"), "PATH": os.environ.get("PATH", "")}
     if runtime_env._compiler(env) is None:
         pytest.skip("no C compiler here")
+    # no cache yet: a private temporary directory, and the cache is not created (a directory named
+    # rlvr in the working directory would shadow the package for `python -m rlvr.cli`)
+    early = runtime_env.build_mkl_shim(env)
+    assert early is not None and early.is_file() and not (tmp_path / "rlvr").exists()
+    (tmp_path / "rlvr").mkdir()
     first = runtime_env.build_mkl_shim(env)
-    assert first is not None and first.parent == tmp_path / "cpu" and first.is_file()
+    assert first is not None and first.parent == tmp_path / "rlvr" / "cpu" and first.is_file()
     stamp = first.stat().st_mtime_ns
     assert runtime_env.build_mkl_shim(env) == first and first.stat().st_mtime_ns == stamp  # cached
     assert runtime_env.build_mkl_shim({**env, "CC": "no-such-compiler-rlvr"}) is None
