@@ -34,7 +34,10 @@ def _rlvr_train(args: list[str], log) -> subprocess.Popen:
     # stderr to a file: a pipe nobody reads while the run goes on could fill and stall it; its own
     # session, so that a signal to its process group reaches the run's processes and not pytest
     cmd = [sys.executable, "-m", "rlvr.cli", "train", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    # the reference run trains in this test's process, without the environment the command gives itself:
+    # MKL's AVX2 kernels on both sides (on an AMD CPU with AVX-512 the command would take its AVX-512 ones)
+    env = {**os.environ, "RLVR_MKL_AVX512": "0"}
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True, env=env)
 
 
 def _rows(run) -> int:

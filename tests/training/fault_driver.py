@@ -18,10 +18,16 @@ import signal
 import sys
 from pathlib import Path
 
-import torch
+# the environment `rlvr train` gives itself (MKL's kernels on AMD), as for the runs this stands in for
+if __name__ == "__main__":
+    from rlvr.cpu.runtime_env import reexec_with_runtime_env
 
-from rlvr.cli import main
-from rlvr.rollout.hf import HFRolloutEngine
+    reexec_with_runtime_env()
+
+import torch  # noqa: E402
+
+from rlvr.cli import main  # noqa: E402
+from rlvr.rollout.hf import HFRolloutEngine  # noqa: E402
 
 
 def arm(point: str, n: int, sig: signal.Signals, marker: Path) -> None:
