@@ -41,7 +41,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,8 @@ from pathlib import Path
 
 import torch  # loaded first: the kernel's OpenMP then binds to torch's libgomp
 from torch import Tensor
+
+from rlvr.cpu.runtime_env import c_compiler
 
 SOURCE = Path(__file__).with_name("decode_kernels.c")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=gnu11"]
@@ -323,14 +324,6 @@ why_not: str | None = None
 """Why :func:`load` returned None (one line), once it has."""
 
 
-def _compiler() -> list[str] | None:
-    """The C compiler command: ``$CC`` split as a shell would (``ccache gcc``), else ``cc`` or ``gcc``."""
-    if os.environ.get("CC", "").strip():
-        return shlex.split(os.environ["CC"])
-    found = shutil.which("cc") or shutil.which("gcc")
-    return [found] if found else None
-
-
 def _first_error(text: str) -> str:
     """The compiler's first ``error:`` line (the reason, not the line that names the function), else its first line."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
@@ -388,7 +381,7 @@ def load() -> DecodeKernels | None:
             f"off by default on {sys.platform}/{platform.machine()} (measured on x86-64 Linux only); "
             "RLVR_DECODE_KERNELS=1 turns them on"
         )
-    elif (cc := _compiler()) is None:
+    elif (cc := c_compiler()) is None:
         why_not = "no C compiler (cc or gcc, or $CC) on PATH"
     else:
         name = " ".join(cc)

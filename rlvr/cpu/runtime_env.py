@@ -119,7 +119,11 @@ def amd_avx512(cpuinfo: str) -> bool:
     return vendor == "AuthenticAMD" and all(f in have for f in AVX512_FLAGS)
 
 
-def _compiler(env: dict) -> list[str] | None:
+def c_compiler(env: dict | None = None) -> list[str] | None:
+    """The C compiler command in ``env`` (default ``os.environ``): ``$CC`` split as a shell would
+    (``ccache gcc``), else ``cc`` or ``gcc`` on PATH; None when there is none. Shared with
+    :mod:`rlvr.cpu.kernels` (this module loads no torch, so the dependency runs that way)."""
+    env = os.environ if env is None else env
     if env.get("CC", "").strip():
         return shlex.split(env["CC"])
     found = shutil.which("cc") or shutil.which("gcc")
@@ -130,7 +134,7 @@ def build_mkl_shim(env: dict) -> Path | None:
     """The shared library built from :data:`MKL_SHIM`, in the cache (built there once, atomically; in a
     private temporary directory while the cache does not exist yet); None when no compiler is found or
     the build fails."""
-    cc = _compiler(env)
+    cc = c_compiler(env)
     if cc is None:
         return None
     source = MKL_SHIM.read_bytes()

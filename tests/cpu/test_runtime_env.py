@@ -81,7 +81,7 @@ def test_the_mkl_shim_is_preloaded_where_it_applies_and_only_there(tmp_path, mon
 
 def test_the_shim_builds_once_into_the_cache(tmp_path):
     env = {"RLVR_CACHE": str(tmp_path / "rlvr"), "PATH": os.environ.get("PATH", "")}
-    if runtime_env._compiler(env) is None:
+    if runtime_env.c_compiler(env) is None:
         pytest.skip("no C compiler here")
     # no cache yet: a private temporary directory, and the cache is not created (a directory named
     # rlvr in the working directory would shadow the package for `python -m rlvr.cli`)
