@@ -96,7 +96,7 @@ def main(repeats: int, threads: int, P: int) -> None:
             "update_s": min(update),
             "logprob_pass_s": min(logprobs),
             "update_tokens_per_s": round(tokens / min(update)),
-            "passes": len(update_passes(batch, cfg)),
+            "passes": len(update_passes(batch, cfg, model)),
             "all_update_s": update,
             "all_logprob_pass_s": logprobs,
         }

@@ -415,6 +415,8 @@ class TrainConfig:
     """Run each group's shared prompt through the model once (exact; the prompt costs 1/G)."""
     length_buckets: bool = True
     """Split each micro-batch by response length, so short responses do not run padded to the longest (exact up to float rounding); packed passes (train.micro_batch_tokens) have no padding to cut."""
+    remove_padding: bool = True
+    """Run each group's responses end to end without their padding where the shared prompt runs in one pass (sdpa attention, no sliding window; with gradient checkpointing only the no-grad log-prob passes): the linears and the LM head compute real tokens only, one pass per micro-batch instead of length buckets. Exact up to float rounding."""
     max_grad_norm: float = 1.0
     """Gradient clipping by global norm (0 = off)."""
     save_every: int = 0

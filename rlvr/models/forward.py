@@ -56,6 +56,7 @@ def pass_logprobs(
     entropy_grad: bool = False,
     group_size: int = 1,
     fused: bool = True,
+    unpadded: tuple[Tensor, int] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropies) of the response tokens: the one forward pass of the update and of
     the old-policy and reference passes.
@@ -83,6 +84,12 @@ def pass_logprobs(
         entropy_grad: return it with its gradient (an entropy bonus in the loss).
         group_size: rows per shared prompt (consecutive), as :func:`response_logits`.
         fused: False forces the full-logits path.
+        unpadded: (lengths [b] on the device: each row's response positions, S: a host int at least
+            every group's sum of them): where the one-pass shared prompt runs
+            (:func:`unpadded_applies`), each group's responses go end to end without their padding
+            (:func:`rlvr.models.shared_prefix.unpadded_index`), so the model computes S response
+            positions per group instead of G·T; elsewhere ignored. Positions past a row's length get
+            a copy of its last log-prob (the caller masks them).
 
     Returns:
         (logp [b, T] float32, entropy [b, T] float32 or None).
@@ -93,9 +100,48 @@ def pass_logprobs(
         input_ids.shape[0], group_size, input_ids.shape[1] - T, input_ids.device, one_pass=one_pass
     ):
         group_size = 1
-    run = functools.partial(_response_forward, model, input_ids, attention_mask, T, group_size)
     kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad, fused=fused)
+    L = input_ids.shape[1]
+    if unpadded is not None and group_size > 1 and L - T >= 2 and unpadded_applies(model, grad=torch.is_grad_enabled()):
+        return _unpadded_logprobs(model, input_ids, attention_mask, tokens, group_size, unpadded, kw)
+    run = functools.partial(_response_forward, model, input_ids, attention_mask, T, group_size)
     return _logprobs(model, run, tokens, **kw)
+
+
+def unpadded_applies(model, *, grad: bool) -> bool:
+    """Whether ``model``'s shared-prompt passes run as one pass whose segments can drop their padding
+    (:func:`pass_logprobs`'s ``unpadded``): the one-pass shared prompt, and, for a pass with
+    gradients, no checkpointed layers (those take the per-row pass, :func:`response_logits`)."""
+    return shared_prefix.one_pass_applies(model) and not (grad and _checkpointed_modules(model))
+
+
+def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int, unpadded, kw: dict):
+    """:func:`pass_logprobs` over the one-pass layout without segment padding: [P, Lp + S] rows whose
+    head positions are the S response positions of each group, then gathered back to [b, T]."""
+    lengths, S = unpadded
+    (B, T), P = tokens.shape, tokens.shape[0] // G
+    ids, pos, masks, _ = shared_prefix.layout(input_ids, attention_mask, _positions(attention_mask), T, G)
+    Lp = ids.shape[1] - G * T
+    gather, pick, unpad = shared_prefix.unpadded_index(lengths.view(P, G).clamp(1, T), T, S)
+    ids, pos = (torch.cat([x[:, :Lp], x[:, Lp:].gather(1, pick)], 1) for x in (ids, pos))
+
+    def run(response_pass):
+        with shared_prefix.shared_attention(model), response_pass():
+            out = model(
+                input_ids=ids,
+                attention_mask=None,  # the segment masks travel to the attention layers as shared_prefix
+                position_ids=pos,
+                logits_to_keep=_keep(Lp, Lp + S, ids.device),
+                use_cache=False,
+                shared_prefix=(G, T, masks, (gather, pick)),
+            )
+        return out.logits  # [P, S, ·]
+
+    logp, ent = _logprobs(model, run, tokens.reshape(P, G * T).gather(1, pick), **kw)  # [P, S]
+    idx = unpad.flatten()  # a gather, whose backward is a scatter-add (no host sync)
+    return logp.reshape(-1).gather(0, idx).view(B, T), None if ent is None else ent.reshape(-1).gather(0, idx).view(
+        B, T
+    )
 
 
 def call_logprobs(
@@ -374,7 +420,7 @@ def _one_pass_logits(
             position_ids=pos,
             logits_to_keep=keep,
             use_cache=False,
-            shared_prefix=(G, T, masks),
+            shared_prefix=(G, T, masks, None),
         )
     logits = out.logits
     return logits.reshape(input_ids.shape[0], T, *logits.shape[2:])

@@ -108,16 +108,69 @@ def layout(
     return ids, pos, (prompt_mask[:, None], seg_keys[:, None]), keep
 
 
-def _shared_prefix_attention(
-    module, query, key, value, attention_mask, *, shared_prefix: tuple[int, int, tuple[Tensor, Tensor]], **kwargs
-):
+def unpadded_index(lengths: Tensor, T: int, S: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Where each segment position goes when a one-pass row drops its segments' padding.
+
+    Unpadded, a group's row is ``[prompt | l_1 positions | … | l_G positions]``: the linears, norms
+    and the LM head then run on real positions only. Its attention still runs on the padded
+    ``[G, T]`` segments (the gathered queries, keys and values), where a segment's padding comes after
+    its real positions, so the causal mask keeps it from every real query; its outputs are gathered
+    back. A padding position is filled with its segment's last real position: it feeds only padding
+    queries and outputs, which nothing reads, so values and gradients are those of the padded pass.
+
+    Args:
+        lengths: [P, G] real positions of each segment, 1 ≤ l ≤ T (on the pass's device).
+        T: positions per padded segment.
+        S: positions per unpadded segment part, at least every group's Σ l (a host int: the
+            planner's; groups with fewer fill their tail with their last real position).
+
+    Returns:
+        (gather [P, G·T]: each padded segment position's unpadded position,
+        pick [P, S]: each unpadded position's padded position,
+        unpad [P·G, T]: each row's position in the flattened [P·S] unpadded positions).
+    """
+    P, G = lengths.shape
+    ends = lengths.cumsum(1)
+    starts = ends - lengths
+    t = torch.arange(T, device=lengths.device)
+    gather = starts[..., None] + torch.minimum(t, lengths[..., None] - 1)  # [P, G, T]
+    s = torch.arange(S, device=lengths.device).expand(P, S).contiguous()
+    seg = torch.searchsorted(ends, s, right=True).clamp(max=G - 1)  # [P, S] segment of each position
+    within = torch.minimum(s - starts.gather(1, seg), lengths.gather(1, seg) - 1)
+    pick = seg * T + within
+    unpad = (torch.arange(P, device=lengths.device)[:, None, None] * S + gather).reshape(P * G, T)
+    return gather.reshape(P, G * T), pick, unpad
+
+
+def _take(x: Tensor, index: Tensor, dim: int) -> Tensor:
+    """``x``'s positions ``index[p]`` along ``dim`` (≥ 1) for each leading row p: [P, …] by [P, n]."""
+    if x.shape[0] == 1:
+        return x.index_select(dim, index[0])
+    return torch.stack([x[p].index_select(dim - 1, index[p]) for p in range(x.shape[0])])
+
+
+def _shared_prefix_attention(module, query, key, value, attention_mask, *, shared_prefix: tuple, **kwargs):
     """Attention of one-pass rows ``[prompt | G segments of T]`` ([P, heads, Lp + G·T, d] queries, keys,
     values): the prompt by itself, the segments as a batch of P·G against the prompt's keys and
     their own; the outputs joined back to [P, Lp + G·T, heads, d], as ``sdpa_attention_forward``
-    returns them."""
+    returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (gather, pick)
+    of :func:`unpadded_index` the rows come without segment padding ([P, heads, Lp + S, d]), are
+    padded for the attention and return to [P, Lp + S, heads, d]."""
+    G, T, masks, unpadded = shared_prefix
+    if unpadded is None:
+        return _padded_attention(module, query, key, value, G, T, masks, kwargs)
+    gather, pick = unpadded
+    Lp = query.shape[2] - pick.shape[1]
+    query, key, value = (torch.cat([x[:, :, :Lp], _take(x[:, :, Lp:], gather, 2)], 2) for x in (query, key, value))
+    out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
+    return torch.cat([out[:, :Lp], _take(out[:, Lp:], pick, 1)], 1), None
+
+
+def _padded_attention(module, query, key, value, G: int, T: int, masks: tuple[Tensor, Tensor], kwargs: dict):
+    """:func:`_shared_prefix_attention` on rows whose segments are padded to T."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    G, T, (prompt_mask, seg_mask) = shared_prefix
+    prompt_mask, seg_mask = masks
     P, Lp = query.shape[0], query.shape[2] - G * T
     if _math_applies(module, query, key, Lp, G, T, kwargs):
         scale = kwargs.get("scaling")

@@ -22,7 +22,7 @@ from rlvr import algos
 from rlvr import metric_names as M
 from rlvr.config import Config
 from rlvr.models import eval_mode
-from rlvr.models.forward import call_logprobs, pass_logprobs, shared_prompt_group
+from rlvr.models.forward import call_logprobs, pass_logprobs, shared_prompt_group, unpadded_applies
 from rlvr.rollout import RolloutBatch
 from rlvr.training import microbatch, packing
 from rlvr.training.replicas import OneProcess
@@ -87,6 +87,7 @@ def batch_logprobs(
     autocast,
     length_buckets: bool = True,
     micro_batch_tokens: int = 0,
+    remove_padding: bool = True,
 ) -> torch.Tensor:
     """[B, T] log-probs of the sampled tokens under ``model``, micro-batched, no grad (0 on padding).
 
@@ -94,7 +95,8 @@ def batch_logprobs(
     every row, so cutting them changes no log-prob and saves their compute; with
     ``length_buckets`` a micro-batch's short responses run in a pass of their own. With
     ``micro_batch_tokens`` the rows are packed into passes of that many tokens instead
-    (:func:`rlvr.training.microbatch.slices`)."""
+    (:func:`rlvr.training.microbatch.slices`). With ``remove_padding`` a micro-batch that shares its
+    prompts in one pass runs its responses without their padding (``train.remove_padding``)."""
     out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)
     passes = microbatch.slices(
         batch,
@@ -102,6 +104,7 @@ def batch_logprobs(
         group_size=group_size,
         bucket=length_buckets,
         micro_batch_tokens=micro_batch_tokens,
+        unpadded=remove_padding and unpadded_applies(model, grad=False),
     )
     for p in passes:
         with eval_mode(model):  # the sampled distribution: no dropout
@@ -122,7 +125,7 @@ def _pass_logprobs(
     kw = dict(temperature=temperature, entropy=entropy, entropy_grad=entropy_grad)
     with autocast():
         if p.unpad is None:
-            return pass_logprobs(model, **p.inputs, tokens=p.tokens, group_size=p.group_size, **kw)
+            return pass_logprobs(model, **p.inputs, tokens=p.tokens, group_size=p.group_size, unpadded=p.unpadded, **kw)
         logp, ent = call_logprobs(model, partial(packing.packed_logits, model, **p.inputs), p.tokens, **kw)  # [1, n]
     idx = p.unpad.flatten()  # [1, n] -> [b, Tm] by a gather, whose backward is a scatter-add (no host sync)
     logp = logp[0].gather(0, idx).view_as(p.unpad)
@@ -251,8 +254,9 @@ def _micro_batch_loss(logp: Tensor, entropy: Tensor | None, t: _Targets, cfg: Co
     return loss_tok, pg_tok, pg_stats
 
 
-def update_passes(batch: RolloutBatch, cfg: Config) -> list[microbatch.Slice]:
-    """The update's passes (:func:`rlvr.training.microbatch.slices` with the ``train.*`` micro-batch keys)."""
+def update_passes(batch: RolloutBatch, cfg: Config, policy) -> list[microbatch.Slice]:
+    """The update's passes of ``policy`` (:func:`rlvr.training.microbatch.slices` with the ``train.*``
+    micro-batch keys)."""
     mb = cfg.train.micro_batch_seqs
     share = shared_prompt_group(mb, batch.group_size) if cfg.train.shared_prompt_forward else 1
     return microbatch.slices(
@@ -261,6 +265,7 @@ def update_passes(batch: RolloutBatch, cfg: Config) -> list[microbatch.Slice]:
         group_size=share,
         bucket=cfg.train.length_buckets,
         micro_batch_tokens=cfg.train.micro_batch_tokens,
+        unpadded=cfg.train.remove_padding and unpadded_applies(policy, grad=True),
     )
 
 
@@ -303,7 +308,7 @@ def accumulate_gradients(
     num_tokens = mask.sum().float() if num_tokens is None else num_tokens
     num_seqs = mask.shape[0] if num_seqs is None else num_seqs
     agg = dict(mode=algo.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=cfg.rollout.max_new_tokens)
-    passes = update_passes(batch, cfg) if passes is None else passes
+    passes = update_passes(batch, cfg, policy) if passes is None else passes
     engine_logp = batch.logprobs if algo.tis_cap is not None else None
     targets = [_Targets.cut(p, adv, old_logp, ref_logp, engine_logp) for p in passes]
     stats = _UpdateStats()
@@ -367,7 +372,7 @@ def update_policy(
     grad_norms = []
     skipped = 0
     # planned once for all iterations: the update's one host read
-    kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, passes=update_passes(batch, cfg))
+    kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, passes=update_passes(batch, cfg, policy))
     for _ in range(cfg.algo.num_iterations):
         policy.train()  # dropout as the model defines it; eval mode again before anything samples
         try:

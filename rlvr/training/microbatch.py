@@ -48,10 +48,19 @@ class Pass:
     longest: int
     group_size: int
     packed: bool = False
+    unpadded: bool = False
+    """A shared-prompt pass whose responses run end to end without their padding (one pass per
+    micro-batch: :func:`rlvr.models.forward.pass_logprobs`'s ``unpadded``)."""
 
 
 def plan(
-    lengths: list[int], *, micro_batch_seqs: int, group_size: int, prompt_len: int, bucket: bool = True
+    lengths: list[int],
+    *,
+    micro_batch_seqs: int,
+    group_size: int,
+    prompt_len: int,
+    bucket: bool = True,
+    unpadded: bool = False,
 ) -> list[Pass]:
     """The forward passes over a batch whose row ``i`` has a response of ``lengths[i]`` tokens.
 
@@ -62,6 +71,8 @@ def plan(
         group_size: rows per shared prompt inside a micro-batch (1 = each row runs its own prompt).
         prompt_len: prompt positions per row, what a shared prompt costs per pass.
         bucket: split micro-batches by length; False gives one pass per micro-batch, in row order.
+        unpadded: a micro-batch that shares prompts runs as one pass without padding (nothing for
+            buckets to save), in row order.
 
     Returns:
         Passes that cover every row once, micro-batch by micro-batch.
@@ -71,8 +82,8 @@ def plan(
     for start in range(0, B, micro_batch_seqs):
         rows = list(range(start, min(start + micro_batch_seqs, B)))
         g = group_size if group_size > 1 and len(rows) % group_size == 0 else 1
-        if not bucket:
-            passes.append(Pass(tuple(rows), max(1, max(lengths[r] for r in rows)), g))
+        if not bucket or (unpadded and g > 1):
+            passes.append(Pass(tuple(rows), max(1, max(lengths[r] for r in rows)), g, unpadded=unpadded and g > 1))
             continue
         # columns of positions: prompt p's rows sorted by length; with no sharing, one "prompt" of every row
         width = g if g > 1 else len(rows)
@@ -168,15 +179,25 @@ class Slice:
     """Rows per shared prompt (row passes)."""
     unpad: Tensor | None = None
     """Packed: [b, Tm] index of each row's response token in the pass's [n] log-probs."""
+    unpadded: tuple[Tensor, int] | None = None
+    """Shared prompt without segment padding: the rows' response lengths [b] (on the device) and the
+    most response positions of one of its groups (:func:`rlvr.models.forward.pass_logprobs`)."""
 
 
 def slices(
-    batch: RolloutBatch, *, micro_batch_seqs: int, group_size: int, bucket: bool, micro_batch_tokens: int = 0
+    batch: RolloutBatch,
+    *,
+    micro_batch_seqs: int,
+    group_size: int,
+    bucket: bool,
+    micro_batch_tokens: int = 0,
+    unpadded: bool = False,
 ) -> list[Slice]:
     """The passes of an update or a log-prob computation, with their tensors already sliced.
 
     Rows as :func:`plan` splits them, or packed by :func:`pack` into ``micro_batch_tokens`` per pass
-    (0: rows; :mod:`rlvr.training.packing` lays them out). Planning reads the rows' lengths on the
+    (0: rows; :mod:`rlvr.training.packing` lays them out). ``unpadded``: shared-prompt micro-batches
+    run as one pass each whose responses drop their padding (:func:`plan`). Planning reads the rows' lengths on the
     host: one blocking read per call (so one per update, whatever its micro-batches and iterations,
     and one per log-prob pass). All row indices then travel to the device in one copy, and every
     pass's tensors are cut before the first forward, so the loop over passes never waits."""
@@ -187,13 +208,8 @@ def slices(
         tokens = [max(1, p) + max(1, r) for p, r in zip(prompt_lengths, response_lengths)]  # as packing.layout packs
         passes = pack(tokens, response_lengths, micro_batch_tokens=micro_batch_tokens)
     else:
-        passes = plan(
-            response_lengths,
-            micro_batch_seqs=micro_batch_seqs,
-            group_size=group_size,
-            prompt_len=batch.prompt_len,
-            bucket=bucket,
-        )
+        rows = dict(micro_batch_seqs=micro_batch_seqs, group_size=group_size, bucket=bucket, unpadded=unpadded)
+        passes = plan(response_lengths, prompt_len=batch.prompt_len, **rows)
     width = batch.input_ids.shape[1]
     layouts = [
         packing.layout(p.rows, prompt_lengths, response_lengths, prompt_len=batch.prompt_len, width=width)
@@ -212,7 +228,9 @@ def slices(
         Tm = p.longest
         mask = batch.response_mask[r, :Tm]
         if lay is None:
-            out.append(Slice(r, Tm, batch.select(r, Tm), batch.response_ids[r, :Tm], mask, p.group_size))
+            segments = _segments(p, r, response_lengths, batch) if p.unpadded else None
+            tokens = batch.response_ids[r, :Tm]
+            out.append(Slice(r, Tm, batch.select(r, Tm), tokens, mask, p.group_size, unpadded=segments))
             continue
         src, position_ids, seq_ids, keep, unpad = (next(packed) for _ in packing.Layout.TENSORS)
         ids = flat_ids[src][None]  # [1, N]
@@ -221,6 +239,14 @@ def slices(
         )
         out.append(Slice(r, Tm, inputs, ids[:, keep + 1], mask, unpad=unpad.view(len(p.rows), Tm)))
     return out
+
+
+def _segments(p: Pass, rows: Tensor, response_lengths: list[int], batch: RolloutBatch) -> tuple[Tensor, int]:
+    """:attr:`Slice.unpadded` of an unpadded pass: its rows' lengths on the device, and S, the most
+    response positions of any of its groups (host lengths, each 1 to the pass's longest)."""
+    sizes = [min(max(1, response_lengths[i]), p.longest) for i in p.rows]
+    S = max(sum(sizes[j : j + p.group_size]) for j in range(0, len(sizes), p.group_size))
+    return batch.response_extent[rows], S
 
 
 def _to_device(host: Tensor, device: torch.device) -> Tensor:

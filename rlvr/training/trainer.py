@@ -520,6 +520,7 @@ class Trainer:
             autocast=self.autocast,
             length_buckets=cfg.train.length_buckets,
             micro_batch_tokens=cfg.train.logprob_tokens,
+            remove_padding=cfg.train.remove_padding,
         )
         ref_logp = None
         if cfg.algo.kl_coef > 0:

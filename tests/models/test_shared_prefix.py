@@ -36,7 +36,8 @@ def _batch(G: int, P: int, prompt: int, T: int, seed: int = 0):
 def _logprobs_and_grads(model, ids, mask, T, G, *, fused: bool, entropy_grad: bool = False):
     model.zero_grad(set_to_none=True)
     tokens = ids[:, -T:]
-    logp, ent = F.pass_logprobs(model, ids, mask, tokens, temperature=0.7, entropy=True, group_size=G, fused=fused)
+    kw = dict(temperature=0.7, entropy=True, entropy_grad=entropy_grad, group_size=G, fused=fused)
+    logp, ent = F.pass_logprobs(model, ids, mask, tokens, **kw)
     resp = mask[:, -T:].float()
     loss = -(logp * resp).sum() / resp.sum() + 0.01 * (ent * resp).sum() * entropy_grad
     loss.backward()
@@ -141,7 +142,7 @@ def test_grouped_kernel_equals_sdpa_on_padded_prompts(dtype):
             out = shared_prefix._grouped_attention(q, k, v, pm, sm, G, T, 0.3)
         else:  # sdpa in float32, the reference
             q32, k32, v32 = (x.float() for x in (q, k, v))
-            kw = dict(shared_prefix=(G, T, (pm, sm)), scaling=0.3, dropout=0.0)
+            kw = dict(shared_prefix=(G, T, (pm, sm), None), scaling=0.3, dropout=0.0)
             with pytest.MonkeyPatch.context() as m:
                 m.setattr(shared_prefix, "MATH_SCORES_MAX", {torch.float32: 0, "low": 0})
                 out = shared_prefix._shared_prefix_attention(module, q32, k32, v32, None, **kw)[0]
@@ -167,3 +168,75 @@ def test_large_passes_and_dropout_take_sdpa():
     assert not shared_prefix._math_applies(module, q, k, 126, 8, 21, {"softcap": 30.0})
     long_q, long_k = torch.zeros(1, 9, 126 + 8 * 512, 4), torch.zeros(1, 3, 126 + 8 * 512, 4)
     assert not shared_prefix._math_applies(module, long_q, long_k, 126, 8, 512, {})
+
+
+def _unpadded_logprobs_and_grads(model, ids, mask, T, G, *, fused: bool, S_extra: int = 0, entropy_grad=False):
+    model.zero_grad(set_to_none=True)
+    lengths = mask[:, -T:].sum(1)
+    S = int(lengths.view(-1, G).sum(1).max()) + S_extra
+    logp, ent = F.pass_logprobs(
+        model,
+        ids,
+        mask,
+        ids[:, -T:],
+        temperature=0.7,
+        entropy=True,
+        entropy_grad=entropy_grad,
+        group_size=G,
+        fused=fused,
+        unpadded=(lengths, S),
+    )
+    resp = mask[:, -T:].float()
+    loss = -(logp * resp).sum() / resp.sum() + 0.01 * (ent * resp).sum() * entropy_grad
+    loss.backward()
+    return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("build", [tiny_model, tiny_qwen2], ids=["llama-tied", "qwen2-gqa-bias"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-head", "full-logits"])
+@pytest.mark.parametrize("P, S_extra", [(1, 0), (2, 0), (2, 3)], ids=["one-group", "two-groups", "spare-tail"])
+def test_unpadded_segments_equal_the_padded_pass(build, fused, P, S_extra, kernel, monkeypatch):
+    """Segments end to end without padding: the same log-probs, entropies (entropy bonus on) and
+    gradients as the padded one pass, with the head on exactly the real positions (plus the tail of
+    a group with fewer than S)."""
+    model = build().train()
+    G, prompt, T = 4, 12, 6
+    ids, mask = _batch(G, P, prompt, T, seed=5)
+    resp = mask[:, -T:].bool()
+    assert resp.sum(1).min() < T  # some padding to drop
+    heads = []  # positions the LM head computes
+    model.lm_head.register_forward_pre_hook(lambda m, a: heads.append(a[0].shape[:-1].numel()))
+    want = _logprobs_and_grads(model, ids, mask, T, G, fused=fused, entropy_grad=True)
+    assert heads == [P * G * T]
+    heads.clear()
+    got = _unpadded_logprobs_and_grads(model, ids, mask, T, G, fused=fused, S_extra=S_extra, entropy_grad=True)
+    assert heads == [P * (int(resp.view(P, -1).sum(1).max()) + S_extra)]
+    name, grouped = kernel
+    assert (len(grouped) == 2 * model.config.num_hidden_layers) == (name == "grouped")  # padded + unpadded
+    torch.testing.assert_close(got[0][resp], want[0][resp], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1][resp], want[1][resp], rtol=1e-5, atol=1e-5)
+    for n, g in want[2].items():
+        torch.testing.assert_close(got[2][n], g, rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_unpadded_index_maps_positions_both_ways():
+    lengths = torch.tensor([[2, 3, 1], [1, 1, 3]])
+    T, S = 4, 7
+    gather, pick, unpad = shared_prefix.unpadded_index(lengths, T, S)
+    # group 0: segments at unpadded 0-1, 2-4, 5; padding repeats the segment's last real position
+    assert gather[0].tolist() == [0, 1, 1, 1, 2, 3, 4, 4, 5, 5, 5, 5]
+    assert pick[0].tolist() == [0, 1, 4, 5, 6, 8, 8]  # the tail (S > 6) repeats the last real position
+    assert pick[1].tolist() == [0, 4, 8, 9, 10, 10, 10]
+    assert torch.equal(gather.gather(1, pick)[0, :6], torch.arange(6))  # round trip on real positions
+    assert unpad[3].tolist() == [7, 7, 7, 7] and unpad[5].tolist() == [9, 10, 11, 11]
+
+
+def test_unpadded_pass_takes_no_host_reads():
+    model = tiny_qwen2().eval()
+    G, P, prompt, T = 4, 2, 10, 5
+    ids, mask = _batch(G, P, prompt, T, seed=1)
+    lengths = mask[:, -T:].sum(1)
+    S = int(lengths.view(P, G).sum(1).max())
+    with torch.no_grad(), HostSyncs() as syncs:
+        F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=G, unpadded=(lengths, S))
+    assert syncs.count == 0

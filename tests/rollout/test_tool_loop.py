@@ -180,7 +180,7 @@ def test_update_passes_run_to_each_rows_end(sampled, extra):
     got, _ = _grads(model, batch, adv, None, None, _cfg(8, *extra))
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
     for cfg in (plain, _cfg(8, *extra)):  # every trained token lies in a pass (none cut off after a result)
-        passes = update_passes(batch, cfg)
+        passes = update_passes(batch, cfg, model)
         assert sum(int(p.mask.sum()) for p in passes) == int(batch.response_mask.sum())
 
 

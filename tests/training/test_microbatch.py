@@ -44,15 +44,19 @@ def test_equal_lengths_are_not_split():
 
 
 @pytest.mark.parametrize("shared", [True, False])
-def test_bucketed_passes_give_one_pass_gradient_and_logprobs(shared):
+def test_bucketed_and_unpadded_passes_give_one_pass_gradient_and_logprobs(shared):
+    """Length buckets, and (shared prompts) responses without their padding, against one padded pass
+    per micro-batch: the same gradient and log-probs."""
     model = tiny_model(seed=1)
     engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=24, dtype="float32", stop=["7"])
     batch = engine.generate(["what is 3 + 4 ?", "what is the answer"], 4, seeds=[sample_seed(3, i) for i in range(8)])
     lengths = batch.response_lengths.tolist()
     assert len(set(lengths)) > 2  # short and long responses: bucketing has something to split
     adv = torch.randn(8, generator=torch.Generator().manual_seed(0))
-    grads, logps = {}, {}
-    for bucket in (True, False):
+    grads, logps, heads = {}, {}, {}
+    model.lm_head.register_forward_pre_hook(lambda m, a: seen.append(a[0].shape[:-1].numel()))
+    sides = {"buckets": (True, False), "one padded pass": (False, False), "unpadded": (False, True)}
+    for side, (bucket, unpadded) in sides.items():
         cfg = load_config(
             None,
             [
@@ -61,12 +65,14 @@ def test_bucketed_passes_give_one_pass_gradient_and_logprobs(shared):
                 "train.micro_batch_seqs=8",
                 f"train.shared_prompt_forward={str(shared).lower()}",
                 f"train.length_buckets={str(bucket).lower()}",
+                f"train.remove_padding={str(unpadded).lower()}",
             ],
         )
         model.zero_grad(set_to_none=True)
+        seen = []
         accumulate_gradients(model, batch, adv, None, None, cfg, contextlib.nullcontext)
-        grads[bucket] = torch.cat([p.grad.flatten() for p in model.parameters()])
-        logps[bucket] = batch_logprobs(
+        grads[side], heads[side] = torch.cat([p.grad.flatten() for p in model.parameters()]), sum(seen)
+        logps[side] = batch_logprobs(
             model,
             batch,
             micro_batch_seqs=8,
@@ -74,9 +80,26 @@ def test_bucketed_passes_give_one_pass_gradient_and_logprobs(shared):
             temperature=1.0,
             autocast=contextlib.nullcontext,
             length_buckets=bucket,
+            remove_padding=unpadded,
         )
-    torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-7)
-    torch.testing.assert_close(logps[True], logps[False], rtol=1e-5, atol=1e-6)
-    assert grads[True].abs().sum() > 0
-    passes = plan(lengths, micro_batch_seqs=8, group_size=4 if shared else 1, prompt_len=batch.prompt_len)
-    assert len(passes) > 1  # the batch did run in more than one pass
+    for side in ("buckets", "unpadded"):
+        torch.testing.assert_close(grads[side], grads["one padded pass"], rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(logps[side], logps["one padded pass"], rtol=1e-5, atol=1e-6)
+    assert grads["unpadded"].abs().sum() > 0
+    # the LM head's positions: 8 rows x the longest padded, fewer bucketed; unpadded (shared prompts)
+    # each group's real ones, the shorter group's tail filled up to the longer group's
+    assert heads["one padded pass"] == 8 * max(lengths) > heads["buckets"]
+    most = max(sum(lengths[:4]), sum(lengths[4:]))
+    if shared:
+        assert heads["unpadded"] == 2 * most < heads["buckets"]
+    else:  # rows without a shared prompt are not unpadded: the setting changes nothing
+        assert heads["unpadded"] == heads["one padded pass"]
+
+
+def test_unpadded_micro_batches_are_one_pass_each():
+    lengths = [3, 40, 7, 12] * 4
+    passes = plan(lengths, micro_batch_seqs=8, group_size=4, prompt_len=16, unpadded=True)
+    assert [p.rows for p in passes] == [tuple(range(8)), tuple(range(8, 16))]
+    assert all(p.unpadded and p.group_size == 4 for p in passes)
+    unshared = plan(lengths, micro_batch_seqs=8, group_size=1, prompt_len=16, unpadded=True)
+    assert not any(p.unpadded for p in unshared) and len(unshared) > 2  # rows without a shared prompt: buckets

@@ -118,7 +118,7 @@ def test_token_budget_update_equals_row_micro_batches(arch, attn, extra):
         torch.testing.assert_close(stats_packed[k], stats_rows[k], rtol=1e-5, atol=1e-6, msg=k)
     torch.testing.assert_close(grad_packed, grad_rows, rtol=1e-4, atol=1e-6)
     assert grad_rows.abs().sum() > 0 and (M.stat(M.KL) in stats_rows) == bool(extra)
-    passes = update_passes(batch, _cfg("train.micro_batch_tokens=64", *extra))
+    passes = update_passes(batch, _cfg("train.micro_batch_tokens=64", *extra), model)
     assert len(passes) > 2 and max(len(p.rows) for p in passes) > 2  # several passes of several rows each
 
 
@@ -235,7 +235,7 @@ def test_the_update_loop_makes_no_host_sync_per_micro_batch(key, few, many, monk
     for size in (few, many):
         cfg = _cfg(f"train.{key}={size}", "train.length_buckets=false")
         lp = dict(micro_batch_seqs=cfg.train.micro_batch_seqs, micro_batch_tokens=cfg.train.micro_batch_tokens)
-        passes = len(update_passes(batch, cfg))
+        passes = len(update_passes(batch, cfg, model))
         with _HostSyncs(monkeypatch) as syncs:
             accumulate_gradients(model, batch, adv, None, None, cfg, contextlib.nullcontext)
             batch_logprobs(model, batch, group_size=1, temperature=1.0, autocast=contextlib.nullcontext, **lp)
