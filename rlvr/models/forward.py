@@ -56,7 +56,7 @@ def pass_logprobs(
     entropy_grad: bool = False,
     group_size: int = 1,
     fused: bool = True,
-    unpadded: tuple[Tensor, int] | None = None,
+    unpadded: tuple[Tensor, tuple[int, ...]] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropies) of the response tokens: the one forward pass of the update and of
     the old-policy and reference passes.
@@ -84,12 +84,13 @@ def pass_logprobs(
         entropy_grad: return it with its gradient (an entropy bonus in the loss).
         group_size: rows per shared prompt (consecutive), as :func:`response_logits`.
         fused: False forces the full-logits path.
-        unpadded: (lengths [b] on the device: each row's response positions, S: a host int at least
-            every group's sum of them): where the one-pass shared prompt runs
-            (:func:`unpadded_applies`), each group's responses go end to end without their padding
+        unpadded: (lengths [b] on the device, the same lengths on the host): each row's response
+            positions. Where the one-pass shared prompt runs (:func:`unpadded_applies`), each
+            group's responses then go end to end without their padding
             (:func:`rlvr.models.shared_prefix.unpadded_index`), so the model computes S response
-            positions per group instead of G·T; elsewhere ignored. Positions past a row's length get
-            a copy of its last log-prob (the caller masks them).
+            positions per group (the most of any group's summed lengths) instead of G·T; elsewhere
+            ignored. Positions past a row's length get a copy of its last log-prob (the caller
+            masks them).
 
     Returns:
         (logp [b, T] float32, entropy [b, T] float32 or None).
@@ -118,8 +119,10 @@ def unpadded_applies(model, *, grad: bool) -> bool:
 def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int, unpadded, kw: dict):
     """:func:`pass_logprobs` over the one-pass layout without segment padding: [P, Lp + S] rows whose
     head positions are the S response positions of each group, then gathered back to [b, T]."""
-    lengths, S = unpadded
+    lengths, host = unpadded
     (B, T), P = tokens.shape, tokens.shape[0] // G
+    host = tuple(min(max(1, n), T) for n in host)
+    S = max(sum(host[i : i + G]) for i in range(0, B, G))
     ids, pos, masks, _ = shared_prefix.layout(input_ids, attention_mask, _positions(attention_mask), T, G)
     Lp = ids.shape[1] - G * T
     gather, pick, unpad = shared_prefix.unpadded_index(lengths.view(P, G).clamp(1, T), T, S)
@@ -133,7 +136,7 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
                 position_ids=pos,
                 logits_to_keep=_keep(Lp, Lp + S, ids.device),
                 use_cache=False,
-                shared_prefix=(G, T, masks, (gather, pick)),
+                shared_prefix=(G, T, masks, (gather, pick, host)),
             )
         return out.logits  # [P, S, ·]
 

@@ -153,14 +153,18 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     """Attention of one-pass rows ``[prompt | G segments of T]`` ([P, heads, Lp + G·T, d] queries, keys,
     values): the prompt by itself, the segments as a batch of P·G against the prompt's keys and
     their own; the outputs joined back to [P, Lp + G·T, heads, d], as ``sdpa_attention_forward``
-    returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (gather, pick)
-    of :func:`unpadded_index` the rows come without segment padding ([P, heads, Lp + S, d]), are
-    padded for the attention and return to [P, Lp + S, heads, d]."""
+    returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (gather, pick,
+    lengths) (:func:`unpadded_index`'s and the segments' host lengths) the rows come without segment
+    padding ([P, heads, Lp + S, d]) and return to [P, Lp + S, heads, d]: on a CPU, where the grouped
+    kernel does not take them, segment by segment (:func:`_segment_attention`), else padded for the
+    attention."""
     G, T, masks, unpadded = shared_prefix
     if unpadded is None:
         return _padded_attention(module, query, key, value, G, T, masks, kwargs)
-    gather, pick = unpadded
+    gather, pick, lengths = unpadded
     Lp = query.shape[2] - pick.shape[1]
+    if _by_segment(module, query, key, Lp, G, T, kwargs):
+        return _segment_attention(query, key, value, masks, lengths, kwargs), None
     query, key, value = (torch.cat([x[:, :, :Lp], _take(x[:, :, Lp:], gather, 2)], 2) for x in (query, key, value))
     out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
     return torch.cat([out[:, :Lp], _take(out[:, Lp:], pick, 1)], 1), None
@@ -192,6 +196,60 @@ def _padded_attention(module, query, key, value, G: int, T: int, masks: tuple[Te
 
 
 _SDPA_ONLY = ("softcap", "s_aux", "sinks", "sliding_window", "position_bias")
+
+
+def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict) -> bool:
+    """Whether an unpadded CPU pass runs its segments' attention one segment at a time: where the
+    grouped kernel does not take the call, with grouped heads that divide evenly and no extras."""
+    if (
+        query.device.type != "cpu"
+        or query.shape[1] % key.shape[1]
+        or any(kwargs.get(k) is not None for k in _SDPA_ONLY)
+    ):
+        return False
+    return not _math_applies(module, query, key, Lp, G, T, kwargs)
+
+
+def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths: tuple[int, ...], kwargs: dict):
+    """The shared-prefix attention of unpadded rows, one ``scaled_dot_product_attention`` per segment.
+
+    Why: on a CPU, flash attention's cost follows its padded blocks, so a pass padded to its longest
+    response pays for every shorter one; segment by segment each attends to exactly the prompt's keys
+    and its own (a few more calls a layer), and ``enable_gqa`` reads the key/value heads without
+    repeating them. The masks are :func:`layout`'s, cut to each segment's length.
+
+    Args:
+        query: [P, h, Lp + S, d]; key, value: [P, h_kv, Lp + S, d], segments end to end.
+        masks: (prompt_mask [P, 1, Lp, Lp], seg_mask [P·G, 1, T, Lp + T]) of :func:`layout`.
+        lengths: each row's segment length (1 ≤ · ≤ T), P·G of them.
+
+    Returns:
+        [P, Lp + S, h, d]; positions after a group's last segment are zero.
+    """
+    prompt_mask, seg_mask = masks
+    P, h, L, d = query.shape
+    G = len(lengths) // P
+    Lp = prompt_mask.shape[-1]
+    kw = dict(scale=kwargs.get("scaling"), enable_gqa=True)
+    if kwargs.get("dropout"):
+        kw["dropout_p"] = kwargs["dropout"]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    rows = []
+    for p in range(P):
+        q, k, v = query[p : p + 1], key[p : p + 1], value[p : p + 1]
+        kp, vp = k[:, :, :Lp], v[:, :, :Lp]
+        outs, at = [sdpa(q[:, :, :Lp], kp, vp, attn_mask=prompt_mask[p], **kw)], Lp
+        for g in range(G):
+            n = lengths[p * G + g]
+            keys = slice(at, at + n)
+            mask = seg_mask[p * G + g, :, :n, : Lp + n]
+            kk, vv = torch.cat([kp, k[:, :, keys]], 2), torch.cat([vp, v[:, :, keys]], 2)
+            outs.append(sdpa(q[:, :, keys], kk, vv, attn_mask=mask, **kw))
+            at += n
+        if at < L:  # a group with fewer positions than the pass's S: its tail is read by nothing
+            outs.append(query.new_zeros(1, h, L - at, d))
+        rows.append(torch.cat(outs, 2))
+    return torch.cat(rows).transpose(1, 2).contiguous()
 
 
 def _math_applies(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict) -> bool:

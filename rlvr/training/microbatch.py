@@ -179,9 +179,9 @@ class Slice:
     """Rows per shared prompt (row passes)."""
     unpad: Tensor | None = None
     """Packed: [b, Tm] index of each row's response token in the pass's [n] log-probs."""
-    unpadded: tuple[Tensor, int] | None = None
-    """Shared prompt without segment padding: the rows' response lengths [b] (on the device) and the
-    most response positions of one of its groups (:func:`rlvr.models.forward.pass_logprobs`)."""
+    unpadded: tuple[Tensor, tuple[int, ...]] | None = None
+    """Shared prompt without segment padding: the rows' response lengths, [b] on the device and on the
+    host (:func:`rlvr.models.forward.pass_logprobs`)."""
 
 
 def slices(
@@ -228,7 +228,7 @@ def slices(
         Tm = p.longest
         mask = batch.response_mask[r, :Tm]
         if lay is None:
-            segments = _segments(p, r, response_lengths, batch) if p.unpadded else None
+            segments = (batch.response_extent[r], tuple(response_lengths[i] for i in p.rows)) if p.unpadded else None
             tokens = batch.response_ids[r, :Tm]
             out.append(Slice(r, Tm, batch.select(r, Tm), tokens, mask, p.group_size, unpadded=segments))
             continue
@@ -239,14 +239,6 @@ def slices(
         )
         out.append(Slice(r, Tm, inputs, ids[:, keep + 1], mask, unpad=unpad.view(len(p.rows), Tm)))
     return out
-
-
-def _segments(p: Pass, rows: Tensor, response_lengths: list[int], batch: RolloutBatch) -> tuple[Tensor, int]:
-    """:attr:`Slice.unpadded` of an unpadded pass: its rows' lengths on the device, and S, the most
-    response positions of any of its groups (host lengths, each 1 to the pass's longest)."""
-    sizes = [min(max(1, response_lengths[i]), p.longest) for i in p.rows]
-    S = max(sum(sizes[j : j + p.group_size]) for j in range(0, len(sizes), p.group_size))
-    return batch.response_extent[rows], S
 
 
 def _to_device(host: Tensor, device: torch.device) -> Tensor:

@@ -170,22 +170,11 @@ def test_large_passes_and_dropout_take_sdpa():
     assert not shared_prefix._math_applies(module, long_q, long_k, 126, 8, 512, {})
 
 
-def _unpadded_logprobs_and_grads(model, ids, mask, T, G, *, fused: bool, S_extra: int = 0, entropy_grad=False):
+def _unpadded_logprobs_and_grads(model, ids, mask, T, G, *, fused: bool, entropy_grad=False):
     model.zero_grad(set_to_none=True)
     lengths = mask[:, -T:].sum(1)
-    S = int(lengths.view(-1, G).sum(1).max()) + S_extra
-    logp, ent = F.pass_logprobs(
-        model,
-        ids,
-        mask,
-        ids[:, -T:],
-        temperature=0.7,
-        entropy=True,
-        entropy_grad=entropy_grad,
-        group_size=G,
-        fused=fused,
-        unpadded=(lengths, S),
-    )
+    kw = dict(temperature=0.7, entropy=True, entropy_grad=entropy_grad, group_size=G, fused=fused)
+    logp, ent = F.pass_logprobs(model, ids, mask, ids[:, -T:], unpadded=(lengths, tuple(lengths.tolist())), **kw)
     resp = mask[:, -T:].float()
     loss = -(logp * resp).sum() / resp.sum() + 0.01 * (ent * resp).sum() * entropy_grad
     loss.backward()
@@ -194,25 +183,34 @@ def _unpadded_logprobs_and_grads(model, ids, mask, T, G, *, fused: bool, S_extra
 
 @pytest.mark.parametrize("build", [tiny_model, tiny_qwen2], ids=["llama-tied", "qwen2-gqa-bias"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-head", "full-logits"])
-@pytest.mark.parametrize("P, S_extra", [(1, 0), (2, 0), (2, 3)], ids=["one-group", "two-groups", "spare-tail"])
-def test_unpadded_segments_equal_the_padded_pass(build, fused, P, S_extra, kernel, monkeypatch):
-    """Segments end to end without padding: the same log-probs, entropies (entropy bonus on) and
-    gradients as the padded one pass, with the head on exactly the real positions (plus the tail of
-    a group with fewer than S)."""
+@pytest.mark.parametrize("P", [1, 2], ids=["one-group", "two-groups"])
+@pytest.mark.parametrize("by_segment", [True, False], ids=["by-segment", "padded-attention"])
+def test_unpadded_segments_equal_the_padded_pass(build, fused, P, by_segment, kernel, monkeypatch):
+    """Responses end to end without padding: the same log-probs, entropies (entropy bonus on) and
+    gradients as the padded one pass, with the head on exactly the real positions (and, with two
+    groups, the shorter group's tail). The attention: the grouped kernel, or (sdpa) one call per
+    segment on a CPU, or the padded segments (as on a GPU)."""
     model = build().train()
     G, prompt, T = 4, 12, 6
     ids, mask = _batch(G, P, prompt, T, seed=5)
     resp = mask[:, -T:].bool()
-    assert resp.sum(1).min() < T  # some padding to drop
+    assert resp.sum(1).min() < T and (P == 1 or resp.view(P, -1).sum(1).unique().numel() == P)
+    segments = []
+    attention = shared_prefix._segment_attention
+    monkeypatch.setattr(shared_prefix, "_segment_attention", lambda *a: segments.append(1) or attention(*a))
+    if not by_segment:
+        monkeypatch.setattr(shared_prefix, "_by_segment", lambda *a: False)
     heads = []  # positions the LM head computes
     model.lm_head.register_forward_pre_hook(lambda m, a: heads.append(a[0].shape[:-1].numel()))
     want = _logprobs_and_grads(model, ids, mask, T, G, fused=fused, entropy_grad=True)
     assert heads == [P * G * T]
     heads.clear()
-    got = _unpadded_logprobs_and_grads(model, ids, mask, T, G, fused=fused, S_extra=S_extra, entropy_grad=True)
-    assert heads == [P * (int(resp.view(P, -1).sum(1).max()) + S_extra)]
+    got = _unpadded_logprobs_and_grads(model, ids, mask, T, G, fused=fused, entropy_grad=True)
+    assert heads == [P * int(resp.view(P, -1).sum(1).max())]
     name, grouped = kernel
-    assert (len(grouped) == 2 * model.config.num_hidden_layers) == (name == "grouped")  # padded + unpadded
+    layers = model.config.num_hidden_layers
+    assert (len(grouped) == 2 * layers) == (name == "grouped")  # padded + unpadded
+    assert len(segments) == (layers if name == "sdpa" and by_segment else 0)
     torch.testing.assert_close(got[0][resp], want[0][resp], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got[1][resp], want[1][resp], rtol=1e-5, atol=1e-5)
     for n, g in want[2].items():
@@ -231,12 +229,11 @@ def test_unpadded_index_maps_positions_both_ways():
     assert unpad[3].tolist() == [7, 7, 7, 7] and unpad[5].tolist() == [9, 10, 11, 11]
 
 
-def test_unpadded_pass_takes_no_host_reads():
+def test_unpadded_pass_takes_no_host_reads(kernel):
     model = tiny_qwen2().eval()
     G, P, prompt, T = 4, 2, 10, 5
     ids, mask = _batch(G, P, prompt, T, seed=1)
     lengths = mask[:, -T:].sum(1)
-    S = int(lengths.view(P, G).sum(1).max())
     with torch.no_grad(), HostSyncs() as syncs:
-        F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=G, unpadded=(lengths, S))
+        F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=G, unpadded=(lengths, tuple(lengths.tolist())))
     assert syncs.count == 0
