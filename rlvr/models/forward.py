@@ -142,9 +142,11 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
 
     logp, ent = _logprobs(model, run, tokens.reshape(P, G * T).gather(1, pick), **kw)  # [P, S]
     idx = unpad.flatten()  # a gather, whose backward is a scatter-add (no host sync)
-    return logp.reshape(-1).gather(0, idx).view(B, T), None if ent is None else ent.reshape(-1).gather(0, idx).view(
-        B, T
-    )
+
+    def rows(x: Tensor | None) -> Tensor | None:  # [P, S] -> [b, T]
+        return None if x is None else x.reshape(-1).gather(0, idx).view(B, T)
+
+    return rows(logp), rows(ent)
 
 
 def call_logprobs(
