@@ -199,15 +199,15 @@ _SDPA_ONLY = ("softcap", "s_aux", "sinks", "sliding_window", "position_bias")
 
 
 def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict) -> bool:
-    """Whether an unpadded CPU pass runs its segments' attention one segment at a time: where the
-    grouped kernel does not take the call, with grouped heads that divide evenly and no extras."""
-    if (
-        query.device.type != "cpu"
-        or query.shape[1] % key.shape[1]
-        or any(kwargs.get(k) is not None for k in _SDPA_ONLY)
-    ):
-        return False
-    return not _math_applies(module, query, key, Lp, G, T, kwargs)
+    """Whether an unpadded CPU pass runs its segments' attention one segment at a time: a plain CPU
+    call (:func:`_plain_cpu_call`) that the grouped kernel does not take."""
+    return _plain_cpu_call(query, key, kwargs) and not _math_applies(module, query, key, Lp, G, T, kwargs)
+
+
+def _plain_cpu_call(query: Tensor, key: Tensor, kwargs: dict) -> bool:
+    """A CPU call whose query heads group evenly over the key/value heads, with none of sdpa's extras."""
+    extras = any(kwargs.get(k) is not None for k in _SDPA_ONLY)
+    return query.device.type == "cpu" and not query.shape[1] % key.shape[1] and not extras
 
 
 def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths: tuple[int, ...], kwargs: dict):
@@ -255,9 +255,7 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
 def _math_applies(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict) -> bool:
     """Whether :func:`_grouped_attention` computes this call: a CPU pass without dropout or
     attention extras, grouped heads that divide evenly, and at most :data:`MATH_SCORES_MAX` scores."""
-    if query.device.type != "cpu" or query.shape[1] % key.shape[1]:
-        return False
-    if (module.training and kwargs.get("dropout", 0.0)) or any(kwargs.get(k) is not None for k in _SDPA_ONLY):
+    if not _plain_cpu_call(query, key, kwargs) or (module.training and kwargs.get("dropout", 0.0)):
         return False
     scores = query.shape[1] * (Lp * Lp + G * T * (Lp + T))
     return scores <= MATH_SCORES_MAX[torch.float32 if query.dtype == torch.float32 else "low"]
