@@ -36,6 +36,8 @@ def positions(passes) -> int:
     """Token positions the linears compute over ``passes`` (a padded pass: its prompts once per group
     and every row to the pass's longest; an unpadded one: its prompts and each group's summed lengths
     up to the longest group's)."""
+    from rlvr.models.shared_prefix import unpadded_span
+
     total = 0
     for p in passes:
         rows, width = p.inputs["input_ids"].shape
@@ -44,8 +46,7 @@ def positions(passes) -> int:
         if p.unpadded is None:
             total += groups * prompt + rows * p.cols
         else:
-            host = [min(max(1, n), p.cols) for n in p.unpadded[1]]
-            total += groups * (prompt + max(sum(host[i : i + p.group_size]) for i in range(0, rows, p.group_size)))
+            total += groups * (prompt + unpadded_span(p.unpadded[1], p.cols, p.group_size)[1])
     return total
 
 

@@ -121,8 +121,7 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
     head positions are the S response positions of each group, then gathered back to [b, T]."""
     lengths, host = unpadded
     (B, T), P = tokens.shape, tokens.shape[0] // G
-    host = tuple(min(max(1, n), T) for n in host)
-    S = max(sum(host[i : i + G]) for i in range(0, B, G))
+    host, S = shared_prefix.unpadded_span(host, T, G)
     ids, pos, masks, _ = shared_prefix.layout(input_ids, attention_mask, _positions(attention_mask), T, G)
     Lp = ids.shape[1] - G * T
     gather, pick, unpad = shared_prefix.unpadded_index(lengths.view(P, G).clamp(1, T), T, S)

@@ -108,6 +108,13 @@ def layout(
     return ids, pos, (prompt_mask[:, None], seg_keys[:, None]), keep
 
 
+def unpadded_span(lengths: tuple[int, ...], T: int, G: int) -> tuple[tuple[int, ...], int]:
+    """Each row's response positions in an unpadded pass (1 to T) and S, the most of any group of G
+    consecutive rows (every group's row then holds S response positions)."""
+    host = tuple(min(max(1, n), T) for n in lengths)
+    return host, max(sum(host[i : i + G]) for i in range(0, len(host), G))
+
+
 def unpadded_index(lengths: Tensor, T: int, S: int) -> tuple[Tensor, Tensor, Tensor]:
     """Where each segment position goes when a one-pass row drops its segments' padding.
 
