@@ -6,7 +6,7 @@
   use and self-checked against the torch step before it is used;
 - ``lean``: the lean decode step (``rollout.lean_decode``) that runs on them;
 - ``runtime_env`` + ``mkl_intel_cpu.c``: the command line's process environment: glibc's malloc on
-  transparent huge pages, and oneMKL's AVX-512 kernels on AMD CPUs with AVX-512.
+  transparent huge pages, keeping its freed heap, and oneMKL's AVX-512 kernels on AMD CPUs with AVX-512.
 
 One switch turns all of it off: ``RLVR_CPU_ACCEL=0`` in the environment (the finer switches stay:
 ``model.packed_weights``, ``rollout.lean_decode``, ``RLVR_DECODE_KERNELS``, ``RLVR_HUGE_PAGES``,
@@ -26,7 +26,7 @@ SWITCH = "RLVR_CPU_ACCEL"
 
 
 def enabled() -> bool:
-    """False when ``RLVR_CPU_ACCEL=0``: no packed weights, no lean decode or kernels, no huge pages."""
+    """False when ``RLVR_CPU_ACCEL=0``: no packed weights, no lean decode or kernels, no malloc tunables."""
     return os.environ.get(SWITCH, "1") != "0"
 
 
@@ -42,6 +42,7 @@ _EXPORTS = {
     "decode_kernels": ("kernels", "load"),
     "reexec_with_runtime_env": ("runtime_env", "reexec_with_runtime_env"),
     "huge_pages_env": ("runtime_env", "huge_pages_env"),
+    "keep_freed_env": ("runtime_env", "keep_freed_env"),
     "process_env": ("runtime_env", "process_env"),
     "mkl_avx512_note": ("runtime_env", "mkl_avx512_note"),
 }

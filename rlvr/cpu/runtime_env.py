@@ -12,6 +12,20 @@ in hundreds of times fewer. The update gets faster at equal peak memory; keeping
 instead (``glibc.malloc.mmap_max=0``) saved about as much but grew the peak. Measurements:
 ``benchmarks/NOTES.md`` ("Huge pages").
 
+**Freed heap kept.** Below the mmap threshold, blocks come from the heap, and glibc hands the
+heap's free top back to the kernel once it exceeds the trim threshold (twice the dynamic mmap
+threshold, 64 MB at most); an update frees a micro-batch's activations at the top of the heap and
+the next micro-batch faults the same pages in again (thousands of faults an update under bf16
+autocast, whose weight and gradient casts churn many such blocks). :data:`KEEP_FREED` sets the
+trim threshold past any heap (freed heap memory stays mapped and is reused), pins the mmap
+threshold at glibc's 32 MB maximum (setting the trim threshold turns the dynamic threshold off,
+which would otherwise leave every block over 128 KB to a fresh ``mmap``), and grows the heap
+256 MB at a time. Blocks over 32 MB are still mapped and unmapped as before, so the large
+temporaries do not pile up in the heap (the leak ``glibc.malloc.mmap_max=0`` showed). Where:
+Linux, glibc 2.26 or newer (the first with tunables), none of these tunables already set, neither
+``RLVR_MALLOC_KEEP=0`` nor ``RLVR_CPU_ACCEL=0``. Measurements: ``benchmarks/NOTES.md`` ("Freed heap
+kept").
+
 How: tunables are read when a process starts, so :func:`reexec_with_runtime_env` (the first thing
 ``rlvr``'s command line does) re-executes the same command once with ``GLIBC_TUNABLES`` extended
 (and, below, ``LD_PRELOAD``),
@@ -46,6 +60,13 @@ import tempfile
 from pathlib import Path
 
 TUNABLE = "glibc.malloc.hugetlb=1"
+KEEP_FREED = (
+    "glibc.malloc.mmap_threshold=33554432",
+    "glibc.malloc.trim_threshold=68719476736",
+    "glibc.malloc.top_pad=268435456",
+)
+"""glibc tunables that keep the freed heap mapped (see the module docstring, "Freed heap kept")."""
+_MALLOC_SIZES = ("mmap_threshold", "trim_threshold", "top_pad", "mmap_max")
 THP_MODE = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
@@ -88,6 +109,27 @@ def huge_pages_env(
     if glibc is None or glibc < (2, 35) or (_thp_mode() if thp is None else thp) != "madvise":
         return None
     env["GLIBC_TUNABLES"] = f"{tunables}:{TUNABLE}" if tunables else TUNABLE
+    return env
+
+
+def keep_freed_env(
+    environ: dict | None = None, *, platform: str | None = None, glibc: tuple[int, int] | None = None
+) -> dict | None:
+    """``environ`` (default ``os.environ``) with :data:`KEEP_FREED` added to ``GLIBC_TUNABLES``, or None
+    where it does not apply or the user set any of malloc's size tunables (or their ``MALLOC_*_``
+    variables) already. The keyword arguments stand in for this machine's platform and glibc."""
+    env = dict(os.environ if environ is None else environ)
+    platform = sys.platform if platform is None else platform
+    if platform != "linux" or env.get("RLVR_MALLOC_KEEP", "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0":
+        return None
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if any(f"glibc.malloc.{k}" in tunables or f"MALLOC_{k.upper()}_" in env for k in _MALLOC_SIZES):
+        return None
+    glibc = _glibc_version() if glibc is None else glibc
+    if glibc is None or glibc < (2, 26):
+        return None
+    added = ":".join(KEEP_FREED)
+    env["GLIBC_TUNABLES"] = f"{tunables}:{added}" if tunables else added
     return env
 
 
@@ -199,10 +241,10 @@ def mkl_avx512_note() -> str | None:
 
 def process_env(environ: dict | None = None) -> dict | None:
     """``environ`` (default ``os.environ``) with everything of this module that applies here
-    (:func:`huge_pages_env`, :func:`mkl_avx512_env`), or None where nothing does."""
+    (:func:`huge_pages_env`, :func:`keep_freed_env`, :func:`mkl_avx512_env`), or None where nothing does."""
     env = dict(os.environ if environ is None else environ)
     changed = False
-    for step in (huge_pages_env, mkl_avx512_env):
+    for step in (huge_pages_env, keep_freed_env, mkl_avx512_env):
         new = step(env)
         if new is not None:
             env, changed = new, True

@@ -138,6 +138,7 @@ def test_one_switch_turns_all_cpu_acceleration_off(fresh):
     assert engine.packed is None and engine.lean is None and "RLVR_CPU_ACCEL=0" in engine.unpacked
     assert cpu.huge_pages_env({"RLVR_CPU_ACCEL": "0"}, platform="linux", glibc=(2, 39), thp="madvise") is None
     assert cpu.huge_pages_env({}, platform="linux", glibc=(2, 39), thp="madvise") is not None
+    assert cpu.keep_freed_env({"RLVR_CPU_ACCEL": "0"}, platform="linux", glibc=(2, 39)) is None
 
 
 @needs_cc

@@ -1,5 +1,5 @@
-"""rlvr's processes re-execute themselves once with glibc's malloc on transparent huge pages
-(rlvr.cpu.runtime_env), only where that applies, and never twice."""
+"""rlvr's processes re-execute themselves once with glibc's malloc on transparent huge pages and
+keeping its freed heap (rlvr.cpu.runtime_env), only where that applies, and never twice."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.cpu import runtime_env
-from rlvr.cpu.runtime_env import TUNABLE, huge_pages_env
+from rlvr.cpu.runtime_env import KEEP_FREED, TUNABLE, huge_pages_env, keep_freed_env
 
 LINUX = dict(platform="linux", glibc=(2, 36), thp="madvise")
 
@@ -33,6 +33,25 @@ def test_no_reexec_where_it_does_not_apply():
     assert huge_pages_env({}, **{**LINUX, "thp": "never"}) is None
 
 
+def test_the_freed_heap_is_kept_where_glibc_has_tunables_unless_the_user_set_malloc_sizes():
+    keep = ":".join(KEEP_FREED)
+    assert keep_freed_env({}, platform="linux", glibc=(2, 26))["GLIBC_TUNABLES"] == keep
+    env = keep_freed_env({"GLIBC_TUNABLES": TUNABLE, "HOME": "/h"}, platform="linux", glibc=(2, 36))
+    assert env["GLIBC_TUNABLES"] == f"{TUNABLE}:{keep}" and env["HOME"] == "/h"
+    # the trim threshold past any heap, the mmap threshold pinned (else every block > 128 KB is mapped)
+    assert "glibc.malloc.mmap_threshold=33554432" in keep and "glibc.malloc.trim_threshold=" in keep
+    on = dict(platform="linux", glibc=(2, 36))
+    assert keep_freed_env({"GLIBC_TUNABLES": keep}, **on) is None  # never twice
+    assert keep_freed_env({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"}, **on) is None  # the user's choice
+    assert keep_freed_env({"GLIBC_TUNABLES": "glibc.malloc.top_pad=0"}, **on) is None
+    assert keep_freed_env({"MALLOC_TRIM_THRESHOLD_": "0"}, **on) is None  # glibc's older variables too
+    assert keep_freed_env({"RLVR_MALLOC_KEEP": "0"}, **on) is None
+    assert keep_freed_env({"RLVR_CPU_ACCEL": "0"}, **on) is None
+    assert keep_freed_env({}, platform="darwin", glibc=(2, 36)) is None
+    assert keep_freed_env({}, platform="linux", glibc=(2, 25)) is None  # tunables came with 2.26
+    assert keep_freed_env({}, platform="linux", glibc=None) is not None or runtime_env._glibc_version() is None
+
+
 def test_a_process_reexecutes_itself_once_with_the_tunable_where_this_machine_allows():
     """The real thing on this machine: a child that calls reexec_with_runtime_env() prints its
     GLIBC_TUNABLES after it; it carries the tunable exactly where huge_pages_env says it applies."""
@@ -40,14 +59,20 @@ def test_a_process_reexecutes_itself_once_with_the_tunable_where_this_machine_al
         "import os; from rlvr.cpu import runtime_env; runtime_env.reexec_with_runtime_env(); "
         "print(os.environ.get('GLIBC_TUNABLES', ''), os.getpid())"
     )
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("GLIBC_TUNABLES", "RLVR_HUGE_PAGES")}
+    drop = ("GLIBC_TUNABLES", "RLVR_HUGE_PAGES", "RLVR_MALLOC_KEEP")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("MALLOC_")}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     out = proc.communicate(timeout=60)[0].split()
-    applies = runtime_env.huge_pages_env(env) is not None
-    assert (out[:1] == [TUNABLE]) == applies and len(out) == (2 if applies else 1)
+    tunables = out[0].split(":") if len(out) == 2 else []
+    assert (TUNABLE in tunables) == (runtime_env.huge_pages_env(env) is not None)
+    assert set(KEEP_FREED) <= set(tunables) if runtime_env.keep_freed_env(env) is not None else not tunables[1:]
     assert int(out[-1]) == proc.pid  # exec keeps the PID (signals and os.wait4 still reach it)
     off = subprocess.run(
-        [sys.executable, "-c", code], env={**env, "RLVR_HUGE_PAGES": "0"}, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        env={**env, "RLVR_HUGE_PAGES": "0", "RLVR_MALLOC_KEEP": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert off.stdout.split()[:-1] == []
 
