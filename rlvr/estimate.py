@@ -405,13 +405,14 @@ def _precision(cfg: Config, device: str) -> tuple[str, bool]:
     if cfg.rollout.dtype != "auto" and cfg.model.autocast_bf16 != Switch.AUTO:
         return cfg.rollout.dtype, cfg.model.autocast_bf16 == Switch.ON
     if device == "cuda":
-        native = True
+        native = pays = True
     else:
         from rlvr.models.precision import cpu_bf16
 
-        native = cpu_bf16().native
+        support = cpu_bf16()
+        native, pays = support.native, support.native or support.autocast
     rollout = cfg.rollout.dtype if cfg.rollout.dtype != "auto" else ("bfloat16" if native else "float32")
-    autocast = cfg.model.autocast_bf16 == Switch.ON or (cfg.model.autocast_bf16 == Switch.AUTO and native)
+    autocast = cfg.model.autocast_bf16 == Switch.ON or (cfg.model.autocast_bf16 == Switch.AUTO and pays)
     return rollout, autocast
 
 

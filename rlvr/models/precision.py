@@ -1,13 +1,18 @@
 """Which precision to compute in, chosen from the hardware: bf16 only where it runs natively.
 
 A CPU without AVX512-BF16/AMX emulates bf16 matmuls, hundreds of times slower than fp32. A CPU with
-AVX512-BF16 but no AMX runs them, but slower than fp32, and the quickstart's update took longer
-under bf16 autocast than in fp32, with no faster rollout (``benchmarks/NOTES.md``, "precision").
-So ``auto`` (the default of ``rollout.dtype`` and ``model.autocast_bf16``) means bf16 only on
+AVX512-BF16 but no AMX runs them natively, at a rate that differs by CPU: 0.55x fp32's on one such
+CPU, 2x on another (``benchmarks/NOTES.md``, "precision"). So ``auto`` (the default of
+``rollout.dtype`` and ``model.autocast_bf16``) means bf16 on
 
 - a CUDA device that supports bf16, or
 - a CPU whose *dispatched* ATen capability is AVX512 (or newer) and that has AMX tiles (where
-  bf16 matmuls ran faster than fp32).
+  bf16 matmuls ran faster than fp32);
+
+and, on a CPU whose dispatched capability is AVX512 with AVX512-BF16 but no AMX, bf16 autocast in
+training alone where :func:`bf16_speedup` measures bf16 products at least
+:data:`AUTOCAST_MIN_SPEEDUP` times as fast as fp32's (sampling stays fp32 there: its packed weights
+and compiled decode step are float32).
 
 The dispatched capability (``torch.backends.cpu.get_cpu_capability()``) is what PyTorch's kernels
 actually use, so ``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512 machine reads as AVX2 here, as it
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +38,35 @@ class BF16Support:
     """Short reason, e.g. 'this CPU has no native bf16: AVX2'."""
     unsure: bool = False
     """Not native, but bf16 may still beat fp32 here: measured both ways on CPUs of this kind."""
+    autocast: bool = False
+    """Not native for sampling, but bf16 autocast in training was measured to pay on this CPU."""
+
+
+AUTOCAST_MIN_SPEEDUP = 1.5
+"""On a CPU with AVX512-BF16 but no AMX, ``model.autocast_bf16=auto`` turns bf16 autocast on where
+bf16 products run at least this many times fp32's rate (:func:`bf16_speedup`). The products are
+about three quarters of the update's time and autocast adds its casts, so a smaller edge would buy
+little or nothing; the two CPUs of this kind measured so far were far on either side (0.55x, 2x)."""
+
+
+@functools.cache
+def bf16_speedup(rounds: int = 5) -> float:
+    """bf16 products' rate over fp32's on this CPU at torch's current thread count: the best of
+    ``rounds`` interleaved [512, 1024] x [1024, 1024] products each way, after a warm-up (a few tens
+    of milliseconds in all), so that a slow spell of a shared machine slows both sides alike.
+    Measured once per process. Written here rather than taken from a library: no library reports
+    a CPU's bf16-over-fp32 product rate, which is the number the choice needs."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(512, 1024, generator=gen), torch.randn(1024, 1024, generator=gen)
+    sides = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
+    best = dict.fromkeys(sides, float("inf"))
+    for i in range(rounds + 1):
+        for dtype, (x, y) in sides.items():
+            start = time.perf_counter()
+            torch.mm(x, y)
+            if i:  # the first round warms up (oneDNN builds its bf16 kernel)
+                best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return best[torch.float32] / best[torch.bfloat16]
 
 
 @functools.cache
@@ -45,11 +80,18 @@ def cpu_bf16() -> BF16Support:
     if hw and not capability.startswith("AVX512"):  # the hardware has it but PyTorch dispatches below AVX-512
         return BF16Support(False, f"this CPU has no native bf16 as PyTorch dispatches: {capability}")
     if hw:
+        speedup = bf16_speedup()
+        pays = speedup >= AUTOCAST_MIN_SPEEDUP
         return BF16Support(
             False,
-            f"this CPU has AVX512_BF16 but no AMX ({capability}): bf16 products ran at 0.55x fp32's rate on one "
-            "such CPU and 2x on another (benchmarks/NOTES.md; benchmarks/roofline.py measures both here)",
-            unsure=True,
+            f"this CPU has AVX512_BF16 but no AMX ({capability}): bf16 products ran at {speedup:.2f}x fp32's rate "
+            + (
+                "here, so training autocasts to bf16 and sampling stays float32"
+                if pays
+                else f"here, under the {AUTOCAST_MIN_SPEEDUP}x that bf16 autocast needs to pay"
+            ),
+            unsure=not pays,
+            autocast=pays,
         )
     return BF16Support(False, f"this CPU has no native bf16: {capability}")
 
@@ -90,14 +132,14 @@ def resolve_precision(cfg, device: torch.device):
     rollout_dtype, warn_rollout = choose_dtype(cfg.rollout.dtype, device)
     autocast = cfg.model.autocast_bf16
     if autocast == Switch.AUTO:
-        autocast = Switch.ON if support.native else Switch.OFF
+        autocast = Switch.ON if support.native or support.autocast else Switch.OFF
     lines = [
         f"rollout dtype: {rollout_dtype}, training autocast bf16: {'on' if autocast == Switch.ON else 'off'} "
         f"({'auto: ' if 'auto' in (cfg.rollout.dtype, cfg.model.autocast_bf16) else ''}{support.why})"
     ]
     if warn_rollout:
         lines.append(f"warning: rollout.dtype={warn_rollout}")
-    if cfg.model.autocast_bf16 == Switch.ON and not support.native:
+    if cfg.model.autocast_bf16 == Switch.ON and not (support.native or support.autocast):
         slower = _slower(support)
         lines.append(f"warning: model.autocast_bf16=true but {support.why}; training {slower} than in float32")
     resolved = dataclasses.replace(

@@ -48,8 +48,19 @@ def cpu_with_bf16(monkeypatch):
 
 @pytest.fixture
 def cpu_with_avx512_bf16_only(monkeypatch):
-    """AVX512-BF16 without AMX: bf16 matmuls run, slower than fp32 (159 vs 259 GFLOP/s measured)."""
+    """AVX512-BF16 without AMX, where bf16 matmuls ran slower than fp32 (159 vs 259 GFLOP/s measured)."""
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(precision, "bf16_speedup", lambda: 0.61)
+    _fake_cpu(monkeypatch, "AVX512", "_is_avx512_bf16_supported")
+    yield
+    precision.cpu_bf16.cache_clear()
+
+
+@pytest.fixture
+def cpu_with_fast_avx512_bf16(monkeypatch):
+    """AVX512-BF16 without AMX, where bf16 matmuls ran at twice fp32's rate (a Zen 4 EPYC: 452 vs 223 GFLOP/s)."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(precision, "bf16_speedup", lambda: 2.03)
     _fake_cpu(monkeypatch, "AVX512", "_is_avx512_bf16_supported")
     yield
     precision.cpu_bf16.cache_clear()
@@ -75,10 +86,43 @@ def test_auto_is_bf16_where_it_is_native(cpu_with_bf16):
     assert "native bf16: AVX512 with AVX512_BF16+AMX" in lines[0]
 
 
-def test_auto_is_float32_with_avx512_bf16_but_no_amx(cpu_with_avx512_bf16_only):
+def test_auto_is_float32_with_avx512_bf16_but_no_amx_where_bf16_products_are_slow(cpu_with_avx512_bf16_only):
     resolved, lines = precision.resolve_precision(load_config(None, []), torch.device("cpu"))
     assert resolved.rollout.dtype == "float32" and resolved.model.autocast_bf16 is Switch.OFF
-    assert "AVX512_BF16 but no AMX" in lines[0]
+    assert "AVX512_BF16 but no AMX" in lines[0] and "0.61x" in lines[0] and "under the 1.5x" in lines[0]
+    explicit = load_config(None, ["model.autocast_bf16=true"])
+    assert "may run slower" in precision.resolve_precision(explicit, torch.device("cpu"))[1][1]
+
+
+def test_auto_autocasts_training_with_avx512_bf16_where_bf16_products_are_fast(cpu_with_fast_avx512_bf16):
+    """Training under bf16 autocast, sampling in float32 (the packed weights and compiled decode step)."""
+    resolved, lines = precision.resolve_precision(load_config(None, []), torch.device("cpu"))
+    assert resolved.rollout.dtype == "float32" and resolved.model.autocast_bf16 is Switch.ON
+    assert lines == [
+        "rollout dtype: float32, training autocast bf16: on (auto: this CPU has AVX512_BF16 but no AMX (AVX512): "
+        "bf16 products ran at 2.03x fp32's rate here, so training autocasts to bf16 and sampling stays float32)"
+    ]
+    explicit = load_config(None, ["model.autocast_bf16=true"])
+    assert len(precision.resolve_precision(explicit, torch.device("cpu"))[1]) == 1  # no warning where it pays
+    off = load_config(None, ["model.autocast_bf16=false"])
+    assert precision.resolve_precision(off, torch.device("cpu"))[0].model.autocast_bf16 is Switch.OFF
+
+
+def test_estimate_counts_autocast_as_training_would(cpu_with_fast_avx512_bf16):
+    from rlvr.estimate import _precision
+
+    assert _precision(load_config(None, []), "cpu") == ("float32", True)
+    assert _precision(load_config(None, ["model.autocast_bf16=false"]), "cpu") == ("float32", False)
+
+
+def test_bf16_speedup_is_measured_once_per_process():
+    precision.bf16_speedup.cache_clear()
+    try:
+        ratio = precision.bf16_speedup(rounds=1)
+        assert 0 < ratio < 100  # emulated bf16 (AVX2) gives a small ratio, native bf16 about 1 to 3
+        assert precision.bf16_speedup(rounds=1) is ratio
+    finally:
+        precision.bf16_speedup.cache_clear()
 
 
 def test_explicit_bf16_on_an_avx2_cpu_is_allowed_with_a_warning(cpu_without_bf16):
