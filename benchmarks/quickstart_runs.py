@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
 def _jsonl(path: Path) -> list[dict]:

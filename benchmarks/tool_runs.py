@@ -29,7 +29,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 PRESETS = ("arithmetic_tool", "arithmetic_tool_control")
-AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 EVAL_KEYS = (
     "accuracy",
     "format_rate",

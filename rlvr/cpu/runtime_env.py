@@ -42,9 +42,10 @@ with AVX-512 (Zen 4, Zen 5) it runs its AVX2 kernels. :func:`mkl_avx512_env` pre
 into ``$RLVR_CACHE/cpu/`` (default ``~/.cache/rlvr``; before that cache exists, into a private
 temporary directory), so MKL chooses its kernels from the CPU's
 feature flags as it would on an Intel CPU. Where: Linux x86-64, an AMD CPU whose flags include
-AVX-512 F, BW, DQ and VL, a C compiler (``$CC``, ``cc`` or ``gcc``); ``RLVR_MKL_AVX512=0`` (or
-``RLVR_CPU_ACCEL=0``) turns it off. The results are float32 products as before, rounded as MKL's
-AVX-512 kernels round. Measurements: ``benchmarks/NOTES.md`` ("MKL's AVX-512 kernels on AMD").
+AVX-512 F, BW, DQ and VL, a C compiler (``$CC``, ``cc`` or ``gcc``), and PyTorch's dispatch not
+capped below AVX-512 (``ATEN_CPU_CAPABILITY=avx2``, with which one sees what an AVX2-only CPU does);
+``RLVR_MKL_AVX512=0`` (or ``RLVR_CPU_ACCEL=0``) turns it off. The results are float32 products as
+before, rounded as MKL's AVX-512 kernels round. Measurements: ``benchmarks/NOTES.md`` ("MKL's AVX-512 kernels on AMD").
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ def keep_freed_env(
 MKL_SHIM = Path(__file__).with_name("mkl_intel_cpu.c")
 MKL_SWITCH = "RLVR_MKL_AVX512"
 AVX512_FLAGS = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
+BELOW_AVX512 = ("default", "avx2", "zvector")
+"""``ATEN_CPU_CAPABILITY`` values that cap PyTorch's dispatch below AVX-512."""
 
 
 def _cpuinfo() -> str:
@@ -214,6 +217,8 @@ def mkl_avx512_env(
         return None
     if env.get(MKL_SWITCH, "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0":
         return None
+    if env.get("ATEN_CPU_CAPABILITY", "").lower() in BELOW_AVX512:
+        return None  # PyTorch asked to dispatch as a CPU without AVX-512: MKL stays on that CPU's kernels too
     preload = env.get("LD_PRELOAD", "")
     if "mkl_intel_cpu" in preload or not amd_avx512(_cpuinfo() if cpuinfo is None else cpuinfo):
         return None

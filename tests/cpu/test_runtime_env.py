@@ -97,6 +97,9 @@ def test_the_mkl_shim_is_preloaded_where_it_applies_and_only_there(tmp_path, mon
     assert runtime_env.mkl_avx512_env({"LD_PRELOAD": str(built)}, **X86) is None  # never twice
     assert runtime_env.mkl_avx512_env({"RLVR_MKL_AVX512": "0"}, **X86) is None
     assert runtime_env.mkl_avx512_env({"RLVR_CPU_ACCEL": "0"}, **X86) is None
+    # PyTorch told to dispatch as an AVX2-only CPU: MKL keeps that CPU's kernels too
+    assert runtime_env.mkl_avx512_env({"ATEN_CPU_CAPABILITY": "avx2"}, **X86) is None
+    assert runtime_env.mkl_avx512_env({"ATEN_CPU_CAPABILITY": "AVX512"}, **X86) is not None
     assert runtime_env.mkl_avx512_env({}, **{**X86, "machine": "aarch64"}) is None
     assert runtime_env.mkl_avx512_env({}, **{**X86, "platform": "darwin"}) is None
     assert runtime_env.mkl_avx512_env({}, **{**X86, "cpuinfo": AMD.replace("AuthenticAMD", "GenuineIntel")}) is None
