@@ -55,7 +55,7 @@ if __name__ == "__main__":  # the rates as rlvr runs: in its own process environ
 import torch  # noqa: E402
 from roofline_model import Rates, decode_cost, floor, forward_cost, prefill_cost, update_cost  # noqa: E402
 
-from rlvr.cpu.packed import pack_weight, packed_linear, packing_available  # noqa: E402
+from rlvr.cpu.packed import dtype_unpackable, pack_weight, packed_linear  # noqa: E402
 from rlvr.estimate import BYTES, model_shape  # noqa: E402
 from rlvr.models.forward import shared_prompt_group  # noqa: E402
 
@@ -116,7 +116,7 @@ def matmul_rates(shape, repeats: int, tokens: int = 1024, probe_tokens: int = 32
         for k, n in [(H, I), (I, H), (H, V)]:
             a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
             kernels = {"mm": lambda: torch.mm(a, b)}
-            if packing_available():  # the kernel rlvr's rollout multiplies with (rlvr.cpu.packed)
+            if dtype_unpackable(dtype) is None:  # the kernel rlvr's rollout multiplies with (rlvr.cpu.packed)
                 packed = pack_weight(b.t(), rows)
                 kernels["onednn_packed"] = lambda: packed_linear(a, packed)
             for kernel, fn in kernels.items():

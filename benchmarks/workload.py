@@ -285,9 +285,10 @@ def _states(model, ids, mask, start: int, response_mask):
 
 
 def device_rates(device: str, dtype: str) -> dict:
-    """What ``device`` sustains, measured here: matmul FLOP/s of 4096 x 4096 products (1024 on a CPU) in
-    ``dtype`` and the copy bandwidth of a 1 GiB tensor (256 MiB on a CPU; read + write bytes), best of 5
-    each; for the rollout's roofline floor."""
+    """What ``device`` sustains, measured here: matmul FLOP/s of 4096 x 4096 products (1024 on a CPU, the
+    faster of MKL's and oneDNN's packed product, as ``roofline.py`` measures) in ``dtype`` and the copy
+    bandwidth of a 1 GiB tensor (256 MiB on a CPU; read + write bytes), best of 5 each; for the
+    rollout's roofline floor."""
     import torch
 
     dt = getattr(torch, dtype)
@@ -307,6 +308,12 @@ def device_rates(device: str, dtype: str) -> dict:
     n = 4096 if device.startswith("cuda") else 1024
     a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
     flops = 2 * n**3 / best(lambda: a @ b)
+    if not device.startswith("cuda"):  # rlvr's rollout multiplies by oneDNN-packed weights: the faster of the two
+        from rlvr.cpu.packed import dtype_unpackable, pack_weight, packed_linear
+
+        if dtype_unpackable(dt) is None:
+            packed = pack_weight(b.t(), n)
+            flops = max(flops, 2 * n**3 / best(lambda: packed_linear(a, packed)))
     x = torch.empty(2**28 if device.startswith("cuda") else 2**26, device=device, dtype=torch.float32)
     y = torch.empty_like(x)
     bytes_per_s = 2 * x.numel() * 4 / best(lambda: y.copy_(x))
