@@ -31,6 +31,7 @@ TINY_RUN = (
     "rollout.max_new_tokens=8",
     "rollout.samples_per_prompt=8",
     "rollout.dtype=float32",
+    "model.autocast_bf16=false",  # the same precision on every CPU kind (auto autocasts where bf16 pays)
     "reward.rules=[sevens]",
     "reward.weights=[1.0]",
     "reward.accuracy_rule=sevens",
