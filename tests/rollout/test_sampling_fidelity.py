@@ -46,22 +46,25 @@ def cpu_with_bf16(monkeypatch):
     precision.cpu_bf16.cache_clear()
 
 
+def _avx512_bf16_without_amx(monkeypatch, speedup: float):
+    """AVX512-BF16 without AMX, where bf16 products run at ``speedup`` times fp32's rate."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(precision, "bf16_speedup", lambda: speedup)
+    _fake_cpu(monkeypatch, "AVX512", "_is_avx512_bf16_supported")
+
+
 @pytest.fixture
 def cpu_with_avx512_bf16_only(monkeypatch):
-    """AVX512-BF16 without AMX, where bf16 matmuls ran slower than fp32 (159 vs 259 GFLOP/s measured)."""
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    monkeypatch.setattr(precision, "bf16_speedup", lambda: 0.61)
-    _fake_cpu(monkeypatch, "AVX512", "_is_avx512_bf16_supported")
+    """bf16 matmuls slower than fp32 (159 vs 259 GFLOP/s measured on one such CPU)."""
+    _avx512_bf16_without_amx(monkeypatch, 0.61)
     yield
     precision.cpu_bf16.cache_clear()
 
 
 @pytest.fixture
 def cpu_with_fast_avx512_bf16(monkeypatch):
-    """AVX512-BF16 without AMX, where bf16 matmuls ran at twice fp32's rate (a Zen 4 EPYC: 452 vs 223 GFLOP/s)."""
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    monkeypatch.setattr(precision, "bf16_speedup", lambda: 2.03)
-    _fake_cpu(monkeypatch, "AVX512", "_is_avx512_bf16_supported")
+    """bf16 matmuls at twice fp32's rate (a Zen 4 EPYC: 452 vs 223 GFLOP/s)."""
+    _avx512_bf16_without_amx(monkeypatch, 2.03)
     yield
     precision.cpu_bf16.cache_clear()
 
