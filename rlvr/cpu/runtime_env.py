@@ -109,7 +109,12 @@ def huge_pages_env(
     glibc = _glibc_version() if glibc is None else glibc
     if glibc is None or glibc < (2, 35) or (_thp_mode() if thp is None else thp) != "madvise":
         return None
-    env["GLIBC_TUNABLES"] = f"{tunables}:{TUNABLE}" if tunables else TUNABLE
+    return _with_tunables(env, TUNABLE)
+
+
+def _with_tunables(env: dict, *tunables: str) -> dict:
+    """``env`` with ``tunables`` appended to its ``GLIBC_TUNABLES`` (the ones there kept first)."""
+    env["GLIBC_TUNABLES"] = ":".join(t for t in (env.get("GLIBC_TUNABLES", ""), *tunables) if t)
     return env
 
 
@@ -129,9 +134,7 @@ def keep_freed_env(
     glibc = _glibc_version() if glibc is None else glibc
     if glibc is None or glibc < (2, 26):
         return None
-    added = ":".join(KEEP_FREED)
-    env["GLIBC_TUNABLES"] = f"{tunables}:{added}" if tunables else added
-    return env
+    return _with_tunables(env, *KEEP_FREED)
 
 
 MKL_SHIM = Path(__file__).with_name("mkl_intel_cpu.c")
