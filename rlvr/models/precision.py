@@ -52,8 +52,8 @@ little or nothing; the two CPUs of this kind measured so far were far on either 
 @functools.cache
 def bf16_speedup(rounds: int = 5) -> float:
     """bf16 products' rate over fp32's on this CPU at torch's current thread count: the best of
-    ``rounds`` interleaved [512, 1024] x [1024, 1024] products each way, after a warm-up (a few tens
-    of milliseconds in all), so that a slow spell of a shared machine slows both sides alike.
+    ``rounds`` interleaved [512, 1024] x [1024, 1024] products each way, after a warm-up (under a
+    tenth of a second in all), so that a slow spell of a shared machine slows both sides alike.
     Measured once per process. Written here rather than taken from a library: no library reports
     a CPU's bf16-over-fp32 product rate, which is the number the choice needs."""
     gen = torch.Generator().manual_seed(0)
