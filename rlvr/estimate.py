@@ -410,7 +410,7 @@ def _precision(cfg: Config, device: str) -> tuple[str, bool]:
         from rlvr.models.precision import cpu_bf16
 
         support = cpu_bf16()
-        native, pays = support.native, support.native or support.autocast
+        native, pays = support.native, support.trains_bf16
     rollout = cfg.rollout.dtype if cfg.rollout.dtype != "auto" else ("bfloat16" if native else "float32")
     autocast = cfg.model.autocast_bf16 == Switch.ON or (cfg.model.autocast_bf16 == Switch.AUTO and pays)
     return rollout, autocast

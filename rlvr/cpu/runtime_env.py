@@ -71,6 +71,11 @@ _MALLOC_SIZES = ("mmap_threshold", "trim_threshold", "top_pad", "mmap_max")
 THP_MODE = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
+def _switched_off(env: dict, switch: str) -> bool:
+    """Whether ``env`` turns a piece of this module off: its own ``switch=0`` or ``RLVR_CPU_ACCEL=0``."""
+    return env.get(switch, "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0"
+
+
 def _glibc_version() -> tuple[int, int] | None:
     try:
         name, version = os.confstr("CS_GNU_LIBC_VERSION").split()  # "glibc 2.36"
@@ -101,7 +106,7 @@ def huge_pages_env(
     this machine's platform, glibc version and THP mode."""
     env = dict(os.environ if environ is None else environ)
     platform = sys.platform if platform is None else platform
-    if platform != "linux" or env.get("RLVR_HUGE_PAGES", "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0":
+    if platform != "linux" or _switched_off(env, "RLVR_HUGE_PAGES"):
         return None
     tunables = env.get("GLIBC_TUNABLES", "")
     if "glibc.malloc.hugetlb" in tunables:
@@ -126,7 +131,7 @@ def keep_freed_env(
     variables) already. The keyword arguments stand in for this machine's platform and glibc."""
     env = dict(os.environ if environ is None else environ)
     platform = sys.platform if platform is None else platform
-    if platform != "linux" or env.get("RLVR_MALLOC_KEEP", "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0":
+    if platform != "linux" or _switched_off(env, "RLVR_MALLOC_KEEP"):
         return None
     tunables = env.get("GLIBC_TUNABLES", "")
     if any(f"glibc.malloc.{k}" in tunables or f"MALLOC_{k.upper()}_" in env for k in _MALLOC_SIZES):
@@ -218,7 +223,7 @@ def mkl_avx512_env(
     machine = _platform.machine().lower() if machine is None else machine
     if platform != "linux" or machine not in ("x86_64", "amd64"):
         return None
-    if env.get(MKL_SWITCH, "1") == "0" or env.get("RLVR_CPU_ACCEL", "1") == "0":
+    if _switched_off(env, MKL_SWITCH):
         return None
     if env.get("ATEN_CPU_CAPABILITY", "").lower() in BELOW_AVX512:
         return None  # PyTorch asked to dispatch as a CPU without AVX-512: MKL stays on that CPU's kernels too

@@ -41,6 +41,11 @@ class BF16Support:
     autocast: bool = False
     """Not native for sampling, but bf16 autocast in training was measured to pay on this CPU."""
 
+    @property
+    def trains_bf16(self) -> bool:
+        """``model.autocast_bf16=auto`` turns bf16 autocast on: native bf16, or measured to pay here."""
+        return self.native or self.autocast
+
 
 AUTOCAST_MIN_SPEEDUP = 1.5
 """On a CPU with AVX512-BF16 but no AMX, ``model.autocast_bf16=auto`` turns bf16 autocast on where
@@ -132,14 +137,14 @@ def resolve_precision(cfg, device: torch.device):
     rollout_dtype, warn_rollout = choose_dtype(cfg.rollout.dtype, device)
     autocast = cfg.model.autocast_bf16
     if autocast == Switch.AUTO:
-        autocast = Switch.ON if support.native or support.autocast else Switch.OFF
+        autocast = Switch.ON if support.trains_bf16 else Switch.OFF
     lines = [
         f"rollout dtype: {rollout_dtype}, training autocast bf16: {'on' if autocast == Switch.ON else 'off'} "
         f"({'auto: ' if 'auto' in (cfg.rollout.dtype, cfg.model.autocast_bf16) else ''}{support.why})"
     ]
     if warn_rollout:
         lines.append(f"warning: rollout.dtype={warn_rollout}")
-    if cfg.model.autocast_bf16 == Switch.ON and not (support.native or support.autocast):
+    if cfg.model.autocast_bf16 == Switch.ON and not support.trains_bf16:
         slower = _slower(support)
         lines.append(f"warning: model.autocast_bf16=true but {support.why}; training {slower} than in float32")
     resolved = dataclasses.replace(
