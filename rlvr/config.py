@@ -387,6 +387,13 @@ class AlgoConfig:
         )
 
 
+def _micro_batches_fit(seqs: int, train: TrainConfig) -> bool:
+    """Whether ``seqs`` sequences split into equal ``train.micro_batch_seqs`` passes, or take one pass
+    (a micro-batch of at least ``seqs``), or are packed by tokens instead."""
+    mb = train.micro_batch_seqs
+    return seqs % mb == 0 or mb >= seqs or train.micro_batch_tokens > 0
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 60
@@ -394,7 +401,7 @@ class TrainConfig:
     prompts_per_step: int = 4
     """P: prompts per step; the step trains on P * G sequences."""
     micro_batch_seqs: int = 8
-    """Sequences per forward/backward pass (gradient accumulation over the step); unused with train.micro_batch_tokens."""
+    """Sequences per forward/backward pass (gradient accumulation over the step): a divisor of the step's sequences (per worker), or at least all of them for one pass; unused with train.micro_batch_tokens."""
     micro_batch_tokens: int = 0
     """Tokens per forward/backward pass instead of rows (0 = off): each row's prompt and response, without padding, packed end to end (position ids restarting per row), the rows spread over the fewest passes and balanced by tokens; a longer row runs alone. Each row runs its own prompt: needs train.shared_prompt_forward=false. Equal to row micro-batches up to float rounding."""
     logprob_micro_batch_tokens: int = 0
@@ -671,9 +678,10 @@ class Config:
     def __post_init__(self) -> None:
         seqs = self.train.prompts_per_step * self.rollout.samples_per_prompt
         _check(
-            seqs % self.train.micro_batch_seqs == 0 or self.train.micro_batch_tokens > 0,
+            _micro_batches_fit(seqs, self.train),
             f"train.prompts_per_step * rollout.samples_per_prompt = {seqs} sequences per step is not divisible "
-            f"by train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
+            f"by train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs} "
+            f"(or {seqs} or more: one pass)",
         )
         _check(
             self.algo.overlong_buffer <= self.rollout.max_new_tokens,
@@ -722,9 +730,9 @@ class Config:
         )
         seqs = P // N * self.rollout.samples_per_prompt
         _check(
-            seqs % self.train.micro_batch_seqs == 0 or self.train.micro_batch_tokens > 0,
+            _micro_batches_fit(seqs, self.train),
             f"each of the {N} workers trains on {seqs} sequences per step, not divisible by "
-            f"train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs}",
+            f"train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs} (or {seqs} or more: one pass)",
         )
         on_gpu = self.distributed.gpus_per_worker > 0
         _check(

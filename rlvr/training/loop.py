@@ -257,7 +257,7 @@ def _micro_batch_loss(logp: Tensor, entropy: Tensor | None, t: _Targets, cfg: Co
 def update_passes(batch: RolloutBatch, cfg: Config, policy) -> list[microbatch.Slice]:
     """The update's passes of ``policy`` (:func:`rlvr.training.microbatch.slices` with the ``train.*``
     micro-batch keys)."""
-    mb = cfg.train.micro_batch_seqs
+    mb = min(cfg.train.micro_batch_seqs, batch.input_ids.shape[0])  # at least the batch: one pass
     share = shared_prompt_group(mb, batch.group_size) if cfg.train.shared_prompt_forward else 1
     return microbatch.slices(
         batch,

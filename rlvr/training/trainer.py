@@ -511,7 +511,7 @@ class Trainer:
         """(rewards, old_logp, ref_logp for the loss, KL metrics): the reference's and the sampling
         policy's [B, T] log-probs (each None when nothing needs it); with ``algo.kl_placement=reward``
         the KL is subtracted from the rewards and the loss gets no reference."""
-        cfg, mb = self.cfg, self.cfg.train.micro_batch_seqs
+        cfg, mb = self.cfg, min(self.cfg.train.micro_batch_seqs, batch.input_ids.shape[0])
         share = shared_prompt_group(mb, cfg.rollout.samples_per_prompt) if cfg.train.shared_prompt_forward else 1
         lp = dict(
             micro_batch_seqs=mb,

@@ -349,3 +349,10 @@ def test_packed_weights_on_a_gpu_is_one_clear_error():
         load_config(None, ["model.packed_weights=true", "model.device=cuda"])
     assert load_config(None, ["model.packed_weights=false"]).model.packed_weights.as_bool() is False
     assert load_config(None, []).model.packed_weights.as_bool() is None
+
+
+def test_a_micro_batch_of_at_least_the_step_is_accepted():
+    cfg = load_config(None, ["train.prompts_per_step=3", "rollout.samples_per_prompt=5", "train.micro_batch_seqs=16"])
+    assert cfg.train.micro_batch_seqs == 16 and cfg.seqs_per_step == 15
+    # every preset layered on the quickstart keeps a valid batch, as does the group-size ablation's G = 4
+    assert load_config("quickstart", ["rollout.samples_per_prompt=4"]).seqs_per_step == 16

@@ -32,8 +32,14 @@ def test_default_is_one_process():
         ((*RAY, "distributed.num_workers=0"), "distributed.num_workers must be >= 1"),
         ((*RAY, "distributed.num_workers=3"), "train.prompts_per_step=4 is not divisible by distributed.num_workers=3"),
         (
-            (*RAY, "distributed.num_workers=4", "train.micro_batch_seqs=16"),
-            "each of the 4 workers trains on 8 sequences per step, not divisible by train.micro_batch_seqs=16",
+            (
+                *RAY,
+                "distributed.num_workers=2",
+                "train.prompts_per_step=6",
+                "rollout.samples_per_prompt=4",
+                "train.micro_batch_seqs=8",
+            ),
+            "each of the 2 workers trains on 12 sequences per step, not divisible by train.micro_batch_seqs=8",
         ),
         (
             (*RAY, "distributed.gpus_per_worker=1", "model.device=cpu"),

@@ -13,7 +13,7 @@ from rlvr.config import load_config
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.hf import sample_seed
-from rlvr.training.loop import accumulate_gradients, batch_logprobs
+from rlvr.training.loop import accumulate_gradients, batch_logprobs, update_passes
 from rlvr.training.microbatch import plan
 
 
@@ -103,3 +103,24 @@ def test_unpadded_micro_batches_are_one_pass_each():
     assert all(p.unpadded and p.group_size == 4 for p in passes)
     unshared = plan(lengths, micro_batch_seqs=8, group_size=1, prompt_len=16, unpadded=True)
     assert not any(p.unpadded for p in unshared) and len(unshared) > 2  # rows without a shared prompt: buckets
+
+
+def test_a_micro_batch_of_at_least_the_step_is_one_pass_with_its_prompts_shared():
+    """train.micro_batch_seqs above the step's sequences (12 for 2 prompts x 4, not a multiple of the
+    group) is accepted and runs as micro_batch_seqs = 8 would: one pass, prompts shared, the same
+    gradient bit for bit."""
+    model = tiny_model(seed=2)
+    engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=12, dtype="float32", stop=["7"])
+    batch = engine.generate(["what is 3 + 4 ?", "what is the answer"], 4, seeds=[sample_seed(5, i) for i in range(8)])
+    adv = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for mb in (8, 12):
+        cfg = load_config(
+            None, ["rollout.samples_per_prompt=4", "train.prompts_per_step=2", f"train.micro_batch_seqs={mb}"]
+        )
+        passes = update_passes(batch, cfg, model)
+        assert len(passes) == 1 and passes[0].rows.tolist() == list(range(8)) and passes[0].group_size == 4
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(model, batch, adv, None, None, cfg, contextlib.nullcontext)
+        grads[mb] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert torch.equal(grads[12], grads[8])
