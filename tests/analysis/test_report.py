@@ -447,7 +447,7 @@ def test_commands_write_their_files(tmp_path, capsys):
         (["sweep", "--spec", "no_such_ablation"], "not found"),
         (["sweep", "--grid", "train.steps=1,2", "--repeat", "0", "--dry-run"], "--repeat 0"),
         (["sweep", "--grid", "train.steps=1,2", "run_dir=x", "--dry-run"], "--sweep-dir"),
-        (["sweep", "--grid", "rollout.samples_per_prompt=3,8", "--dry-run"], "samples_per_prompt=3"),
+        (["sweep", "--grid", "rollout.samples_per_prompt=1,8", "--dry-run"], "samples_per_prompt must be >= 2"),
     ],
 )
 def test_bad_input_is_one_error_line(tmp_path, capsys, argv, message):
