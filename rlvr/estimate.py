@@ -713,13 +713,42 @@ def memory_check(est: MemoryEstimate, free_bytes: int, where: str) -> None:
     keys that reduce the two largest items; ``train.skip_memory_check=true`` is the way past it."""
     if est.total <= free_bytes:
         return
-    on_device = (i for i in est.items if i.name in REDUCE and i.bytes and i.phase != "host")
-    largest = sorted(on_device, key=lambda i: -i.bytes)[:2]
-    keys = "; ".join(f"{i.name} {i.bytes / GiB:.1f} GiB: {REDUCE[i.name]}" for i in largest)
     raise UserError(
         f"this run needs about {est.total / GiB:.1f} GiB but {where} has {free_bytes / GiB:.1f} GiB free; reduce it "
-        f"({keys}), or set train.skip_memory_check=true to start anyway"
+        f"({_largest_reducible(est)}), or set train.skip_memory_check=true to start anyway"
     )
+
+
+def ram_warning(est: MemoryEstimate, available_bytes: int | None) -> str | None:
+    """A CPU run's warning line when the estimate exceeds the RAM the machine has available, with the
+    keys that reduce the two largest items; None when it fits or the RAM is unknown. A warning, not
+    the GPU's refusal: on a CPU the estimate is an upper bound (every row at
+    ``rollout.max_new_tokens``), and a run past it swaps before it fails."""
+    if available_bytes is None or est.total <= available_bytes:
+        return None
+    return (
+        f"warning: this run may need up to {est.total / GiB:.1f} GiB but the machine has "
+        f"{available_bytes / GiB:.1f} GiB of RAM available; if it swaps, reduce it ({_largest_reducible(est)})"
+    )
+
+
+def available_ram() -> int | None:
+    """Bytes of RAM available to a new process (Linux ``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _largest_reducible(est: MemoryEstimate) -> str:
+    """The two largest items on the device with the config keys that make each smaller."""
+    on_device = (i for i in est.items if i.name in REDUCE and i.bytes and i.phase != "host")
+    largest = sorted(on_device, key=lambda i: -i.bytes)[:2]
+    return "; ".join(f"{i.name} {i.bytes / GiB:.1f} GiB: {REDUCE[i.name]}" for i in largest)
 
 
 def estimate_config(cfg: Config, *, device: str | None = None) -> tuple[MemoryEstimate, str]:

@@ -389,3 +389,15 @@ def test_the_fused_head_counts_tiles_and_gradients_not_the_logits():
     big = fused_head_bytes(8 * 512, 151936, 896, autocast=True, head_trains=False)
     assert big == 1024 * 16384 * 10 + 8 * 512 * 896 * 4
     assert big < 8 * 512 * 151936 * 4 / 10
+
+
+def test_a_cpu_run_past_the_available_ram_gets_one_warning_line():
+    from rlvr.estimate import GiB, available_ram, ram_warning
+
+    est = estimate(load_config(None, list(TINY_RUN)), TINY, device="cpu")
+    assert ram_warning(est, est.total) is None and ram_warning(est, None) is None  # fits, or RAM unknown
+    line = ram_warning(est, est.total // 2)
+    assert line.startswith(f"warning: this run may need up to {est.total / GiB:.1f} GiB") and "\n" not in line
+    assert "train.micro_batch_seqs" in line or "model.lora.rank" in line, line
+    ram = available_ram()  # Linux: /proc/meminfo's MemAvailable
+    assert ram is None or 0 < ram < 2**50

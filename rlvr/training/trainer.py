@@ -26,7 +26,15 @@ from rlvr.config import Config, Switch, to_yaml
 from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.errors import UserError
-from rlvr.estimate import data_prompt_tokens, estimate, measured_beside_estimate, memory_check, model_shape
+from rlvr.estimate import (
+    available_ram,
+    data_prompt_tokens,
+    estimate,
+    measured_beside_estimate,
+    memory_check,
+    model_shape,
+    ram_warning,
+)
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
@@ -221,18 +229,18 @@ class Trainer:
         self.tokenizer = load_tokenizer(self.model_path)
         prepared = prepare_rows(train_split, cfg.data, self.tokenizer)  # rendered prompts + token counts, cached
         self.train_rows, self.prefix = prepared.rows, prepared.template.assistant_prefix
-        self.memory_estimate, estimate_line = self._estimate_memory()
+        self.memory_estimate, estimate_lines = self._estimate_memory()
         if cfg.model.packed_weights == Switch.ON:  # before any weights load
             for dtype in dict.fromkeys((cfg.model.dtype, cfg.rollout.dtype)):
                 if (why := dtype_unpackable(getattr(torch, dtype))) is not None:
                     raise UserError(f"model.packed_weights=true: {why}; set model.packed_weights=auto or false")
-        return [*prepared.notes, estimate_line]
+        return [*prepared.notes, *estimate_lines]
 
     def _estimate_memory(self):
-        """(the memory estimate (:mod:`rlvr.estimate`) with the data's longest prompt, its line) before
+        """(the memory estimate (:mod:`rlvr.estimate`) with the data's longest prompt, its lines) before
         any weights load; the estimate is None if the model's config.json is not one it reads (training
         goes on). On a GPU, a UserError when it exceeds the device's free memory (unless
-        ``train.skip_memory_check``)."""
+        ``train.skip_memory_check``); on a CPU, a warning line when it exceeds the available RAM."""
         try:
             est = estimate(
                 self.cfg,
@@ -241,11 +249,12 @@ class Trainer:
                 prompt=data_prompt_tokens(self.train_rows),
             )
         except UserError as e:
-            return None, f"memory estimate: unavailable ({e})"
+            return None, [f"memory estimate: unavailable ({e})"]
         if self.device.type == "cuda" and not self.cfg.train.skip_memory_check:
             free, _ = torch.cuda.mem_get_info(self.device)
             memory_check(est, free, f"{torch.cuda.get_device_name(self.device)} ({self.device})")
-        return est, est.summary()
+        warning = ram_warning(est, available_ram()) if self.device.type == "cpu" else None
+        return est, [est.summary()] if warning is None else [est.summary(), warning]
 
     def _load_models(self) -> dict | None:
         """The policy (from the last checkpoint when resuming), the reference, the engine; returns the

@@ -24,3 +24,19 @@ def test_trainer_prints_estimate_then_measured_peak(tiny_dir, tmp_path, device):
     line = next(l for l in text.splitlines() if l.startswith("memory: measured peak"))
     assert f"({measured}) beside the estimate" in line, line
     assert text.index("memory estimate:") < text.index("memory: measured peak")
+
+
+def test_a_cpu_run_past_the_available_ram_is_warned_with_the_keys_that_shrink_it(
+    tiny_dir, tmp_path, device, monkeypatch
+):
+    if device.type != "cpu":
+        pytest.skip("the RAM warning is a CPU run's; a GPU run is refused by its memory check")
+    monkeypatch.setattr("rlvr.training.trainer.available_ram", lambda: 2**20)  # 1 MiB left on this machine
+    cfg = tiny_config(tiny_dir, tmp_path / "run", "train.steps=1", "eval.at_start=false", "eval.at_end=false")
+    out = io.StringIO()
+    train(cfg, console=Console(file=out, width=300))
+    text = out.getvalue()
+    line = next(l for l in text.splitlines() if l.startswith("warning: this run may need up to"))
+    assert "0.0 GiB of RAM available" in line and "reduce it (" in line, line
+    assert text.index("memory estimate:") < text.index("warning: this run may need")
+    assert "memory: measured peak" in text  # a warning: the run went on
