@@ -18,6 +18,7 @@ else should run on the machine meanwhile.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -48,6 +49,9 @@ def child(args) -> None:
     batch = quickstart_batch(model.config.vocab_size, P=4, T=args.response)
     adv = torch.randn(batch.input_ids.shape[0], generator=torch.Generator().manual_seed(1))
     cfg = load_config("quickstart", [f"rollout.max_new_tokens={args.response}"])
+    if args.bf16 and getattr(cfg.train, "micro_batch_seqs_bf16", 0):  # as the trainer applies it (a base may lack it)
+        bf16_passes = dataclasses.replace(cfg.train, micro_batch_seqs=cfg.train.micro_batch_seqs_bf16)
+        cfg = dataclasses.replace(cfg, train=bf16_passes)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
     import contextlib
 

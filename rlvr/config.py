@@ -387,11 +387,17 @@ class AlgoConfig:
         )
 
 
-def _micro_batches_fit(seqs: int, train: TrainConfig) -> bool:
-    """Whether ``seqs`` sequences split into equal ``train.micro_batch_seqs`` passes, or take one pass
-    (a micro-batch of at least ``seqs``), or are packed by tokens instead."""
-    mb = train.micro_batch_seqs
-    return seqs % mb == 0 or mb >= seqs or train.micro_batch_tokens > 0
+def _micro_batch_misfit(seqs: int, train: TrainConfig) -> str | None:
+    """The first of ``train.micro_batch_seqs`` and (when set) ``train.micro_batch_seqs_bf16`` that does not
+    split ``seqs`` sequences into equal passes nor takes them in one (a micro-batch of at least
+    ``seqs``), as ``key=value``; None when both do, or when rows are packed by tokens instead."""
+    if train.micro_batch_tokens > 0:
+        return None
+    for key in ("micro_batch_seqs", "micro_batch_seqs_bf16"):
+        mb = getattr(train, key)
+        if mb and seqs % mb and mb < seqs:
+            return f"train.{key}={mb}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -402,6 +408,8 @@ class TrainConfig:
     """P: prompts per step; the step trains on P * G sequences."""
     micro_batch_seqs: int = 8
     """Sequences per forward/backward pass (gradient accumulation over the step): a divisor of the step's sequences (per worker), or at least all of them for one pass; unused with train.micro_batch_tokens."""
+    micro_batch_seqs_bf16: int = 0
+    """Sequences per forward/backward pass instead of train.micro_batch_seqs where the update runs under bf16 autocast (model.autocast_bf16 on, or auto choosing it); 0 = train.micro_batch_seqs. Larger passes pay under bf16 (larger products; each pass casts every weight's gradient to float32 and adds it), while in float32 they mostly cost memory. The same rule: a divisor of the step's sequences, or at least all of them."""
     micro_batch_tokens: int = 0
     """Tokens per forward/backward pass instead of rows (0 = off): each row's prompt and response, without padding, packed end to end (position ids restarting per row), the rows spread over the fewest passes and balanced by tokens; a longer row runs alone. Each row runs its own prompt: needs train.shared_prompt_forward=false. Equal to row micro-batches up to float rounding."""
     logprob_micro_batch_tokens: int = 0
@@ -443,6 +451,7 @@ class TrainConfig:
         _check(self.steps >= 1, "train.steps must be >= 1")
         _check(self.prompts_per_step >= 1, "train.prompts_per_step must be >= 1")
         _check(self.micro_batch_seqs >= 1, "train.micro_batch_seqs must be >= 1")
+        _check(self.micro_batch_seqs_bf16 >= 0, "train.micro_batch_seqs_bf16 must be >= 0 (0 = train.micro_batch_seqs)")
         _check(self.micro_batch_tokens >= 0, "train.micro_batch_tokens must be >= 0 (0 = row micro-batches)")
         _check(
             self.logprob_micro_batch_tokens >= 0,
@@ -677,11 +686,11 @@ class Config:
 
     def __post_init__(self) -> None:
         seqs = self.train.prompts_per_step * self.rollout.samples_per_prompt
+        misfit = _micro_batch_misfit(seqs, self.train)
         _check(
-            _micro_batches_fit(seqs, self.train),
+            misfit is None,
             f"train.prompts_per_step * rollout.samples_per_prompt = {seqs} sequences per step is not divisible "
-            f"by train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs} "
-            f"(or {seqs} or more: one pass)",
+            f"by {misfit}; pick a divisor of {seqs} (or {seqs} or more: one pass)",
         )
         _check(
             self.algo.overlong_buffer <= self.rollout.max_new_tokens,
@@ -729,10 +738,11 @@ class Config:
             f"groups, so pick a multiple of {N}",
         )
         seqs = P // N * self.rollout.samples_per_prompt
+        misfit = _micro_batch_misfit(seqs, self.train)
         _check(
-            _micro_batches_fit(seqs, self.train),
+            misfit is None,
             f"each of the {N} workers trains on {seqs} sequences per step, not divisible by "
-            f"train.micro_batch_seqs={self.train.micro_batch_seqs}; pick a divisor of {seqs} (or {seqs} or more: one pass)",
+            f"{misfit}; pick a divisor of {seqs} (or {seqs} or more: one pass)",
         )
         on_gpu = self.distributed.gpus_per_worker > 0
         _check(

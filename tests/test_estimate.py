@@ -401,3 +401,11 @@ def test_a_cpu_run_past_the_available_ram_gets_one_warning_line():
     assert "train.micro_batch_seqs" in line or "model.lora.rank" in line, line
     ram = available_ram()  # Linux: /proc/meminfo's MemAvailable
     assert ram is None or 0 < ram < 2**50
+
+
+def test_the_estimate_counts_the_bf16_micro_batch_where_training_autocasts():
+    passes = ["train.prompts_per_step=4", "train.micro_batch_seqs=2", "train.micro_batch_seqs_bf16=8"]  # 8 seqs
+    on = estimate(load_config(None, [*TINY_RUN, *passes, "model.autocast_bf16=true"]), TINY, device="cpu")
+    off = estimate(load_config(None, [*TINY_RUN, *passes, "model.autocast_bf16=false"]), TINY, device="cpu")
+    act = lambda e: next(i for i in e.items if i.name == "activations")  # noqa: E731
+    assert "micro-batch 8 seqs" in act(on).how and "micro-batch 2 seqs" in act(off).how

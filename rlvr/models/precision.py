@@ -155,6 +155,26 @@ def resolve_precision(cfg, device: torch.device):
     return resolved, lines
 
 
+def bf16_micro_batch(cfg):
+    """``cfg`` with ``train.micro_batch_seqs`` set to ``train.micro_batch_seqs_bf16`` where the update runs
+    under bf16 autocast (``model.autocast_bf16`` resolved to on) and that key is set, plus the line that
+    says so (None when nothing changes). Applied once the precision is resolved, so the run's recorded
+    config, its estimate and every pass see the micro-batch the update uses."""
+    from rlvr.config import Switch
+
+    train = cfg.train
+    if cfg.model.autocast_bf16 != Switch.ON or not train.micro_batch_seqs_bf16:
+        return cfg, None
+    if train.micro_batch_seqs_bf16 == train.micro_batch_seqs:
+        return cfg, None
+    line = (
+        f"micro-batches: {train.micro_batch_seqs_bf16} sequences a pass under bf16 autocast "
+        f"(train.micro_batch_seqs_bf16; {train.micro_batch_seqs} in float32)"
+    )
+    bf16 = dataclasses.replace(train, micro_batch_seqs=train.micro_batch_seqs_bf16)
+    return dataclasses.replace(cfg, train=bf16), line
+
+
 def needs_resolving(cfg) -> bool:
     """True while ``cfg`` still holds an ``auto`` precision setting."""
     return cfg.rollout.dtype == "auto" or cfg.model.autocast_bf16 == "auto"

@@ -22,7 +22,7 @@ from rlvr.config import Config
 from rlvr.data.loading import load_split, pin_hub_data
 from rlvr.errors import UserError
 from rlvr.models import hub, lora, resolve_device, resolve_model_path
-from rlvr.models.precision import needs_resolving, resolve_precision
+from rlvr.models.precision import bf16_micro_batch, needs_resolving, resolve_precision
 from rlvr.rewards import Scorer
 from rlvr.rewards import get as get_reward
 from rlvr.run_dir import RunDir, step_of
@@ -90,6 +90,8 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
         where = resolve_device(cfg.model.device)
         if needs_resolving(cfg):
             cfg, precision = resolve_precision(cfg, where)
+        cfg, micro_batch = bf16_micro_batch(cfg)
+        precision += [micro_batch] if micro_batch else []
     cfg = pin_hub_data(cfg, earlier=RunDir(Path(cfg.resume)).read_config() if cfg.resume else None)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout

@@ -356,3 +356,11 @@ def test_a_micro_batch_of_at_least_the_step_is_accepted():
     assert cfg.train.micro_batch_seqs == 16 and cfg.seqs_per_step == 15
     # every preset layered on the quickstart keeps a valid batch, as does the group-size ablation's G = 4
     assert load_config("quickstart", ["rollout.samples_per_prompt=4"]).seqs_per_step == 16
+
+
+def test_the_bf16_micro_batch_follows_the_same_rule():
+    with pytest.raises(UserError, match=r"not divisible by train.micro_batch_seqs_bf16=12; pick a divisor of 32"):
+        load_config("quickstart", ["train.micro_batch_seqs_bf16=12"])
+    with pytest.raises(UserError, match="train.micro_batch_seqs_bf16 must be >= 0"):
+        load_config(None, ["train.micro_batch_seqs_bf16=-1"])
+    assert load_config("quickstart", ["train.micro_batch_seqs_bf16=64"]).train.micro_batch_seqs_bf16 == 64  # one pass

@@ -118,6 +118,31 @@ def test_estimate_counts_autocast_as_training_would(cpu_with_fast_avx512_bf16):
     assert _precision(load_config(None, ["model.autocast_bf16=false"]), "cpu") == ("float32", False)
 
 
+def test_bf16_micro_batch_replaces_the_micro_batch_only_under_bf16_autocast():
+    on = ["model.autocast_bf16=true", "train.micro_batch_seqs=8", "train.micro_batch_seqs_bf16=32"]
+    cfg, line = precision.bf16_micro_batch(load_config(None, on))
+    assert cfg.train.micro_batch_seqs == 32 and cfg.train.micro_batch_seqs_bf16 == 32
+    assert line == "micro-batches: 32 sequences a pass under bf16 autocast (train.micro_batch_seqs_bf16; 8 in float32)"
+    assert precision.bf16_micro_batch(cfg) == (cfg, None)  # applied once: a resumed run's config stays as it is
+    for off in (["model.autocast_bf16=false", *on[1:]], [*on[:2], "train.micro_batch_seqs_bf16=0"]):  # fp32, or unset
+        cfg = load_config(None, off)
+        assert precision.bf16_micro_batch(cfg) == (cfg, None)
+
+
+def test_train_under_auto_bf16_uses_and_saves_the_bf16_micro_batch(tiny_dir, tmp_path, capsys, monkeypatch):
+    _avx512_bf16_without_amx(monkeypatch, 2.03)
+    monkeypatch.setenv("COLUMNS", "1000")
+    run = tmp_path / "run"
+    overrides = ["model.autocast_bf16=auto", "train.micro_batch_seqs=2", "train.micro_batch_seqs_bf16=4"]
+    small = ["rollout.max_new_tokens=4", "rollout.samples_per_prompt=2", "train.steps=1", "train.prompts_per_step=2"]
+    rc = main(["train", *tiny_args(tiny_dir, run, *small, *overrides, "eval.at_start=false", "eval.at_end=false")])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "micro-batches: 4 sequences a pass under bf16 autocast (train.micro_batch_seqs_bf16; 2 in float32)" in err
+    saved = load_config(run / "config.yaml", [])
+    assert saved.model.autocast_bf16 is Switch.ON and saved.train.micro_batch_seqs == 4
+
+
 def test_bf16_speedup_is_measured_once_per_process():
     precision.bf16_speedup.cache_clear()
     try:
