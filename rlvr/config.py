@@ -491,6 +491,11 @@ class TrainConfig:
         """Tokens per packed log-prob pass (0: row passes)."""
         return self.logprob_micro_batch_tokens or 2 * self.micro_batch_tokens
 
+    def micro_batch(self, bf16: bool) -> int:
+        """Sequences per update pass: train.micro_batch_seqs_bf16 under bf16 autocast where set, else
+        train.micro_batch_seqs (the one rule the trainer and the estimate both follow)."""
+        return (bf16 and self.micro_batch_seqs_bf16) or self.micro_batch_seqs
+
 
 @dataclass(frozen=True)
 class OffloadConfig:

@@ -494,8 +494,7 @@ def estimate(
     trainable = shape.lora_params(rank, targets) if rank else N
     Lp, why_prompt = prompt if prompt is not None else prompt_tokens(cfg)
     T, G = cfg.rollout.max_new_tokens, cfg.rollout.samples_per_prompt
-    b = (autocast and cfg.train.micro_batch_seqs_bf16) or cfg.train.micro_batch_seqs  # as training picks it
-    b = min(b, cfg.seqs_per_step // cfg.distributed.num_workers)  # at least all: one pass
+    b = min(cfg.train.micro_batch(autocast), cfg.seqs_per_step // cfg.distributed.num_workers)  # >= all: one pass
     ckpt = cfg.model.gradient_checkpointing
     n = shard_count(cfg)  # FSDP: 1/n of each
     of = f", 1/{n} shard" if n > 1 else ""

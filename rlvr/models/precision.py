@@ -163,16 +163,14 @@ def bf16_micro_batch(cfg):
     from rlvr.config import Switch
 
     train = cfg.train
-    if cfg.model.autocast_bf16 != Switch.ON or not train.micro_batch_seqs_bf16:
-        return cfg, None
-    if train.micro_batch_seqs_bf16 == train.micro_batch_seqs:
+    mb = train.micro_batch(cfg.model.autocast_bf16 == Switch.ON)
+    if mb == train.micro_batch_seqs:
         return cfg, None
     line = (
-        f"micro-batches: {train.micro_batch_seqs_bf16} sequences a pass under bf16 autocast "
+        f"micro-batches: {mb} sequences a pass under bf16 autocast "
         f"(train.micro_batch_seqs_bf16; {train.micro_batch_seqs} in float32)"
     )
-    bf16 = dataclasses.replace(train, micro_batch_seqs=train.micro_batch_seqs_bf16)
-    return dataclasses.replace(cfg, train=bf16), line
+    return dataclasses.replace(cfg, train=dataclasses.replace(train, micro_batch_seqs=mb)), line
 
 
 def needs_resolving(cfg) -> bool:
