@@ -18,7 +18,7 @@ attends to itself, so no row of scores is empty). Everything is on the device: t
 attention mask tensor, and no host read is needed.
 
 Two kernels compute that attention. On a CPU, where the scores are small (:data:`MATH_SCORES_MAX`),
-:func:`_grouped_attention` writes it as a few batched products and a softmax in float32: the G
+:func:`_grouped_attention` writes it as a few batched products and a softmax: the G
 segments' queries meet the prompt's keys in one product (no per-row copy of the prompt's keys), the
 query heads of a key/value head are grouped instead of the keys being repeated, and autograd's
 backward of those products replaces PyTorch's CPU flash-attention backward, which is slow on these
@@ -271,13 +271,17 @@ def _math_applies(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, k
 def _grouped_attention(
     query: Tensor, key: Tensor, value: Tensor, prompt_mask: Tensor, seg_mask: Tensor, G: int, T: int, scale
 ) -> Tensor:
-    """The shared-prefix attention as batched products and a softmax, in float32.
+    """The shared-prefix attention as batched products and a softmax (float32 inputs; under bf16
+    autocast the products run in bf16 and the softmax in float32).
 
     Written out rather than left to sdpa because on a CPU, for the short blocks of a group (a prompt of
     a few hundred tokens, segments of tens), PyTorch's flash-attention backward costs more than
     these few products and their autograd backward; :func:`_math_applies` keeps larger passes on sdpa.
     Each key/value head's r query heads are one batch dimension of r·L queries (no repeated keys), and
-    all G segments' queries take their prompt scores in one product with the prompt's keys.
+    all G segments' queries take their prompt scores in one product with the prompt's keys. The
+    scores are the largest tensors here, so each costs one pass over them a direction: the scale
+    goes on the queries, the masks are added as a bias (no backward of their own), and the
+    probabilities are split, not sliced (whose backward would zero-fill two score-sized buffers).
 
     Args:
         query: [P, h, Lp + G·T, d]; key, value: [P, h_kv, Lp + G·T, d].
@@ -288,27 +292,28 @@ def _grouped_attention(
     """
     P, h, L, d = query.shape
     kv = key.shape[1]
-    r, Lp = h // kv, L - G * T
+    r, Lp, GT = h // kv, L - G * T, G * T
     scale = d**-0.5 if scale is None else scale
-    q = query.float().reshape(P, kv, r, L, d)  # query head i·r + j reads key/value head i
+    q = (query.float() * scale).reshape(P, kv, r, L, d)  # query head i·r + j reads key/value head i
     k, v = key.float()[:, :, None], value.float()[:, :, None]  # [P, kv, 1, L, d]
-    kp, vp = k[..., :Lp, :], v[..., :Lp, :]
-    neg = float("-inf")
+    qp, qs = q.split([Lp, GT], -2)
+    kp, ks = k.split([Lp, GT], -2)
+    vp, vs = v.split([Lp, GT], -2)
     # the prompt by itself
-    s = (q[..., :Lp, :] @ kp.transpose(-1, -2)).mul_(scale)  # [P, kv, r, Lp, Lp]
-    head = s.masked_fill_(~prompt_mask[:, None], neg).softmax(-1) @ vp
+    head = (qp @ kp.transpose(-1, -2) + _bias(prompt_mask[:, None])).softmax(-1) @ vp  # scores [P, kv, r, Lp, Lp]
     # the segments: their prompt keys in one product, their own keys segment by segment
-    qs = q[..., Lp:, :]  # [P, kv, r, G*T, d]
-    to_prompt = qs @ kp.transpose(-1, -2)  # [P, kv, r, G*T, Lp]
-    ks = k[..., Lp:, :].reshape(P, kv, 1, G, T, d)
-    vs = v[..., Lp:, :].reshape(P, kv, 1, G, T, d)
+    ks, vs = ks.reshape(P, kv, 1, G, T, d), vs.reshape(P, kv, 1, G, T, d)
     own = qs.reshape(P, kv, r, G, T, d) @ ks.transpose(-1, -2)  # [P, kv, r, G, T, T]
-    s = torch.cat([to_prompt, own.reshape(P, kv, r, G * T, T)], -1).mul_(scale)
-    mask = seg_mask.reshape(P, 1, 1, G * T, Lp + T)
-    p = s.masked_fill_(~mask, neg).softmax(-1)
-    tail = p[..., :Lp] @ vp + (p[..., Lp:].reshape(P, kv, r, G, T, T) @ vs).reshape(P, kv, r, G * T, d)
+    s = torch.cat([qs @ kp.transpose(-1, -2), own.reshape(P, kv, r, GT, T)], -1)  # [P, kv, r, G*T, Lp + T]
+    to_prompt, to_own = (s + _bias(seg_mask.reshape(P, 1, 1, GT, Lp + T))).softmax(-1).split([Lp, T], -1)
+    tail = to_prompt @ vp + (to_own.reshape(P, kv, r, G, T, T) @ vs).reshape(P, kv, r, GT, d)
     out = torch.cat([head, tail], 3).reshape(P, h, L, d)
     return out.transpose(1, 2).to(query.dtype).contiguous()
+
+
+def _bias(mask: Tensor) -> Tensor:
+    """``mask`` (True = attend) as an additive float32 score bias: 0 or -inf."""
+    return torch.zeros(mask.shape, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 def _register() -> None:
