@@ -271,8 +271,8 @@ def _math_applies(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, k
 def _grouped_attention(
     query: Tensor, key: Tensor, value: Tensor, prompt_mask: Tensor, seg_mask: Tensor, G: int, T: int, scale
 ) -> Tensor:
-    """The shared-prefix attention as batched products and a softmax (float32 inputs; under bf16
-    autocast the products run in bf16 and the softmax in float32).
+    """The shared-prefix attention as batched products and a softmax in float32, whatever the inputs'
+    dtype (under bf16 autocast the products run in bf16; the softmax stays in float32).
 
     Written out rather than left to sdpa because on a CPU, for the short blocks of a group (a prompt of
     a few hundred tokens, segments of tens), PyTorch's flash-attention backward costs more than
