@@ -271,8 +271,9 @@ def _math_applies(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, k
 def _grouped_attention(
     query: Tensor, key: Tensor, value: Tensor, prompt_mask: Tensor, seg_mask: Tensor, G: int, T: int, scale
 ) -> Tensor:
-    """The shared-prefix attention as batched products and a softmax in float32, whatever the inputs'
-    dtype (under bf16 autocast the products run in bf16; the softmax stays in float32).
+    """The shared-prefix attention as batched products and a softmax, in float32 whatever the inputs'
+    dtype (under bf16 autocast in bf16, as the products come out: a float32 softmax there would keep
+    float32 probabilities for the backward beside autocast's bf16 copy of them).
 
     Written out rather than left to sdpa because on a CPU, for the short blocks of a group (a prompt of
     a few hundred tokens, segments of tens), PyTorch's flash-attention backward costs more than
@@ -300,20 +301,21 @@ def _grouped_attention(
     kp, ks = k.split([Lp, GT], -2)
     vp, vs = v.split([Lp, GT], -2)
     # the prompt by itself
-    head = (qp @ kp.transpose(-1, -2) + _bias(prompt_mask[:, None])).softmax(-1) @ vp  # scores [P, kv, r, Lp, Lp]
+    s = qp @ kp.transpose(-1, -2)  # [P, kv, r, Lp, Lp]
+    head = (s + _bias(prompt_mask[:, None], s.dtype)).softmax(-1) @ vp
     # the segments: their prompt keys in one product, their own keys segment by segment
     ks, vs = ks.reshape(P, kv, 1, G, T, d), vs.reshape(P, kv, 1, G, T, d)
     own = qs.reshape(P, kv, r, G, T, d) @ ks.transpose(-1, -2)  # [P, kv, r, G, T, T]
     s = torch.cat([qs @ kp.transpose(-1, -2), own.reshape(P, kv, r, GT, T)], -1)  # [P, kv, r, G*T, Lp + T]
-    to_prompt, to_own = (s + _bias(seg_mask.reshape(P, 1, 1, GT, Lp + T))).softmax(-1).split([Lp, T], -1)
+    to_prompt, to_own = (s + _bias(seg_mask.reshape(P, 1, 1, GT, Lp + T), s.dtype)).softmax(-1).split([Lp, T], -1)
     tail = to_prompt @ vp + (to_own.reshape(P, kv, r, G, T, T) @ vs).reshape(P, kv, r, GT, d)
     out = torch.cat([head, tail], 3).reshape(P, h, L, d)
     return out.transpose(1, 2).to(query.dtype).contiguous()
 
 
-def _bias(mask: Tensor) -> Tensor:
-    """``mask`` (True = attend) as an additive float32 score bias: 0 or -inf."""
-    return torch.zeros(mask.shape, device=mask.device).masked_fill_(~mask, float("-inf"))
+def _bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """``mask`` (True = attend) as an additive score bias of ``dtype``: 0 or -inf."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 def _register() -> None:
