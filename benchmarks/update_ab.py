@@ -1,15 +1,18 @@
-"""Time one quickstart-shaped update of this tree against a git revision, interleaved.
+"""Time one update of this tree against a git revision, interleaved.
 
-The update: the quickstart's batch shape (4 prompts x G 8, prompts of 110-126 tokens left-padded to
-126, responses of 12 to ``--response`` tokens), the quickstart's config (shared prompt, micro-batches
-of one group, the fused head), ``accumulate_gradients`` then one fused AdamW step, on the built-in
-model. Each side runs in its own process (the revision's ``rlvr`` first on ``PYTHONPATH``, from a
-temporary ``git worktree``), the sides alternate ``--rounds`` times, and each process times
-``--updates`` updates after a warm-up; so a slow spell of a shared VM hits both sides alike. Each
-side's processes run in the environment its own ``rlvr`` command gives itself (:func:`tree_env`).
+The update: the quickstart's batch shape (``--shape quickstart``: 4 prompts x G 8, prompts of
+110-126 tokens left-padded to 126, responses of 12 to ``--response`` tokens) or
+``benchmarks/vs_trl.py``'s (``--shape vs_trl``: 2 prompts x G 8, prompts left-padded to 128,
+responses of 12 to 128 tokens), the quickstart's config (shared prompt, micro-batches of one group,
+the fused head), ``accumulate_gradients`` then one fused AdamW step, on the built-in model. Each
+side runs in its own process (the revision's ``rlvr`` first on ``PYTHONPATH``, from a temporary
+``git worktree``), the sides alternate ``--rounds`` times, and each process times ``--updates``
+updates after a warm-up; so a slow spell of a shared VM hits both sides alike. Each side's processes
+run in the environment its own ``rlvr`` command gives itself (:func:`tree_env`).
 
     python benchmarks/update_ab.py --base b6df056                # fp32
     python benchmarks/update_ab.py --base b6df056 --bf16         # under bf16 autocast
+    python benchmarks/update_ab.py --base b6df056 --shape vs_trl # long, uneven answers
 
 Writes benchmarks/results/update_ab-<capability>-<precision>-<date>.json and prints a table. Nothing
 else should run on the machine meanwhile.
@@ -31,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+SHAPES = {"quickstart": dict(P=4, prompt_len=126, response=21), "vs_trl": dict(P=2, prompt_len=128, response=128)}
+"""Batch shapes: prompts per step, the prompts' padded length and the default longest response."""
 
 
 def child(args) -> None:
@@ -46,9 +51,11 @@ def child(args) -> None:
     from rlvr.training.loop import accumulate_gradients
 
     model = load_model(resolve_model_path("smollm2-135m-instruct"))
-    batch = quickstart_batch(model.config.vocab_size, P=4, T=args.response)
+    shape = SHAPES[args.shape]
+    batch = quickstart_batch(model.config.vocab_size, P=shape["P"], prompt_len=shape["prompt_len"], T=args.response)
     adv = torch.randn(batch.input_ids.shape[0], generator=torch.Generator().manual_seed(1))
-    cfg = load_config("quickstart", [f"rollout.max_new_tokens={args.response}"])
+    overrides = [f"rollout.max_new_tokens={args.response}", f"train.prompts_per_step={shape['P']}"]
+    cfg = load_config("quickstart", overrides)
     if args.bf16 and getattr(cfg.train, "micro_batch_seqs_bf16", 0):  # as the trainer applies it (a base may lack it)
         bf16_passes = dataclasses.replace(cfg.train, micro_batch_seqs=cfg.train.micro_batch_seqs_bf16)
         cfg = dataclasses.replace(cfg, train=bf16_passes)
@@ -95,16 +102,20 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast in the update")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--updates", type=int, default=3, help="timed updates per process")
-    ap.add_argument("--response", type=int, default=21, help="longest response (the quickstart's: about 21)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="quickstart", help="the batch's shape (above)")
+    ap.add_argument("--response", type=int, help="longest response (default: the shape's; the quickstart's: about 21)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: PyTorch's); 1 on a busy machine")
     ap.add_argument("--tag", default="", help="added to the results file's name")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.response is None:
+        args.response = SHAPES[args.shape]["response"]
     if args.child:
         return child(args)
     if not args.base:
         ap.error("--base REVISION is required: the git revision to compare this tree against")
     flags = ["--updates", str(args.updates), "--response", str(args.response), "--threads", str(args.threads)]
+    flags += ["--shape", args.shape]
     flags += ["--bf16"] if args.bf16 else []
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = Path(tmp) / "base"
@@ -137,7 +148,13 @@ def main() -> None:
         "cpu_capability": info["cpu_capability"],
         "threads": info["threads"],
         "precision": precision,
-        "batch": {"prompts": 4, "G": 8, "prompt": 126, "response_max": args.response},
+        "batch": {
+            "shape": args.shape,
+            "prompts": SHAPES[args.shape]["P"],
+            "G": 8,
+            "prompt": SHAPES[args.shape]["prompt_len"],
+            "response_max": args.response,
+        },
         "rounds": args.rounds,
         "updates_per_round": args.updates,
         "update_s": {name: {"median": statistics.median(t), "min": min(t), "all": t} for name, t in runs.items()},
@@ -146,10 +163,11 @@ def main() -> None:
     names = list(runs)
     result["ratio_median"] = result["update_s"][names[1]]["median"] / result["update_s"][names[0]]["median"]
     RESULTS.mkdir(exist_ok=True)
-    tag = f"{precision}-{info['threads']}t" + (f"-{args.tag}" if args.tag else "")
+    shape = "" if args.shape == "quickstart" else f"-{args.shape}"
+    tag = f"{precision}-{info['threads']}t{shape}" + (f"-{args.tag}" if args.tag else "")
     out = RESULTS / f"update_ab-{info['cpu_capability']}-{tag}-{result['date']}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\n{info['cpu_capability']}, {info['threads']} threads, {precision}: one quickstart update, seconds")
+    print(f"\n{info['cpu_capability']}, {info['threads']} threads, {precision}: one {args.shape} update, seconds")
     print("| side | median | min | CPU s, median |\n| --- | --- | --- | --- |")
     for name, t in result["update_s"].items():
         print(f"| {name} | {t['median']:.2f} | {t['min']:.2f} | {result['update_cpu_s'][name]['median']:.2f} |")

@@ -17,13 +17,15 @@ under a bottom-right causal mask. Left padding in the prompt is masked out as a 
 attends to itself, so no row of scores is empty). Everything is on the device: the masks come from the
 attention mask tensor, and no host read is needed.
 
-Two kernels compute that attention. On a CPU, where the scores are small (:data:`MATH_SCORES_MAX`),
+Three kernels compute that attention. On a CPU, where the scores are small (:data:`MATH_SCORES_MAX`),
 :func:`_grouped_attention` writes it as a few batched products and a softmax: the G
 segments' queries meet the prompt's keys in one product (no per-row copy of the prompt's keys), the
 query heads of a key/value head are grouped instead of the keys being repeated, and autograd's
 backward of those products replaces PyTorch's CPU flash-attention backward, which is slow on these
-short blocks (and slower still on bf16 inputs). Elsewhere both parts are transformers' own
-``sdpa_attention_forward``.
+short blocks (and slower still on bf16 inputs). Rows without segment padding (``unpadded``) whose
+padding would be most of that kernel's work, or that it does not take, go segment by segment
+(:func:`_segment_attention`, the same grouped products on each segment's real length). Elsewhere both
+parts are transformers' own ``sdpa_attention_forward``.
 
 Exact: the logits and gradients equal the per-row pass to float rounding
 (``tests/models/test_shared_prefix.py``).
@@ -162,15 +164,14 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     their own; the outputs joined back to [P, Lp + G·T, heads, d], as ``sdpa_attention_forward``
     returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (gather, pick,
     lengths) (:func:`unpadded_index`'s and the segments' host lengths) the rows come without segment
-    padding ([P, heads, Lp + S, d]) and return to [P, Lp + S, heads, d]: on a CPU, where the grouped
-    kernel does not take them, segment by segment (:func:`_segment_attention`), else padded for the
-    attention."""
+    padding ([P, heads, Lp + S, d]) and return to [P, Lp + S, heads, d]: on a CPU segment by segment
+    (:func:`_segment_attention`) where :func:`_by_segment` says so, else padded for the attention."""
     G, T, masks, unpadded = shared_prefix
     if unpadded is None:
         return _padded_attention(module, query, key, value, G, T, masks, kwargs)
     gather, pick, lengths = unpadded
     Lp = query.shape[2] - pick.shape[1]
-    if _by_segment(module, query, key, Lp, G, T, kwargs):
+    if _by_segment(module, query, key, Lp, G, T, kwargs, lengths):
         return _segment_attention(query, key, value, masks, lengths, kwargs), None
     query, key, value = (torch.cat([x[:, :, :Lp], _take(x[:, :, Lp:], gather, 2)], 2) for x in (query, key, value))
     out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
@@ -205,10 +206,32 @@ def _padded_attention(module, query, key, value, G: int, T: int, masks: tuple[Te
 _SDPA_ONLY = ("softcap", "s_aux", "sinks", "sliding_window", "position_bias")
 
 
-def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict) -> bool:
-    """Whether an unpadded CPU pass runs its segments' attention one segment at a time: a plain CPU
-    call (:func:`_plain_cpu_call`) that the grouped kernel does not take."""
-    return _plain_cpu_call(query, key, kwargs) and not _math_applies(module, query, key, Lp, G, T, kwargs)
+def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict, lengths) -> bool:
+    """Whether an unpadded CPU pass runs its segments' attention one segment at a time
+    (:func:`_segment_attention`): a plain CPU call (:func:`_plain_cpu_call`) that the grouped kernel
+    does not take, or where the segments' padding costs that kernel more than the per-segment calls'
+    own overhead (:func:`_segments_cheaper`)."""
+    if not _plain_cpu_call(query, key, kwargs):
+        return False
+    return not _math_applies(module, query, key, Lp, G, T, kwargs) or _segments_cheaper(Lp, T, lengths, query.shape[0])
+
+
+SEGMENT_COST = (0.55, 9000)
+"""The per-segment kernel's cost in the grouped kernel's units (one score position of its padded
+segments, all heads): each real score position costs 0.55 of one, and each segment a fixed 9,000 (its
+few small operators, forward and backward, whatever its length). Fitted on a 2-core AVX-512 CPU
+with the built-in model's attention under bf16 autocast and in float32 (``benchmarks/NOTES.md``)."""
+
+
+def _segments_cheaper(Lp: int, T: int, lengths: tuple[int, ...], P: int) -> bool:
+    """Whether :func:`_segment_attention` costs less than :func:`_grouped_attention` on the same rows
+    padded to T (:data:`SEGMENT_COST`): long, uneven responses in few groups, where the padding is
+    most of the padded kernel's scores. Both also attend each group's prompt to itself."""
+    rate, fixed = SEGMENT_COST
+    prompt = P * Lp * Lp
+    padded = prompt + len(lengths) * T * (Lp + T)
+    real = prompt + sum(n * (Lp + n) for n in lengths)
+    return rate * real + fixed * len(lengths) < padded
 
 
 def _plain_cpu_call(query: Tensor, key: Tensor, kwargs: dict) -> bool:
@@ -218,17 +241,24 @@ def _plain_cpu_call(query: Tensor, key: Tensor, kwargs: dict) -> bool:
 
 
 def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths: tuple[int, ...], kwargs: dict):
-    """The shared-prefix attention of unpadded rows, one ``scaled_dot_product_attention`` per segment.
+    """The shared-prefix attention of unpadded rows, segment by segment, each as grouped products.
 
     Why: on a CPU, flash attention's cost follows its padded blocks, so a pass padded to its longest
     response pays for every shorter one; segment by segment each attends to exactly the prompt's keys
-    and its own (a few more calls a layer), and ``enable_gqa`` reads the key/value heads without
-    repeating them. The masks are :func:`layout`'s, cut to each segment's length.
+    and its own. Each call is :func:`_grouped_attention`'s form rather than sdpa's: a key/value
+    head's r query heads are one batch of r·n queries against its keys, where sdpa with
+    ``enable_gqa`` on a CPU takes its math path and repeats the keys and values r times (and sums
+    their gradients back). The rows are split once (one concatenation in the backward, not a
+    zero-filled full-size gradient per segment). The masks are :func:`layout`'s, cut to each
+    segment's length, as additive biases of the scores' dtype; under bf16 autocast the products and
+    the softmax run in bf16, as in :func:`_grouped_attention`.
 
     Args:
         query: [P, h, Lp + S, d]; key, value: [P, h_kv, Lp + S, d], segments end to end.
         masks: (prompt_mask [P, 1, Lp, Lp], seg_mask [P·G, 1, T, Lp + T]) of :func:`layout`.
         lengths: each row's segment length (1 ≤ · ≤ T), P·G of them.
+        kwargs: the attention call's; ``scaling`` and, in training, ``dropout`` (on the probabilities,
+            as sdpa's ``dropout_p``) are used.
 
     Returns:
         [P, Lp + S, h, d]; positions after a group's last segment are zero.
@@ -237,26 +267,42 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
     P, h, L, d = query.shape
     G = len(lengths) // P
     Lp = prompt_mask.shape[-1]
-    kw = dict(scale=kwargs.get("scaling"), enable_gqa=True)
-    if kwargs.get("dropout"):
-        kw["dropout_p"] = kwargs["dropout"]
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    scale = kwargs.get("scaling")
+    scale = d**-0.5 if scale is None else scale
+    dropout = kwargs.get("dropout") or 0.0
     rows = []
     for p in range(P):
-        q, k, v = query[p : p + 1], key[p : p + 1], value[p : p + 1]
-        kp, vp = k[:, :, :Lp], v[:, :, :Lp]
-        outs, at = [sdpa(q[:, :, :Lp], kp, vp, attn_mask=prompt_mask[p], **kw)], Lp
+        n = lengths[p * G : (p + 1) * G]
+        parts = [Lp, *n, L - Lp - sum(n)]
+        qs, ks, vs = (x[p].split(parts, 1) for x in (query, key, value))  # [h or h_kv, part, d] each
+        outs = [_attend(qs[0], ks[0], vs[0], prompt_mask[p, 0], scale, dropout)]
         for g in range(G):
-            n = lengths[p * G + g]
-            keys = slice(at, at + n)
-            mask = seg_mask[p * G + g, :, :n, : Lp + n]
-            kk, vv = torch.cat([kp, k[:, :, keys]], 2), torch.cat([vp, v[:, :, keys]], 2)
-            outs.append(sdpa(q[:, :, keys], kk, vv, attn_mask=mask, **kw))
-            at += n
-        if at < L:  # a group with fewer positions than the pass's S: its tail is read by nothing
-            outs.append(query.new_zeros(1, h, L - at, d))
-        rows.append(torch.cat(outs, 2))
-    return torch.cat(rows).transpose(1, 2).contiguous()
+            keys, values = torch.cat([ks[0], ks[g + 1]], 1), torch.cat([vs[0], vs[g + 1]], 1)
+            mask = seg_mask[p * G + g, 0, : n[g], : Lp + n[g]]
+            outs.append(_attend(qs[g + 1], keys, values, mask, scale, dropout))
+        if parts[-1]:  # a group with fewer positions than the pass's S: its tail is read by nothing
+            outs.append(outs[0].new_zeros(h, parts[-1], d))
+        rows.append(torch.cat(outs, 1))
+    return torch.stack(rows).transpose(1, 2).contiguous()
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, dropout: float) -> Tensor:
+    """softmax(q kᵀ · scale + bias(mask)) v for one segment, query heads grouped by key/value head.
+
+    Args:
+        q: [h, n, d]; k, v: [h_kv, m, d]; mask: [n, m] bool (True = attend).
+
+    Returns:
+        [h, n, d] in the products' dtype.
+    """
+    h, n, d = q.shape
+    kv, m = k.shape[0], k.shape[1]
+    r = h // kv  # query head i·r + j reads key/value head i
+    s = (q * scale).reshape(kv, r * n, d) @ k.transpose(-1, -2)  # [kv, r·n, m]
+    probs = (s.view(kv, r, n, m) + _bias(mask, s.dtype)).softmax(-1)
+    if dropout:
+        probs = torch.nn.functional.dropout(probs, dropout)
+    return (probs.view(kv, r * n, m) @ v).view(h, n, d)
 
 
 def _math_applies(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict) -> bool:

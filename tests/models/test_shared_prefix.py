@@ -163,6 +163,97 @@ def test_grouped_kernel_equals_sdpa_on_padded_prompts(dtype):
         torch.testing.assert_close(a, b, **tol)
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "autocast"])
+def test_segment_kernel_equals_sdpa_by_segment(autocast):
+    """The per-segment kernel of unpadded rows against sdpa (float32, repeated key/value heads) on
+    each segment: grouped query heads, a left-padded prompt, segments of different lengths and a
+    group shorter than the pass (its tail is zero); outputs and input gradients, in float32 and
+    under bf16 autocast."""
+    import contextlib
+
+    torch.manual_seed(0)
+    P, h, kv, Lp, G, T, d = 2, 6, 2, 7, 3, 5, 8
+    lengths = (5, 2, 4, 1, 3, 3)  # group 0: 11 positions, group 1: 7 (+ 4 of tail)
+    S = 11
+    L = Lp + S
+    real = torch.ones(P * G, Lp + 1 + T, dtype=torch.long)
+    real[G:, :3] = 0  # the second group's prompt has 3 tokens of left padding
+    positions = (real.cumsum(1) - 1).clamp(min=0)
+    *_, (pm, sm), _ = shared_prefix.layout(torch.zeros_like(real), real, positions, T, G)
+    qkv = [torch.randn(P, n, L, d) for n in (h, kv, kv)]
+    grad_out = torch.randn(P, L, h, d)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def reference(q, k, v):
+        rows = []
+        for p in range(P):
+            at, outs = Lp, []
+            rep = lambda x: x.repeat_interleave(h // kv, 0)  # noqa: E731
+            kp, vp = rep(k[p, :, :Lp]), rep(v[p, :, :Lp])
+            outs.append(sdpa(q[p, :, :Lp], kp, vp, attn_mask=pm[p, 0], scale=0.3))
+            for g in range(G):
+                n, seg = lengths[p * G + g], slice(at, at + lengths[p * G + g])
+                keys, values = torch.cat([kp, rep(k[p, :, seg])], 1), torch.cat([vp, rep(v[p, :, seg])], 1)
+                mask = sm[p * G + g, 0, :n, : Lp + n]
+                outs.append(sdpa(q[p, :, seg], keys, values, attn_mask=mask, scale=0.3))
+                at += n
+            outs.append(q.new_zeros(h, L - at, d))
+            rows.append(torch.cat(outs, 1))
+        return torch.stack(rows).transpose(1, 2)
+
+    def run(kernel: bool):
+        q, k, v = (x.clone().requires_grad_() for x in qkv)
+        if kernel:
+            with torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+                out = shared_prefix._segment_attention(q, k, v, (pm, sm), lengths, {"scaling": 0.3, "dropout": 0.0})
+        else:
+            out = reference(q, k, v)
+        out.float().backward(grad_out)
+        return out.float(), [x.grad for x in (q, k, v)]
+
+    got, want = run(True), run(False)
+    assert got[0].shape == (P, L, h, d) and not got[0][1, Lp + 7 :].any()
+    tol = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[0], want[0], **tol)
+    for a, b in zip(got[1], want[1]):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_segment_kernel_dropout_drops_probabilities():
+    """In training, the per-segment kernel's dropout acts on the attention probabilities as sdpa's
+    ``dropout_p``: all of them dropped, the output is zero; none, it is the plain output."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 9, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
+    pm, sm = torch.ones(1, 1, 5, 5, dtype=torch.bool).tril(), torch.ones(2, 1, 2, 7, dtype=torch.bool)
+    plain = shared_prefix._segment_attention(q, k, v, (pm, sm), (2, 2), {"dropout": 0.0})
+    assert plain.abs().sum() > 0
+    assert not shared_prefix._segment_attention(q, k, v, (pm, sm), (2, 2), {"dropout": 1.0}).any()
+    half = shared_prefix._segment_attention(q, k, v, (pm, sm), (2, 2), {"dropout": 0.5})
+    assert not torch.equal(half, plain) and half.abs().sum() > 0
+
+
+def test_unpadded_passes_go_by_segment_where_padding_dominates():
+    """An unpadded CPU pass goes segment by segment where the padding would be most of the grouped
+    kernel's work (one group of long, uneven responses: vs_trl.py's shape), and stays on the grouped
+    kernel where the segments are many and about equally long (the quickstart's), or on sdpa off a CPU."""
+    import types
+
+    module = types.SimpleNamespace(training=True)
+    uneven = (22, 128, 64, 90, 40, 128, 77, 100)
+    assert shared_prefix._segments_cheaper(127, 128, uneven, 1)
+    assert not shared_prefix._segments_cheaper(127, 40, (12, 40, 30, 20, 25, 33, 18, 22), 1)
+    even = tuple(range(12, 22)) * 3 + (20, 21)
+    assert not shared_prefix._segments_cheaper(125, 21, even, 4)
+    q, k = torch.zeros(1, 9, 127 + sum(uneven), 4), torch.zeros(1, 3, 127 + sum(uneven), 4)
+    assert shared_prefix._math_applies(module, q.bfloat16(), k.bfloat16(), 127, 8, 128, {})
+    assert shared_prefix._by_segment(module, q.bfloat16(), k.bfloat16(), 127, 8, 128, {}, uneven)
+    short = (12, 20, 15, 18, 14, 16, 19, 13)
+    q, k = torch.zeros(1, 9, 127 + sum(short), 4), torch.zeros(1, 3, 127 + sum(short), 4)
+    assert not shared_prefix._by_segment(module, q, k, 127, 8, 20, {}, short)
+    meta = types.SimpleNamespace(training=True)
+    assert not shared_prefix._by_segment(meta, q.to("meta"), k.to("meta"), 127, 8, 128, {}, uneven)
+
+
 def test_large_passes_and_dropout_take_sdpa():
     """The grouped kernel only below MATH_SCORES_MAX, without dropout, on a CPU."""
     import types
