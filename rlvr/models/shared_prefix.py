@@ -219,8 +219,9 @@ def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwa
 SEGMENT_COST = (0.55, 9000)
 """The per-segment kernel's cost in the grouped kernel's units (one score position of its padded
 segments, all heads): each real score position costs 0.55 of one, and each segment a fixed 9,000 (its
-few small operators, forward and backward, whatever its length). Fitted on a 2-core AVX-512 CPU
-with the built-in model's attention under bf16 autocast and in float32 (``benchmarks/NOTES.md``)."""
+few small operators, forward and backward, whatever its length). Fitted on a 2-core AVX-512 CPU to
+the built-in model's attention under bf16 autocast; in float32, where the padded kernel is slower,
+it errs toward the padded kernel (``benchmarks/NOTES.md``)."""
 
 
 def _segments_cheaper(Lp: int, T: int, lengths: tuple[int, ...], P: int) -> bool:
