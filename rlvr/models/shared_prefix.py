@@ -213,22 +213,27 @@ def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwa
     own overhead (:func:`_segments_cheaper`)."""
     if not _plain_cpu_call(query, key, kwargs):
         return False
-    return not _math_applies(module, query, key, Lp, G, T, kwargs) or _segments_cheaper(Lp, T, lengths, query.shape[0])
+    if not _math_applies(module, query, key, Lp, G, T, kwargs):
+        return True
+    low = query.dtype != torch.float32 or torch.is_autocast_enabled(query.device.type)
+    return _segments_cheaper(Lp, T, lengths, query.shape[0], low)
 
 
-SEGMENT_COST = (0.55, 9000)
+SEGMENT_COST = {torch.float32: (0.55, 3000), "low": (0.55, 9000)}
 """The per-segment kernel's cost in the grouped kernel's units (one score position of its padded
-segments, all heads): each real score position costs 0.55 of one, and each segment a fixed 9,000 (its
-few small operators, forward and backward, whatever its length). Fitted on a 2-core AVX-512 CPU to
-the built-in model's attention under bf16 autocast; in float32, where the padded kernel is slower,
-it errs toward the padded kernel (``benchmarks/NOTES.md``)."""
+segments, all heads), by the inputs' dtype as :data:`MATH_SCORES_MAX` (``"low"``: bf16/fp16 or under
+autocast): each real score position costs 0.55 of one, and each segment a fixed cost (its few small
+operators, forward and backward, whatever its length), three times float32's in bf16, where the padded
+kernel is faster. Fitted on a 2-core AVX-512 CPU to the built-in model's attention
+(``benchmarks/NOTES.md``)."""
 
 
-def _segments_cheaper(Lp: int, T: int, lengths: tuple[int, ...], P: int) -> bool:
+def _segments_cheaper(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bool) -> bool:
     """Whether :func:`_segment_attention` costs less than :func:`_grouped_attention` on the same rows
-    padded to T (:data:`SEGMENT_COST`): long, uneven responses in few groups, where the padding is
-    most of the padded kernel's scores. Both also attend each group's prompt to itself."""
-    rate, fixed = SEGMENT_COST
+    padded to T (:data:`SEGMENT_COST`, ``low``: bf16/fp16 products): long, uneven responses in few
+    groups, where the padding is most of the padded kernel's scores. Both also attend each group's
+    prompt to itself."""
+    rate, fixed = SEGMENT_COST["low" if low else torch.float32]
     prompt = P * Lp * Lp
     padded = prompt + len(lengths) * T * (Lp + T)
     real = prompt + sum(n * (Lp + n) for n in lengths)

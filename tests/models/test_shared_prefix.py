@@ -235,23 +235,29 @@ def test_segment_kernel_dropout_drops_probabilities():
 def test_unpadded_passes_go_by_segment_where_padding_dominates():
     """An unpadded CPU pass goes segment by segment where the padding would be most of the grouped
     kernel's work (one group of long, uneven responses: vs_trl.py's shape), and stays on the grouped
-    kernel where the segments are many and about equally long (the quickstart's), or on sdpa off a CPU."""
+    kernel where the segments are many and about equally long (the quickstart's), or on sdpa off a
+    CPU. A segment's fixed cost is higher in bf16 (or under autocast), where the padded kernel is faster."""
     import types
 
     module = types.SimpleNamespace(training=True)
     uneven = (22, 128, 64, 90, 40, 128, 77, 100)
-    assert shared_prefix._segments_cheaper(127, 128, uneven, 1)
-    assert not shared_prefix._segments_cheaper(127, 40, (12, 40, 30, 20, 25, 33, 18, 22), 1)
+    short_uneven = (12, 40, 30, 20, 25, 33, 18, 22)
     even = tuple(range(12, 22)) * 3 + (20, 21)
-    assert not shared_prefix._segments_cheaper(125, 21, even, 4)
-    q, k = torch.zeros(1, 9, 127 + sum(uneven), 4), torch.zeros(1, 3, 127 + sum(uneven), 4)
-    assert shared_prefix._math_applies(module, q.bfloat16(), k.bfloat16(), 127, 8, 128, {})
-    assert shared_prefix._by_segment(module, q.bfloat16(), k.bfloat16(), 127, 8, 128, {}, uneven)
+    for low in (False, True):
+        assert shared_prefix._segments_cheaper(127, 128, uneven, 1, low)
+        assert not shared_prefix._segments_cheaper(125, 21, even, 4, low)
+    assert shared_prefix._segments_cheaper(127, 40, short_uneven, 1, low=False)
+    assert not shared_prefix._segments_cheaper(127, 40, short_uneven, 1, low=True)
+    q, k = torch.zeros(1, 9, 127 + sum(short_uneven), 4), torch.zeros(1, 3, 127 + sum(short_uneven), 4)
+    assert shared_prefix._math_applies(module, q, k, 127, 8, 40, {})
+    assert shared_prefix._by_segment(module, q, k, 127, 8, 40, {}, short_uneven)
+    assert not shared_prefix._by_segment(module, q.bfloat16(), k.bfloat16(), 127, 8, 40, {}, short_uneven)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the update's case: float32 inputs, bf16 products
+        assert not shared_prefix._by_segment(module, q, k, 127, 8, 40, {}, short_uneven)
     short = (12, 20, 15, 18, 14, 16, 19, 13)
     q, k = torch.zeros(1, 9, 127 + sum(short), 4), torch.zeros(1, 3, 127 + sum(short), 4)
     assert not shared_prefix._by_segment(module, q, k, 127, 8, 20, {}, short)
-    meta = types.SimpleNamespace(training=True)
-    assert not shared_prefix._by_segment(meta, q.to("meta"), k.to("meta"), 127, 8, 128, {}, uneven)
+    assert not shared_prefix._by_segment(module, q.to("meta"), k.to("meta"), 127, 8, 20, {}, uneven)
 
 
 def test_large_passes_and_dropout_take_sdpa():
