@@ -32,10 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from remove_padding import SHAPES  # the batch shapes (prompts, padded prompt length, longest response T)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-SHAPES = {"quickstart": dict(P=4, prompt_len=126, response=21), "vs_trl": dict(P=2, prompt_len=128, response=128)}
-"""Batch shapes: prompts per step, the prompts' padded length and the default longest response."""
 
 
 def child(args) -> None:
@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.response is None:
-        args.response = SHAPES[args.shape]["response"]
+        args.response = SHAPES[args.shape]["T"]
     if args.child:
         return child(args)
     if not args.base:
