@@ -151,11 +151,20 @@ def unpadded_index(lengths: Tensor, T: int, S: int) -> tuple[Tensor, Tensor, Ten
     return gather.reshape(P, G * T), pick, unpad
 
 
-def _take(x: Tensor, index: Tensor, dim: int) -> Tensor:
-    """``x``'s positions ``index[p]`` along ``dim`` (≥ 1) for each leading row p: [P, …] by [P, n]."""
-    if x.shape[0] == 1:
-        return x.index_select(dim, index[0])
-    return torch.stack([x[p].index_select(dim - 1, index[p]) for p in range(x.shape[0])])
+def _flat_rows(index: Tensor, Lp: int, L: int) -> Tensor:
+    """The flat positions ``p·L + i`` that :func:`_rows` takes for each row p: its first ``Lp`` (the
+    prompt) and then ``Lp + index[p]``, for rows of ``L`` positions ([P, n] → [P·(Lp + n)])."""
+    P = index.shape[0]
+    prompt = torch.arange(Lp, device=index.device).expand(P, Lp)
+    return (torch.cat([prompt, index + Lp], 1) + torch.arange(P, device=index.device)[:, None] * L).flatten()
+
+
+def _rows(x: Tensor, flat: Tensor) -> Tensor:
+    """``x`` ([P, L, h, d]) at the flat positions ``flat`` (:func:`_flat_rows`), as [P, n, h, d]: one
+    ``index_select`` (one ``index_add`` back), where a slice, a gather per row and their
+    concatenation took ten operators a direction."""
+    P, L, h, d = x.shape
+    return x.reshape(P * L, h * d).index_select(0, flat).view(P, -1, h, d)
 
 
 def _shared_prefix_attention(module, query, key, value, attention_mask, *, shared_prefix: tuple, **kwargs):
@@ -173,9 +182,10 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     Lp = query.shape[2] - pick.shape[1]
     if _by_segment(module, query, key, Lp, G, T, kwargs, lengths):
         return _segment_attention(query, key, value, masks, lengths, kwargs), None
-    query, key, value = (torch.cat([x[:, :, :Lp], _take(x[:, :, Lp:], gather, 2)], 2) for x in (query, key, value))
+    padded = _flat_rows(gather, Lp, query.shape[2])
+    query, key, value = (_rows(x.transpose(1, 2), padded).transpose(1, 2) for x in (query, key, value))
     out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
-    return torch.cat([out[:, :Lp], _take(out[:, Lp:], pick, 1)], 1), None
+    return _rows(out, _flat_rows(pick, Lp, out.shape[1])), None
 
 
 def _padded_attention(module, query, key, value, G: int, T: int, masks: tuple[Tensor, Tensor], kwargs: dict):
@@ -257,7 +267,8 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
     their gradients back). The rows are split once (one concatenation in the backward, not a
     zero-filled full-size gradient per segment). The masks are :func:`layout`'s, cut to each
     segment's length, as additive biases of the scores' dtype; under bf16 autocast the products and
-    the softmax run in bf16, as in :func:`_grouped_attention`.
+    the softmax run in bf16, as in :func:`_grouped_attention` (the inputs cast once, the queries
+    scaled first), and the output is bf16.
 
     Args:
         query: [P, h, Lp + S, d]; key, value: [P, h_kv, Lp + S, d], segments end to end.
@@ -267,7 +278,8 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
             as sdpa's ``dropout_p``) are used.
 
     Returns:
-        [P, Lp + S, h, d]; positions after a group's last segment are zero.
+        [P, Lp + S, h, d] in the query's dtype (computed in float32) or autocast's; positions after
+        a group's last segment are zero.
     """
     prompt_mask, seg_mask = masks
     P, h, L, d = query.shape
@@ -276,27 +288,30 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
     scale = kwargs.get("scaling")
     scale = d**-0.5 if scale is None else scale
     dropout = kwargs.get("dropout") or 0.0
+    dt = _products_dtype(query)
+    out_dtype = query.dtype if dt == torch.float32 else dt
+    query, key, value = (query.float() * scale).to(dt), key.to(dt), value.to(dt)  # each cast once, not per product
     rows = []
     for p in range(P):
         n = lengths[p * G : (p + 1) * G]
         parts = [Lp, *n, L - Lp - sum(n)]
         qs, ks, vs = (x[p].split(parts, 1) for x in (query, key, value))  # [h or h_kv, part, d] each
-        outs = [_attend(qs[0], ks[0], vs[0], prompt_mask[p, 0], scale, dropout)]
+        outs = [_attend(qs[0], ks[0], vs[0], prompt_mask[p, 0], dropout)]
         for g in range(G):
             keys, values = torch.cat([ks[0], ks[g + 1]], 1), torch.cat([vs[0], vs[g + 1]], 1)
             mask = seg_mask[p * G + g, 0, : n[g], : Lp + n[g]]
-            outs.append(_attend(qs[g + 1], keys, values, mask, scale, dropout))
+            outs.append(_attend(qs[g + 1], keys, values, mask, dropout))
         if parts[-1]:  # a group with fewer positions than the pass's S: its tail is read by nothing
             outs.append(outs[0].new_zeros(h, parts[-1], d))
         rows.append(torch.cat(outs, 1))
-    return torch.stack(rows).transpose(1, 2).contiguous()
+    return torch.stack(rows).transpose(1, 2).to(out_dtype).contiguous()
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, dropout: float) -> Tensor:
-    """softmax(q kᵀ · scale + bias(mask)) v for one segment, query heads grouped by key/value head.
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout: float) -> Tensor:
+    """softmax(q kᵀ + bias(mask)) v for one segment, query heads grouped by key/value head.
 
     Args:
-        q: [h, n, d]; k, v: [h_kv, m, d]; mask: [n, m] bool (True = attend).
+        q: [h, n, d], scaled; k, v: [h_kv, m, d]; mask: [n, m] bool (True = attend).
 
     Returns:
         [h, n, d] in the products' dtype.
@@ -304,7 +319,7 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, dropout
     h, n, d = q.shape
     kv, m = k.shape[0], k.shape[1]
     r = h // kv  # query head i·r + j reads key/value head i
-    s = (q * scale).reshape(kv, r * n, d) @ k.transpose(-1, -2)  # [kv, r·n, m]
+    s = q.reshape(kv, r * n, d) @ k.transpose(-1, -2)  # [kv, r·n, m]
     probs = (s.view(kv, r, n, m) + _bias(mask, s.dtype)).softmax(-1)
     if dropout:
         probs = torch.nn.functional.dropout(probs, dropout)
@@ -324,8 +339,9 @@ def _grouped_attention(
     query: Tensor, key: Tensor, value: Tensor, prompt_mask: Tensor, seg_mask: Tensor, G: int, T: int, scale
 ) -> Tensor:
     """The shared-prefix attention as batched products and a softmax, in float32 whatever the inputs'
-    dtype (under bf16 autocast in bf16, as the products come out: a float32 softmax there would keep
-    float32 probabilities for the backward beside autocast's bf16 copy of them).
+    dtype; under bf16 autocast in bf16 (:func:`_products_dtype`: the queries scaled in float32, then
+    each input cast once), softmax included (a float32 softmax there would keep float32
+    probabilities for the backward beside a bf16 copy of them), with a bf16 output as sdpa's.
 
     Written out rather than left to sdpa because on a CPU, for the short blocks of a group (a prompt of
     a few hundred tokens, segments of tens), PyTorch's flash-attention backward costs more than
@@ -341,14 +357,15 @@ def _grouped_attention(
         prompt_mask: [P, 1, Lp, Lp] bool; seg_mask: [P·G, 1, T, Lp + T] bool (:func:`layout`).
 
     Returns:
-        [P, Lp + G·T, h, d] in the query's dtype.
+        [P, Lp + G·T, h, d] in the query's dtype (in float32) or autocast's.
     """
     P, h, L, d = query.shape
     kv = key.shape[1]
     r, Lp, GT = h // kv, L - G * T, G * T
     scale = d**-0.5 if scale is None else scale
-    q = (query.float() * scale).reshape(P, kv, r, L, d)  # query head i·r + j reads key/value head i
-    k, v = key.float()[:, :, None], value.float()[:, :, None]  # [P, kv, 1, L, d]
+    dt = _products_dtype(query)
+    q = (query.float() * scale).to(dt).reshape(P, kv, r, L, d)  # query head i·r + j reads key/value head i
+    k, v = key.to(dt)[:, :, None], value.to(dt)[:, :, None]  # [P, kv, 1, L, d]
     qp, qs = q.split([Lp, GT], -2)
     kp, ks = k.split([Lp, GT], -2)
     vp, vs = v.split([Lp, GT], -2)
@@ -362,7 +379,14 @@ def _grouped_attention(
     to_prompt, to_own = (s + _bias(seg_mask.reshape(P, 1, 1, GT, Lp + T), s.dtype)).softmax(-1).split([Lp, T], -1)
     tail = to_prompt @ vp + (to_own.reshape(P, kv, r, G, T, T) @ vs).reshape(P, kv, r, GT, d)
     out = torch.cat([head, tail], 3).reshape(P, h, L, d)
-    return out.transpose(1, 2).to(query.dtype).contiguous()
+    return out.transpose(1, 2).to(query.dtype if dt == torch.float32 else dt).contiguous()
+
+
+def _products_dtype(x: Tensor) -> torch.dtype:
+    """The dtype the attention's products run in: autocast's on ``x``'s device where it is on (cast
+    once here rather than by every product, each of which would cast its inputs again), else float32."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
 
 
 def _bias(mask: Tensor, dtype: torch.dtype) -> Tensor:

@@ -153,11 +153,13 @@ def test_grouped_kernel_equals_sdpa_on_padded_prompts(dtype):
                 m.setattr(shared_prefix, "MATH_SCORES_MAX", {torch.float32: 0, "low": 0})
                 out = shared_prefix._shared_prefix_attention(module, q32, k32, v32, None, **kw)[0]
         out.float().backward(grad_out)
+        dtypes.append(out.dtype)
         return out.float(), [x.grad.float() for x in (q, k, v)]
 
+    dtypes = []
     got, want = run(True), run(False)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 and not autocast else dict(rtol=2e-2, atol=2e-2)
-    assert got[0].dtype == torch.float32 and run(True)[0].shape == (P, L, h, d)
+    assert dtypes[0] == (torch.bfloat16 if autocast else dtype) and got[0].shape == (P, L, h, d)  # as sdpa's
     torch.testing.assert_close(got[0], want[0], **tol)
     for a, b in zip(got[1], want[1]):
         torch.testing.assert_close(a, b, **tol)
@@ -217,6 +219,36 @@ def test_segment_kernel_equals_sdpa_by_segment(autocast):
     torch.testing.assert_close(got[0], want[0], **tol)
     for a, b in zip(got[1], want[1]):
         torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize("kernel", ["grouped", "segments"])
+def test_kernels_cast_each_input_once_under_autocast(kernel):
+    """Under bf16 autocast the attention kernels cast their float32 queries, keys and values to bf16
+    once each, not once per product (the grouped kernel reads the prompt's keys and values in two
+    products each), and return bf16, as sdpa does there; bf16 inputs without autocast come back bf16."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Casts(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Casts.n += func is torch.ops.aten._to_copy.default
+            return func(*args, **(kwargs or {}))
+
+    P, h, kv, Lp, G, T, d = 2, 6, 2, 7, 3, 4, 8
+    real = torch.ones(P * G, Lp + 1 + T, dtype=torch.long)
+    *_, (pm, sm), _ = shared_prefix.layout(torch.zeros_like(real), real, (real.cumsum(1) - 1), T, G)
+    q, k, v = (torch.randn(P, n, Lp + G * T, d) for n in (h, kv, kv))
+
+    def attend(q, k, v):
+        if kernel == "grouped":
+            return shared_prefix._grouped_attention(q, k, v, pm, sm, G, T, 0.3)
+        return shared_prefix._segment_attention(q, k, v, (pm, sm), (T,) * (P * G), {"scaling": 0.3})
+
+    with torch.autocast("cpu", dtype=torch.bfloat16), Casts():
+        out = attend(q, k, v)
+    assert out.dtype == torch.bfloat16 and Casts.n == 3
+    assert attend(q.bfloat16(), k.bfloat16(), v.bfloat16()).dtype == torch.bfloat16  # float32 inside, bf16 out
 
 
 def test_segment_kernel_dropout_drops_probabilities():
