@@ -38,11 +38,11 @@ and the **floor**: the least time this device could take for the same work, pref
 once per decode step (per chunk: its longest row's length − 1 steps) and each live row's KV cache
 once per step (its real prompt tokens plus the tokens so far; each group's prompt is counted per
 row); the prefill reads the weights once per chunk and writes the prompts' cache; all those bytes
-over the device's measured copy bandwidth (``workload.device_rates``). ``fraction_of_floor`` = floor
-/ measured time (1.0 = at the floor). Beside it the FLOPs over the measured matmul rate
-(``compute_s``) and the roofline, the larger of the two terms per phase (``roofline_s``), which a
-prefill of long prompts on a CPU can push above the bytes' floor. On a GPU also
-``torch.cuda.max_memory_allocated`` and the count of graphs dynamo compiled during warm-up and
+over the device's measured bandwidth (the faster of reading and copying, ``workload.device_rates``).
+``fraction_of_floor`` = floor / measured time (1.0 = at the floor). Beside it the FLOPs over the
+measured matmul rate (``compute_s``) and the roofline, the larger of the two terms per phase
+(``roofline_s``), which a prefill of long prompts on a CPU can push above the bytes' floor. On a GPU
+also ``torch.cuda.max_memory_allocated`` and the count of graphs dynamo compiled during warm-up and
 during the timed calls (none expected in the latter).
 
 Writes ``benchmarks/results/decode-<date>-<device>.json`` (``<device>``: ``cpu-<capability>`` or the
@@ -94,7 +94,7 @@ def floor_of_call(
         dtype_bytes: bytes per weight and per cached key/value element.
 
     Returns:
-        ``seconds``: the floor, bytes read and written over the copy bandwidth (``bytes``); ``compute_s``:
+        ``seconds``: the floor, bytes read and written over the bandwidth (``bytes``); ``compute_s``:
         the FLOPs over the matmul rate; ``roofline_s``: the larger of the two per phase, summed (above
         ``seconds`` where a phase, such as a long prompt's prefill, is compute-bound); ``bound``.
     """
@@ -336,7 +336,7 @@ def main() -> None:
         f"{args.model} on {info['gpu'] or 'cpu ' + info['cpu_capability']}, {dtype}, {engine_kind} decode; "
         f"{args.rows} rows (G={G}), <= {args.max_new_tokens} new tokens"
         + (f", EOS about every {args.eos_every}" if args.eos_every else "")
-        + f"\nwarm-up {warm['seconds']:.2f} s; floor = bytes / copy bandwidth {rates['bytes_per_s'] / 1e9:.1f} GB/s "
+        + f"\nwarm-up {warm['seconds']:.2f} s; floor = bytes / bandwidth {rates['bytes_per_s'] / 1e9:.1f} GB/s "
         f"(matmul {rates['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s: the roofline is {median['floor']['bound']}-bound)\n"
     )
     if calibration:

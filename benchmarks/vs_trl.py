@@ -19,9 +19,9 @@
 built-in tokenizer, because no weights reach a machine without a network, and scores both sides
 with ``spread_reward.py`` (the share of distinct characters), which varies by completion, so every
 group has a spread and the update does the work a real run does. The result file then also holds
-each side's ``torch.cuda.max_memory_allocated``, the device's measured matmul rate and copy
-bandwidth, and the rollout's roofline floor on them beside each side's generation time; it is
-named ``vs_trl-<date>-<gpu>.json``.
+each side's ``torch.cuda.max_memory_allocated``, the device's measured matmul rate and
+bandwidth (the faster of reading and copying), and the rollout's roofline floor on them beside each
+side's generation time; it is named ``vs_trl-<date>-<gpu>.json``.
 
 **Variable lengths** (``--eos-every N``, random models only): a random model never samples EOS, so
 every response runs to ``--max-new-tokens`` and neither side's handling of finished rows is

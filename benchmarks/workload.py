@@ -286,9 +286,11 @@ def _states(model, ids, mask, start: int, response_mask):
 
 def device_rates(device: str, dtype: str) -> dict:
     """What ``device`` sustains, measured here: matmul FLOP/s of 4096 x 4096 products (1024 on a CPU, the
-    faster of MKL's and oneDNN's packed product, as ``roofline.py`` measures) in ``dtype`` and the copy
-    bandwidth of a 1 GiB tensor (256 MiB on a CPU; read + write bytes), best of 5 each; for the
-    rollout's roofline floor."""
+    faster of MKL's and oneDNN's packed product, as ``roofline.py`` measures) in ``dtype``, and the
+    bandwidth of reading (a sum) and of copying (read + write bytes) a 1 GiB tensor (256 MiB on a CPU),
+    best of 5 each; for the rollout's roofline floor. ``bytes_per_s`` is the faster of the two: a
+    floor takes the best rate the device shows, and a decode step mostly reads its weights (copy
+    bandwidth alone, as before 2026-11-27, put a CPU's floor above a measured rollout)."""
     import torch
 
     dt = getattr(torch, dtype)
@@ -316,8 +318,10 @@ def device_rates(device: str, dtype: str) -> dict:
             flops = max(flops, 2 * n**3 / best(lambda: packed_linear(a, packed)))
     x = torch.empty(2**28 if device.startswith("cuda") else 2**26, device=device, dtype=torch.float32)
     y = torch.empty_like(x)
-    bytes_per_s = 2 * x.numel() * 4 / best(lambda: y.copy_(x))
-    return {"matmul_flops_per_s": flops, "bytes_per_s": bytes_per_s, "matmul_dtype": dtype}
+    copy = 2 * x.numel() * 4 / best(lambda: y.copy_(x))
+    read = x.numel() * 4 / best(lambda: x.sum())
+    rates = {"matmul_flops_per_s": flops, "bytes_per_s": max(read, copy), "matmul_dtype": dtype}
+    return rates | {"read_bytes_per_s": read, "copy_bytes_per_s": copy}
 
 
 def machine(device: str) -> dict:

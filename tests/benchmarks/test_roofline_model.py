@@ -95,3 +95,13 @@ def test_floor_takes_the_larger_term_and_phases_add():
     assert both.compute_s == pytest.approx(0.316416 + 0.185856)
     fast_memory = floor(Cost(316416, 92800), Rates(flops_per_s=1e5, bytes_per_s=1e6))
     assert fast_memory.seconds == pytest.approx(3.16416) and fast_memory.bound == "compute"
+
+
+def test_device_rates_floor_uses_the_faster_of_reading_and_copying(monkeypatch):
+    """The floor's bandwidth is the best the device showed: the faster of a read (sum) and a copy,
+    both kept in the result; a floor on the copy rate alone sat above a measured CPU rollout."""
+    import workload
+
+    rates = workload.device_rates("cpu", "float32")
+    assert rates["read_bytes_per_s"] > 0 and rates["copy_bytes_per_s"] > 0
+    assert rates["bytes_per_s"] == max(rates["read_bytes_per_s"], rates["copy_bytes_per_s"])
