@@ -126,6 +126,7 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
     Lp = ids.shape[1] - G * T
     gather, pick, unpad = shared_prefix.unpadded_index(lengths.view(P, G).clamp(1, T), T, S)
     ids, pos = (torch.cat([x[:, :Lp], x[:, Lp:].gather(1, pick)], 1) for x in (ids, pos))
+    rows_index = shared_prefix.unpadded_rows(gather, pick, Lp)  # once for every layer of the pass
 
     def run(response_pass):
         with shared_prefix.shared_attention(model), response_pass():
@@ -135,7 +136,7 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
                 position_ids=pos,
                 logits_to_keep=_keep(Lp, Lp + S, ids.device),
                 use_cache=False,
-                shared_prefix=(G, T, masks, (gather, pick, host)),
+                shared_prefix=(G, T, masks, (*rows_index, host)),
             )
         return out.logits  # [P, S, ·]
 

@@ -151,6 +151,15 @@ def unpadded_index(lengths: Tensor, T: int, S: int) -> tuple[Tensor, Tensor, Ten
     return gather.reshape(P, G * T), pick, unpad
 
 
+def unpadded_rows(gather: Tensor, pick: Tensor, Lp: int) -> tuple[Tensor, Tensor]:
+    """The flat row indices that move an unpadded pass's queries, keys and values into the padded
+    layout and its attention outputs back (:func:`_rows`), from :func:`unpadded_index`'s ``gather``
+    and ``pick`` and the prompt part's length: (into [P·(Lp + G·T)], back [P·(Lp + S)]). Built once
+    per pass, for all its layers."""
+    S, GT = pick.shape[1], gather.shape[1]
+    return _flat_rows(gather, Lp, Lp + S), _flat_rows(pick, Lp, Lp + GT)
+
+
 def _flat_rows(index: Tensor, Lp: int, L: int) -> Tensor:
     """The flat positions ``p·L + i`` that :func:`_rows` takes for each row p: its first ``Lp`` (the
     prompt) and then ``Lp + index[p]``, for rows of ``L`` positions ([P, n] → [P·(Lp + n)])."""
@@ -171,21 +180,21 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     """Attention of one-pass rows ``[prompt | G segments of T]`` ([P, heads, Lp + G·T, d] queries, keys,
     values): the prompt by itself, the segments as a batch of P·G against the prompt's keys and
     their own; the outputs joined back to [P, Lp + G·T, heads, d], as ``sdpa_attention_forward``
-    returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (gather, pick,
-    lengths) (:func:`unpadded_index`'s and the segments' host lengths) the rows come without segment
-    padding ([P, heads, Lp + S, d]) and return to [P, Lp + S, heads, d]: on a CPU segment by segment
-    (:func:`_segment_attention`) where :func:`_by_segment` says so, else padded for the attention."""
+    returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (into, back,
+    lengths) (:func:`unpadded_rows`' indices and the segments' host lengths) the rows come without
+    segment padding ([P, heads, Lp + S, d]) and return to [P, Lp + S, heads, d]: on a CPU segment by
+    segment (:func:`_segment_attention`) where :func:`_by_segment` says so, else padded for the
+    attention."""
     G, T, masks, unpadded = shared_prefix
     if unpadded is None:
         return _padded_attention(module, query, key, value, G, T, masks, kwargs)
-    gather, pick, lengths = unpadded
-    Lp = query.shape[2] - pick.shape[1]
+    into, back, lengths = unpadded
+    Lp = masks[0].shape[-1]
     if _by_segment(module, query, key, Lp, G, T, kwargs, lengths):
         return _segment_attention(query, key, value, masks, lengths, kwargs), None
-    padded = _flat_rows(gather, Lp, query.shape[2])
-    query, key, value = (_rows(x.transpose(1, 2), padded).transpose(1, 2) for x in (query, key, value))
+    query, key, value = (_rows(x.transpose(1, 2), into).transpose(1, 2) for x in (query, key, value))
     out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
-    return _rows(out, _flat_rows(pick, Lp, out.shape[1])), None
+    return _rows(out, back), None
 
 
 def _padded_attention(module, query, key, value, G: int, T: int, masks: tuple[Tensor, Tensor], kwargs: dict):
