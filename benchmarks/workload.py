@@ -320,8 +320,13 @@ def device_rates(device: str, dtype: str) -> dict:
     y = torch.empty_like(x)
     copy = 2 * x.numel() * 4 / best(lambda: y.copy_(x))
     read = x.numel() * 4 / best(lambda: x.sum())
-    rates = {"matmul_flops_per_s": flops, "bytes_per_s": max(read, copy), "matmul_dtype": dtype}
-    return rates | {"read_bytes_per_s": read, "copy_bytes_per_s": copy}
+    return {
+        "matmul_flops_per_s": flops,
+        "bytes_per_s": max(read, copy),
+        "read_bytes_per_s": read,
+        "copy_bytes_per_s": copy,
+        "matmul_dtype": dtype,
+    }
 
 
 def machine(device: str) -> dict:

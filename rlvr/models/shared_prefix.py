@@ -297,8 +297,7 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
     scale = kwargs.get("scaling")
     scale = d**-0.5 if scale is None else scale
     dropout = kwargs.get("dropout") or 0.0
-    dt = _products_dtype(query)
-    out_dtype = query.dtype if dt == torch.float32 else dt
+    dt, out_dtype = _products_dtype(query)
     query, key, value = (query.float() * scale).to(dt), key.to(dt), value.to(dt)  # each cast once, not per product
     rows = []
     for p in range(P):
@@ -372,7 +371,7 @@ def _grouped_attention(
     kv = key.shape[1]
     r, Lp, GT = h // kv, L - G * T, G * T
     scale = d**-0.5 if scale is None else scale
-    dt = _products_dtype(query)
+    dt, out_dtype = _products_dtype(query)
     q = (query.float() * scale).to(dt).reshape(P, kv, r, L, d)  # query head i·r + j reads key/value head i
     k, v = key.to(dt)[:, :, None], value.to(dt)[:, :, None]  # [P, kv, 1, L, d]
     qp, qs = q.split([Lp, GT], -2)
@@ -388,14 +387,18 @@ def _grouped_attention(
     to_prompt, to_own = (s + _bias(seg_mask.reshape(P, 1, 1, GT, Lp + T), s.dtype)).softmax(-1).split([Lp, T], -1)
     tail = to_prompt @ vp + (to_own.reshape(P, kv, r, G, T, T) @ vs).reshape(P, kv, r, GT, d)
     out = torch.cat([head, tail], 3).reshape(P, h, L, d)
-    return out.transpose(1, 2).to(query.dtype if dt == torch.float32 else dt).contiguous()
+    return out.transpose(1, 2).to(out_dtype).contiguous()
 
 
-def _products_dtype(x: Tensor) -> torch.dtype:
-    """The dtype the attention's products run in: autocast's on ``x``'s device where it is on (cast
-    once here rather than by every product, each of which would cast its inputs again), else float32."""
+def _products_dtype(x: Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """The dtype the attention kernels' products run in and the one they return, for inputs like
+    ``x``: autocast's for both where it is on for ``x``'s device (the inputs cast once by the kernel
+    rather than by every product, each of which would cast them again), else float32 and ``x``'s."""
     device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
+    if torch.is_autocast_enabled(device):
+        dt = torch.get_autocast_dtype(device)
+        return dt, dt
+    return torch.float32, x.dtype
 
 
 def _bias(mask: Tensor, dtype: torch.dtype) -> Tensor:

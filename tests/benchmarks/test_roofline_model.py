@@ -97,7 +97,7 @@ def test_floor_takes_the_larger_term_and_phases_add():
     assert fast_memory.seconds == pytest.approx(3.16416) and fast_memory.bound == "compute"
 
 
-def test_device_rates_floor_uses_the_faster_of_reading_and_copying(monkeypatch):
+def test_device_rates_floor_uses_the_faster_of_reading_and_copying():
     """The floor's bandwidth is the best the device showed: the faster of a read (sum) and a copy,
     both kept in the result; a floor on the copy rate alone sat above a measured CPU rollout."""
     import workload
