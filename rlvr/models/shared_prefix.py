@@ -354,8 +354,11 @@ def _grouped_attention(
     Written out rather than left to sdpa because on a CPU, for the short blocks of a group (a prompt of
     a few hundred tokens, segments of tens), PyTorch's flash-attention backward costs more than
     these few products and their autograd backward; :func:`_math_applies` keeps larger passes on sdpa.
-    Each key/value head's r query heads are one batch dimension of r·L queries (no repeated keys), and
-    all G segments' queries take their prompt scores in one product with the prompt's keys. The
+    Each key/value head's r query heads are one matrix of L·r query rows, in (position, head) order,
+    so every product is a plain batched one over (P, kv): no repeated keys, and no key broadcast
+    over the r heads (whose backward is a sum of the keys' gradients over them, and whose products
+    copy the keys r times). All G segments' queries take their prompt scores in one product with
+    the prompt's keys. The
     scores are the largest tensors here, so each costs one pass over them a direction: the scale
     goes on the queries, the masks are added as a bias (no backward of their own), and the
     probabilities are split, not sliced (whose backward would zero-fill two score-sized buffers).
@@ -372,22 +375,29 @@ def _grouped_attention(
     r, Lp, GT = h // kv, L - G * T, G * T
     scale = d**-0.5 if scale is None else scale
     dt, out_dtype = _products_dtype(query)
-    q = (query.float() * scale).to(dt).reshape(P, kv, r, L, d)  # query head i·r + j reads key/value head i
-    k, v = key.to(dt)[:, :, None], value.to(dt)[:, :, None]  # [P, kv, 1, L, d]
-    qp, qs = q.split([Lp, GT], -2)
-    kp, ks = k.split([Lp, GT], -2)
-    vp, vs = v.split([Lp, GT], -2)
+    rows = torch.contiguous_format
+    # query head i·r + j reads key/value head i: its r heads' queries are one [L·r, d] matrix, rows in
+    # (position, head) order, so every product is a plain batched one over (P, kv)
+    q = (query.float() * scale).view(P, kv, r, L, d).transpose(2, 3)  # [P, kv, L, r, d]
+    q = q.to(dt, memory_format=rows).reshape(P, kv, L * r, d)  # cast once (in float32 the reshape copies)
+    k, v = key.to(dt, memory_format=rows), value.to(dt, memory_format=rows)  # [P, kv, L, d]
+    qp, qs = q.split([Lp * r, GT * r], 2)
+    kp, ks = k.split([Lp, GT], 2)
+    vp, vs = v.split([Lp, GT], 2)
     # the prompt by itself
-    s = qp @ kp.transpose(-1, -2)  # [P, kv, r, Lp, Lp]
-    head = (s + _bias(prompt_mask[:, None], s.dtype)).softmax(-1) @ vp
+    s = qp @ kp.transpose(-1, -2)  # [P, kv, Lp·r, Lp]
+    probs = (s.view(P, kv, Lp, r, Lp) + _bias(prompt_mask[..., None, :], s.dtype)).softmax(-1)
+    head = probs.view(P, kv, Lp * r, Lp) @ vp
     # the segments: their prompt keys in one product, their own keys segment by segment
-    ks, vs = ks.reshape(P, kv, 1, G, T, d), vs.reshape(P, kv, 1, G, T, d)
-    own = qs.reshape(P, kv, r, G, T, d) @ ks.transpose(-1, -2)  # [P, kv, r, G, T, T]
-    s = torch.cat([qs @ kp.transpose(-1, -2), own.reshape(P, kv, r, GT, T)], -1)  # [P, kv, r, G*T, Lp + T]
-    to_prompt, to_own = (s + _bias(seg_mask.reshape(P, 1, 1, GT, Lp + T), s.dtype)).softmax(-1).split([Lp, T], -1)
-    tail = to_prompt @ vp + (to_own.reshape(P, kv, r, G, T, T) @ vs).reshape(P, kv, r, GT, d)
-    out = torch.cat([head, tail], 3).reshape(P, h, L, d)
-    return out.transpose(1, 2).to(out_dtype).contiguous()
+    ks, vs = ks.reshape(P, kv, G, T, d), vs.reshape(P, kv, G, T, d)
+    own = qs.view(P, kv, G, T * r, d) @ ks.transpose(-1, -2)  # [P, kv, G, T·r, T]
+    s = torch.cat([qs @ kp.transpose(-1, -2), own.view(P, kv, GT * r, T)], -1)  # [P, kv, G·T·r, Lp + T]
+    bias = _bias(seg_mask.reshape(P, 1, GT, 1, Lp + T), s.dtype)
+    probs = (s.view(P, kv, GT, r, Lp + T) + bias).softmax(-1).view(P, kv, GT * r, Lp + T)
+    to_prompt, to_own = probs.split([Lp, T], -1)
+    tail = to_prompt @ vp + (to_own.reshape(P, kv, G, T * r, T) @ vs).view(P, kv, GT * r, d)
+    out = torch.cat([head, tail], 2).view(P, kv, L, r, d).permute(0, 2, 1, 3, 4)  # [P, L, kv, r, d]
+    return out.to(out_dtype).reshape(P, L, h, d)
 
 
 def _products_dtype(x: Tensor) -> tuple[torch.dtype, torch.dtype]:
