@@ -328,7 +328,7 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout: float) -> Te
     kv, m = k.shape[0], k.shape[1]
     r = h // kv  # query head i·r + j reads key/value head i
     s = q.reshape(kv, r * n, d) @ k.transpose(-1, -2)  # [kv, r·n, m]
-    probs = (s.view(kv, r, n, m) + _bias(mask, s.dtype)).softmax(-1)
+    probs = _masked_softmax(s.view(kv, r, n, m), _bias(mask, s.dtype))
     if dropout:
         probs = torch.nn.functional.dropout(probs, dropout)
     return (probs.view(kv, r * n, m) @ v).view(h, n, d)
@@ -386,14 +386,14 @@ def _grouped_attention(
     vp, vs = v.split([Lp, GT], 2)
     # the prompt by itself
     s = qp @ kp.transpose(-1, -2)  # [P, kv, Lp·r, Lp]
-    probs = (s.view(P, kv, Lp, r, Lp) + _bias(prompt_mask[..., None, :], s.dtype)).softmax(-1)
+    probs = _masked_softmax(s.view(P, kv, Lp, r, Lp), _bias(prompt_mask[..., None, :], s.dtype))
     head = probs.view(P, kv, Lp * r, Lp) @ vp
     # the segments: their prompt keys in one product, their own keys segment by segment
     ks, vs = ks.reshape(P, kv, G, T, d), vs.reshape(P, kv, G, T, d)
     own = qs.view(P, kv, G, T * r, d) @ ks.transpose(-1, -2)  # [P, kv, G, T·r, T]
     s = torch.cat([qs @ kp.transpose(-1, -2), own.view(P, kv, GT * r, T)], -1)  # [P, kv, G·T·r, Lp + T]
     bias = _bias(seg_mask.reshape(P, 1, GT, 1, Lp + T), s.dtype)
-    probs = (s.view(P, kv, GT, r, Lp + T) + bias).softmax(-1).view(P, kv, GT * r, Lp + T)
+    probs = _masked_softmax(s.view(P, kv, GT, r, Lp + T), bias).view(P, kv, GT * r, Lp + T)
     to_prompt, to_own = probs.split([Lp, T], -1)
     tail = to_prompt @ vp + (to_own.reshape(P, kv, G, T * r, T) @ vs).view(P, kv, GT * r, d)
     out = torch.cat([head, tail], 2).view(P, kv, L, r, d).permute(0, 2, 1, 3, 4)  # [P, L, kv, r, d]
@@ -409,6 +409,36 @@ def _products_dtype(x: Tensor) -> tuple[torch.dtype, torch.dtype]:
         dt = torch.get_autocast_dtype(device)
         return dt, dt
     return torch.float32, x.dtype
+
+
+def _masked_softmax(scores: Tensor, bias: Tensor) -> Tensor:
+    """softmax(scores + bias) over the last dimension, in the scores' dtype; low-precision scores
+    through :class:`_LowSoftmax`."""
+    if scores.dtype == torch.float32:
+        return (scores + bias).softmax(-1)
+    return _LowSoftmax.apply(scores, bias)
+
+
+class _LowSoftmax(torch.autograd.Function):
+    """softmax(scores + bias) of bf16/fp16 scores, computed in float32 and rounded once to the
+    scores' dtype; the backward is PyTorch's softmax backward on those probabilities.
+
+    Written by hand because PyTorch's bf16 softmax forward on a CPU takes a slow path for the last
+    ``n mod 32`` entries of each row: on rows of 126 or 147 keys (a prompt's length, a prompt and
+    a segment) it costs twice its float32 forward, or more; at multiples of 32 the two are equal
+    (``benchmarks/NOTES.md``). The probabilities saved for the backward stay in the low dtype, as
+    the plain softmax's (a float32 softmax under autograd would keep float32 ones)."""
+
+    @staticmethod
+    def forward(ctx, scores: Tensor, bias: Tensor) -> Tensor:
+        probs = torch.softmax(scores + bias, -1, dtype=torch.float32).to(scores.dtype)
+        ctx.save_for_backward(probs)
+        return probs
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (probs,) = ctx.saved_tensors
+        return torch._softmax_backward_data(grad, probs, -1, probs.dtype), None
 
 
 def _bias(mask: Tensor, dtype: torch.dtype) -> Tensor:

@@ -225,17 +225,20 @@ def test_segment_kernel_equals_sdpa_by_segment(autocast):
 def test_kernels_cast_each_input_once_under_autocast(kernel):
     """Under bf16 autocast the attention kernels cast their float32 queries, keys and values to bf16
     once each, not once per product (the grouped kernel reads the prompt's keys and values in two
-    products each), and return bf16, as sdpa does there; bf16 inputs without autocast come back bf16."""
+    products each), and return bf16, as sdpa does there; bf16 inputs without autocast come back bf16.
+    (The casts counted are of tensors of head-dimension rows, d wide: the softmax's float32 round
+    trip of the scores is not one.)"""
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    P, h, kv, Lp, G, T, d = 2, 6, 2, 7, 3, 4, 8
 
     class Casts(TorchDispatchMode):
         n = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Casts.n += func is torch.ops.aten._to_copy.default
+            Casts.n += func is torch.ops.aten._to_copy.default and args[0].shape[-1] == d
             return func(*args, **(kwargs or {}))
 
-    P, h, kv, Lp, G, T, d = 2, 6, 2, 7, 3, 4, 8
     real = torch.ones(P * G, Lp + 1 + T, dtype=torch.long)
     *_, (pm, sm), _ = shared_prefix.layout(torch.zeros_like(real), real, (real.cumsum(1) - 1), T, G)
     q, k, v = (torch.randn(P, n, Lp + G * T, d) for n in (h, kv, kv))
@@ -372,3 +375,25 @@ def test_unpadded_pass_takes_no_host_reads(kernel):
     with torch.no_grad(), HostSyncs() as syncs:
         F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=G, unpadded=(lengths, tuple(lengths.tolist())))
     assert syncs.count == 0
+
+
+@pytest.mark.parametrize("n", [45, 64])
+def test_low_precision_softmax_rounds_the_float32_one(n):
+    """The kernels' bf16 softmax (a float32 softmax rounded once) equals the float32 softmax of the
+    same scores rounded to bf16, masked keys included, whatever the row length (45: a length the
+    bf16 CPU kernel handles partly outside its vector loop); its gradient is float32 softmax's
+    to bf16 rounding."""
+    torch.manual_seed(0)
+    scores = (torch.randn(3, 5, n) * 4).bfloat16().requires_grad_()
+    mask = torch.rand(1, 5, n) > 0.3
+    mask[..., 0] = True
+    bias = shared_prefix._bias(mask, torch.bfloat16)
+    probs = shared_prefix._masked_softmax(scores, bias)
+    ref_in = scores.detach().float().requires_grad_()
+    ref = (ref_in + bias.float()).softmax(-1)
+    assert probs.dtype == torch.bfloat16
+    assert torch.equal(probs, ref.bfloat16()) and not probs[~mask.expand_as(probs)].any()
+    grad = torch.randn(3, 5, n)
+    probs.backward(grad.bfloat16())
+    ref.backward(grad.bfloat16().float())
+    torch.testing.assert_close(scores.grad.float(), ref_in.grad, rtol=2e-2, atol=2e-3)
