@@ -175,7 +175,7 @@ def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
-    return contiguous_head_input(model.to(resolve_device(device)))
+    return rotary_in_autocast_dtype(contiguous_head_input(model.to(resolve_device(device))))
 
 
 def empty_model(path: Path, *, dtype: str = "float32"):
@@ -195,7 +195,7 @@ def empty_model(path: Path, *, dtype: str = "float32"):
             model.generation_config = GenerationConfig.from_pretrained(str(path))
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
-    return contiguous_head_input(model.eval())
+    return rotary_in_autocast_dtype(contiguous_head_input(model.eval()))
 
 
 SHARDED_DIR = "fsdp"
@@ -253,6 +253,36 @@ def contiguous_head_input(model):
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None and _contiguous_input not in head._forward_pre_hooks.values():
         head.register_forward_pre_hook(_contiguous_input)
+    return model
+
+
+def _autocast_rotary(module, args, out):
+    """Forward hook of :func:`rotary_in_autocast_dtype`: float32 (cos, sin) in autocast's dtype
+    where autocast is on for their device."""
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+        return None
+    device = out[0].device.type
+    if out[0].dtype != torch.float32 or not torch.is_autocast_enabled(device):
+        return None
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) for t in out)
+
+
+def rotary_in_autocast_dtype(model):
+    """Under autocast, the rotary embedding's cosines and sines in autocast's dtype (a forward hook
+    on the model's ``rotary_emb``, once per forward); returns ``model``. Idempotent.
+
+    Why: a layer's query and key projections come out of autocast in bf16, and Hugging Face's
+    rotary embedding computes its cosines in the hidden states' dtype, float32 under autocast, so
+    ``q·cos + rotate(q)·sin`` promoted the queries and keys to float32: two float32 tensors a layer
+    that the attention then cast back, and twice the memory traffic in the rotation and its
+    backward. In bf16 they stay bf16, as in a bf16 model (where the cosines are bf16 too). Outside
+    autocast nothing changes.
+    """
+    inner = getattr(model, "model", None)
+    rotary = getattr(inner, "rotary_emb", None) if inner is not None else None
+    if isinstance(rotary, torch.nn.Module) and _autocast_rotary not in rotary._forward_hooks.values():
+        rotary.register_forward_hook(_autocast_rotary)
     return model
 
 
