@@ -358,10 +358,10 @@ def _grouped_attention(
     so every product is a plain batched one over (P, kv): no repeated keys, and no key broadcast
     over the r heads (whose backward is a sum of the keys' gradients over them, and whose products
     copy the keys r times). All G segments' queries take their prompt scores in one product with
-    the prompt's keys. The
-    scores are the largest tensors here, so each costs one pass over them a direction: the scale
-    goes on the queries, the masks are added as a bias (no backward of their own), and the
-    probabilities are split, not sliced (whose backward would zero-fill two score-sized buffers).
+    the prompt's keys. The scores are the largest tensors here, so each costs one pass over them a
+    direction: the scale goes on the queries, the masks are added as a bias (no backward of their
+    own), and the probabilities are split, not sliced (whose backward would zero-fill two
+    score-sized buffers); a bf16 softmax runs in float32 (:class:`_LowSoftmax`).
 
     Args:
         query: [P, h, Lp + G·T, d]; key, value: [P, h_kv, Lp + G·T, d].
