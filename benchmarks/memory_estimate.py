@@ -18,13 +18,14 @@ import torch
 from rlvr import algos
 from rlvr.models import load_model, resolve_model_path
 from rlvr.models.forward import response_logits
+from rlvr.models.loading import set_checkpointing
 
 
 def saved_bytes(model, mb: int, G: int, Lp: int, T: int, *, bf16: bool, checkpointing: bool = False) -> dict:
     if checkpointing:
-        model.gradient_checkpointing_enable()
+        set_checkpointing(model)
     else:
-        model.gradient_checkpointing_disable()
+        set_checkpointing(model, False)
     model.train()
     V, P = model.config.vocab_size, max(1, mb // G)
     ids = torch.cat([torch.randint(100, V, (P, Lp)).repeat_interleave(mb // P, 0), torch.randint(100, V, (mb, T))], 1)

@@ -286,6 +286,18 @@ def rotary_in_autocast_dtype(model):
     return model
 
 
+def set_checkpointing(model, on: bool = True) -> None:
+    """Activation (gradient) checkpointing of ``model``'s layers on or off, by transformers' current
+    names, ``activation_checkpointing_enable`` / ``_disable``, where it has them: transformers 5
+    renamed the ``gradient_checkpointing_*`` methods, whose old names now warn on every call and go
+    in v6. A peft model passes either to its base model."""
+    verb = "enable" if on else "disable"
+    method = getattr(model, f"activation_checkpointing_{verb}", None) or getattr(
+        model, f"gradient_checkpointing_{verb}"
+    )
+    method()
+
+
 @contextlib.contextmanager
 def eval_mode(model):
     """``model.eval()`` inside the block (no dropout; KV cache even with gradient checkpointing

@@ -40,7 +40,7 @@ from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
 from rlvr.models import load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
-from rlvr.models.loading import cast_copy, empty_model
+from rlvr.models.loading import cast_copy, empty_model, set_checkpointing
 from rlvr.models.precision import reference_dtype
 from rlvr.models.shared_prefix import one_pass_applies
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
@@ -270,7 +270,7 @@ class Trainer:
                 )
         self.policy, self.adapter = self._load_policy()
         if cfg.model.gradient_checkpointing:
-            self.policy.gradient_checkpointing_enable()
+            set_checkpointing(self.policy)
             if self.adapter is not None:  # frozen embeddings: checkpointed layers need an input that requires grad
                 self.policy.enable_input_require_grads()
             if cfg.train.shared_prompt_forward:

@@ -11,6 +11,7 @@ import torch
 import rlvr.algos.logprobs as logprobs_mod
 import rlvr.models.forward as fwd
 from rlvr.config import load_config
+from rlvr.models.loading import set_checkpointing
 from rlvr.models.tiny import tiny_model, tiny_qwen2, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.training.loop import accumulate_gradients, batch_logprobs
@@ -102,7 +103,6 @@ def test_fused_update_under_bf16_autocast_is_close_to_the_full_logits_update(mon
     torch.testing.assert_close(fused[2], full[2], rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")  # gradient_checkpointing_enable's rename in transformers 5
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
 def test_bf16_weights_are_cast_once_per_update_not_per_micro_batch(checkpointing):
     """One autocast region spans the update's micro-batches: each weight is cast to bf16 once (autocast's
@@ -111,7 +111,7 @@ def test_bf16_weights_are_cast_once_per_update_not_per_micro_batch(checkpointing
 
     model = tiny_qwen2()
     if checkpointing:
-        model.gradient_checkpointing_enable()  # as the trainer does
+        set_checkpointing(model)  # as the trainer does
     batch, adv, old_logp, ref_logp = _features_batch(model)
     weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
 

@@ -230,7 +230,6 @@ def test_a_lora_checkpoint_holds_the_adapter_and_resume_is_bit_exact(tiny_dir, t
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::FutureWarning")  # gradient_checkpointing_enable's rename in transformers 5
 def test_lora_with_gradient_checkpointing_bf16_autocast_and_a_bf16_rollout_copy(tiny_dir, tmp_path):
     """Gradient checkpointing gives the adapter the same update (frozen embeddings: the checkpointed
     layers still get an input that requires grad); bf16 autocast and a bf16 generation copy that

@@ -12,6 +12,7 @@ from tiny_run import metrics, tiny_config
 from rlvr import algos
 from rlvr.config import load_config
 from rlvr.models.forward import response_logits
+from rlvr.models.loading import set_checkpointing
 from rlvr.models.tiny import tiny_model, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.training import train
@@ -125,7 +126,6 @@ def test_shared_prompt_forward_equals_plain_forward():
         torch.testing.assert_close(a.grad, b, rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")  # gradient_checkpointing_enable's rename in transformers 5
 def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
     """Checkpointed layers drop the prompt's KV cache; the gradient must still be the plain pass's."""
     model = tiny_model(seed=4)
@@ -148,9 +148,9 @@ def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
         )
         for checkpointing in (False, True):
             if checkpointing:
-                model.gradient_checkpointing_enable()
+                set_checkpointing(model)
             else:
-                model.gradient_checkpointing_disable()
+                set_checkpointing(model, False)
             model.zero_grad(set_to_none=True)
             accumulate_gradients(model, batch, adv, None, ref_logp, cfg, contextlib.nullcontext)
             grad = torch.cat([p.grad.flatten() for p in model.parameters()])
@@ -169,14 +169,13 @@ def test_gradient_checkpointing_with_shared_prompt_equals_plain_pass():
     assert expected["grad"].abs().sum() > 0
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_generate_with_gradient_checkpointing_in_training_mode_keeps_the_cache():
     """The engine shares the policy (same dtype), which the update leaves in training mode."""
     model = tiny_model(seed=3)
     engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=6, dtype="float32", logprobs=True)
     torch.manual_seed(0)
     expected = engine.generate(["what is 3 + 4 ?", "the answer"], 2)
-    model.gradient_checkpointing_enable()
+    set_checkpointing(model)
     model.train()
     torch.manual_seed(0)
     got = engine.generate(["what is 3 + 4 ?", "the answer"], 2)
