@@ -175,13 +175,13 @@ def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
-    return rotary_in_autocast_dtype(contiguous_head_input(model.to(resolve_device(device))))
+    return _with_hooks(model.to(resolve_device(device)))
 
 
 def empty_model(path: Path, *, dtype: str = "float32"):
     """The causal LM of the HF directory ``path`` with no storage: its parameters and buffers on the
-    meta device in ``dtype`` (the architecture from config.json, its generation settings, the head's
-    input hook of :func:`load_model`), in eval mode as :func:`load_model` returns it. For the ranks that
+    meta device in ``dtype`` (the architecture from config.json, its generation settings, the hooks
+    of :func:`load_model`), in eval mode as :func:`load_model` returns it. For the ranks that
     receive their shards from rank 0 (``ShardedGroup.shard_loaded``) and for the rollout copy filled
     from the shards: nothing of the model is ever whole on them but what they allocate themselves."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
@@ -195,7 +195,7 @@ def empty_model(path: Path, *, dtype: str = "float32"):
             model.generation_config = GenerationConfig.from_pretrained(str(path))
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
-    return rotary_in_autocast_dtype(contiguous_head_input(model.eval()))
+    return _with_hooks(model.eval())
 
 
 SHARDED_DIR = "fsdp"
@@ -224,6 +224,12 @@ def _from_shards(path: Path, dtype: torch.dtype):
     if (path / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(str(path))
     return model.to(dtype).eval()
+
+
+def _with_hooks(model):
+    """``model`` with the hooks every loaded model gets (:func:`contiguous_head_input`,
+    :func:`rotary_in_autocast_dtype`)."""
+    return rotary_in_autocast_dtype(contiguous_head_input(model))
 
 
 def _contiguous_input(module, args):
