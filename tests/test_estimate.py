@@ -381,6 +381,8 @@ def test_the_fused_head_counts_tiles_and_gradients_not_the_logits():
     # 4 rows x 8 response tokens = 32 tokens, V 128, H 32: logits 32 * 128 * 4 = 16384 B (kept: small),
     # tiles 32 * 128 * (4 + 4) = 32768, hidden-state gradient 32 * 32 * 4 = 4096, head gradient 128 * 32 * 4 = 16384
     assert fused_head_bytes(32, 128, 32, autocast=False, head_trains=True) == 16384 + 32768 + 4096 + 16384
+    # under autocast the kept logits are the bf16 product (half), beside a third, bf16 tile
+    assert fused_head_bytes(32, 128, 32, autocast=True, head_trains=True) == 8192 + 40960 + 4096 + 16384
     plain, fast = _items(estimate(cfg, TINY, device="cpu")), _items(estimate(cfg, fused, device="cpu"))
     # the same saved activations (327680 B, see the by-hand test), the log-probs' share 69632 B instead of 65536
     assert plain["activations"] == int(1.4 * (327680 + 65536))

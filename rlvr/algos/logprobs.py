@@ -127,12 +127,14 @@ HEAD_CHUNK_VOCAB = 16384
 """Vocabulary entries per tile of :func:`lm_head_logprobs` (see :data:`HEAD_CHUNK_TOKENS`)."""
 
 HEAD_KEEP_LOGITS_BYTES = 256 * 2**20
-"""Below this many bytes of float32 [N, V] logits, :func:`lm_head_logprobs` keeps its tiles for the
-backward instead of recomputing them: the recompute is one more [N, H] × [H, V] product, which
-on a CPU costs more than the little memory it saves there (the quickstart's micro-batch of 8 × 48
-tokens of a 49,152-word vocabulary: 75 MB; ``benchmarks/NOTES.md``). 256 MiB keeps the memory of
-a pass bounded by it plus one tile's temporaries, far below the full path's logits, their copy
-and their gradient at the sizes where memory matters."""
+"""Below this many bytes of kept [N, V] logits, :func:`lm_head_logprobs` keeps its tiles for the
+backward instead of recomputing them: float32 logits, or, where the product runs in bf16/fp16, that
+product itself (half the bytes; the float32 tile is rebuilt from it exactly). The recompute is one
+more [N, H] × [H, V] product, which on a CPU costs more than the little memory it saves there (the
+quickstart's micro-batch of 8 × 48 tokens of a 49,152-word vocabulary: 75 MB in float32;
+``benchmarks/NOTES.md``). 256 MiB keeps the memory of a pass bounded by it plus one tile's
+temporaries, far below the full path's logits, their copy and their gradient at the sizes where
+memory matters."""
 
 
 def lm_head_logprobs(
@@ -193,7 +195,8 @@ def lm_head_logprobs(
     chunk_tokens = HEAD_CHUNK_TOKENS if chunk_tokens is None else chunk_tokens
     chunk_vocab = HEAD_CHUNK_VOCAB if chunk_vocab is None else chunk_vocab
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
-    keep = grad and hidden.shape[0] * weight.shape[0] * 4 <= HEAD_KEEP_LOGITS_BYTES
+    kept_bytes = 2 if _compute_dtype(weight) in LOW_DTYPES else 4  # a kept tile's element
+    keep = grad and hidden.shape[0] * weight.shape[0] * kept_bytes <= HEAD_KEEP_LOGITS_BYTES
     direct = accumulate_grad and grad and weight.requires_grad and weight.is_leaf and weight.dtype == torch.float32
     logp, ent = _ChunkedHeadLogProbs.apply(
         hidden,
@@ -208,6 +211,10 @@ def lm_head_logprobs(
         weight if direct else None,
     )
     return logp, ent
+
+
+LOW_DTYPES = (torch.bfloat16, torch.float16)
+"""Product dtypes whose logit tiles are kept as the product (:data:`HEAD_KEEP_LOGITS_BYTES`)."""
 
 
 def _compute_dtype(weight: Tensor) -> torch.dtype:
@@ -245,8 +252,8 @@ def _tile_logits(tiles: _Tiles, h: Tensor, w: Tensor, b: Tensor | None, temperat
 class _ChunkedHeadLogProbs(torch.autograd.Function):
     """See :func:`lm_head_logprobs`. Saved for backward: ``hidden``, ``weight``, ``bias`` (the
     caller's tensors, no copies), the tokens, two float32 [N] vectors (log-sum-exp, entropy) and,
-    below :data:`HEAD_KEEP_LOGITS_BYTES` each, the float32 logit tiles and the weight's autocast-dtype
-    copy."""
+    below :data:`HEAD_KEEP_LOGITS_BYTES` each, the logit tiles (float32, or their bf16/fp16 product)
+    and the weight's autocast-dtype copy."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, tokens, temperature, entropy, chunk_tokens, chunk_vocab, keep, direct):
@@ -273,8 +280,8 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
                 for v0 in range(0, V, chunk_vocab):
                     b = None if b_all is None else b_all[v0 : v0 + chunk_vocab]
                     z = _tile_logits(tiles, h, w_all[v0 : v0 + chunk_vocab], b, temperature)  # [n, Vt] float32
-                    if keep:
-                        kept.append(z.clone())
+                    if keep:  # the low-precision product it came from, where there is one
+                        kept.append((tiles.tile("low", *z.shape) if dtype in LOW_DTYPES else z).clone())
                     local = y - v0
                     inside = (local >= 0) & (local < z.shape[1])
                     picked = z.gather(1, local.clamp(0, z.shape[1] - 1)[:, None])[:, 0]
@@ -337,8 +344,10 @@ class _ChunkedHeadLogProbs(torch.autograd.Function):
                     z = next(kept, None)
                     if z is None:  # recompute the tile
                         log_p = _tile_logits(tiles, h, w, b, temperature).sub_(lse[rows, None])  # [n, Vt] log p
-                    else:  # out of place: the kept tile stays intact for a retain_graph backward
-                        log_p = torch.sub(z, lse[rows, None], out=tiles.tile("z", *z.shape))
+                    elif z.dtype == torch.float32 or temperature == 1.0:  # out of place: the kept tile stays
+                        log_p = torch.sub(z, lse[rows, None], out=tiles.tile("z", *z.shape))  # intact (retain_graph)
+                    else:  # the kept product, as _tile_logits turns it into logits
+                        log_p = tiles.tile("z", *z.shape).copy_(z).div_(temperature).sub_(lse[rows, None])
                     grad = torch.exp(log_p, out=tiles.tile("g", *log_p.shape))  # p, then the logits' gradient
                     if g_ent is not None:  # d H / d z = −p·(log p + H)
                         coef = log_p.add_(ent[rows, None]).mul_(-g_ent[rows, None])

@@ -147,3 +147,41 @@ def test_accumulate_grad_adds_the_weight_gradient_into_dot_grad(chunk_tokens):
     weight.grad = torch.zeros(weight.shape[::-1]).t()
     loss(True).backward()
     torch.testing.assert_close(weight.grad, want[1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_low_precision_kept_tiles_give_the_recomputed_tiles_gradients_bit_for_bit(temperature, low, monkeypatch):
+    """Under autocast the kept tiles are the low-precision products, not float32 logits; the backward
+    rebuilds the float32 tiles from them exactly (the temperature too), so the values and gradients
+    equal the recomputing path's bit for bit; the budget counts their 2-byte elements."""
+    hidden, weight, bias, tokens, (g_logp, g_ent) = _inputs(6, N=40, H=32, V=300)
+    params = (hidden, weight, bias)
+
+    def run(budget: int):
+        monkeypatch.setattr(logprobs_mod, "HEAD_KEEP_LOGITS_BYTES", budget)
+        saved = []
+        with (
+            torch.autocast("cpu", dtype=low),
+            torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((t.numel(), t.dtype)) or t, lambda t: t),
+        ):
+            logp, ent = lm_head_logprobs(
+                hidden,
+                weight,
+                tokens,
+                bias=bias,
+                temperature=temperature,
+                entropy=True,
+                chunk_tokens=16,
+                chunk_vocab=64,
+            )
+        grads = torch.autograd.grad((logp * g_logp).sum() + (ent * g_ent).sum(), params)
+        tiles = [(n, dt) for n, dt in saved if n not in (hidden.numel(), weight.numel(), bias.numel(), 40)]
+        return (logp, ent, *grads), tiles
+
+    kept, kept_tiles = run(40 * 300 * 2)  # exactly the products' bytes
+    recomputed, none = run(40 * 300 * 2 - 1)
+    assert sum(n for n, _ in kept_tiles) == 40 * 300 and {dt for _, dt in kept_tiles} == {low}
+    assert none == []
+    for a, b in zip(kept, recomputed):
+        assert torch.equal(a, b)
