@@ -200,8 +200,8 @@ def fused_head(shape: ModelShape) -> bool:
 def fused_head_bytes(tokens: int, vocab: int, hidden: int, *, autocast: bool, head_trains: bool) -> int:
     """What :func:`rlvr.algos.lm_head_logprobs` holds for ``tokens`` response tokens at its peak (the
     backward): the logits when they fit :data:`~rlvr.algos.logprobs.HEAD_KEEP_LOGITS_BYTES` (kept for
-    the backward: float32, or under autocast the bf16 product), else nothing of them; two float32 tiles (three under autocast, the
-    product's own dtype) of :data:`~rlvr.algos.logprobs.HEAD_CHUNK_TOKENS` ×
+    the backward: float32, or under autocast the bf16 product), else nothing of them; two float32
+    tiles (three under autocast, the product's own dtype) of :data:`~rlvr.algos.logprobs.HEAD_CHUNK_TOKENS` ×
     :data:`~rlvr.algos.logprobs.HEAD_CHUNK_VOCAB`; the float32 gradient of the hidden states; and
     the float32 gradient of the head's weight while the head trains (not under LoRA)."""
     from rlvr.algos.logprobs import HEAD_CHUNK_TOKENS, HEAD_CHUNK_VOCAB, HEAD_KEEP_LOGITS_BYTES
