@@ -275,9 +275,10 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
     ``enable_gqa`` on a CPU takes its math path and repeats the keys and values r times (and sums
     their gradients back). The rows are split once (one concatenation in the backward, not a
     zero-filled full-size gradient per segment). The masks are :func:`layout`'s, cut to each
-    segment's length, as additive biases of the scores' dtype; under bf16 autocast the products and
-    the softmax run in bf16, as in :func:`_grouped_attention` (the inputs cast once, the queries
-    scaled first), and the output is bf16.
+    segment's length, as additive biases of the scores' dtype; under bf16 autocast the products run
+    in bf16 and the probabilities are bf16, as in :func:`_grouped_attention` (the inputs cast once,
+    the queries scaled first; the softmax computed in float32, :class:`_LowSoftmax`), and the output
+    is bf16.
 
     Args:
         query: [P, h, Lp + S, d]; key, value: [P, h_kv, Lp + S, d], segments end to end.
@@ -348,8 +349,9 @@ def _grouped_attention(
 ) -> Tensor:
     """The shared-prefix attention as batched products and a softmax, in float32 whatever the inputs'
     dtype; under bf16 autocast in bf16 (:func:`_products_dtype`: the queries scaled in float32, then
-    each input cast once), softmax included (a float32 softmax there would keep float32
-    probabilities for the backward beside a bf16 copy of them), with a bf16 output as sdpa's.
+    each input cast once), the probabilities included (computed in float32 and rounded once,
+    :class:`_LowSoftmax`, which keeps only the bf16 ones for the backward), with a bf16 output as
+    sdpa's.
 
     Written out rather than left to sdpa because on a CPU, for the short blocks of a group (a prompt of
     a few hundred tokens, segments of tens), PyTorch's flash-attention backward costs more than
