@@ -24,6 +24,7 @@ from rlvr.config import Config
 from rlvr.models import eval_mode
 from rlvr.models.forward import call_logprobs, pass_logprobs, shared_prompt_group, unpadded_applies
 from rlvr.rollout import RolloutBatch
+from rlvr.rollout.base import select_groups
 from rlvr.training import microbatch, packing
 from rlvr.training.replicas import OneProcess
 
@@ -281,6 +282,7 @@ def accumulate_gradients(
     num_tokens: Tensor | None = None,
     num_seqs: int | None = None,
     passes: list[microbatch.Slice] | None = None,
+    observed: ForwardOnly | None = None,
 ) -> dict:
     """Backward the loss of the whole rollout batch, one micro-batch at a time: ``train.micro_batch_seqs``
     rows, or rows packed into ``train.micro_batch_tokens``.
@@ -298,6 +300,8 @@ def accumulate_gradients(
             worker passes the sum over all workers).
         num_seqs: sequences of the whole step; default this batch's B.
         passes: the batch's :func:`update_passes`, when the caller planned them already.
+        observed: rows that run forward only, for the statistics (:func:`forward_only_groups`):
+            their loss is identically 0, so they add nothing to the gradient.
 
     Returns:
         Detached scalar tensors keyed by ``train/`` stat name: sums over the batch (loss, pg_loss,
@@ -319,12 +323,27 @@ def accumulate_gradients(
     with autocast():
         for p, t in zip(passes, targets):
             _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats)
+        if observed is not None:
+            _forward_only(policy, observed, cfg, autocast, off, agg, stats)
     return stats.result(num_tokens)
 
 
-def _micro_batch_backward(policy, p: microbatch.Slice, t: _Targets, cfg: Config, autocast, off, agg: dict, stats):
+@torch.no_grad()
+def _forward_only(policy, observed: ForwardOnly, cfg: Config, autocast, off, agg: dict, stats) -> None:
+    """The passes of ``observed`` as :func:`_micro_batch_backward` runs them, without gradients or a
+    backward: their statistics only (their loss is identically 0)."""
+    engine = observed.batch.logprobs if cfg.algo.tis_cap is not None else None
+    for p in observed.passes:
+        t = _Targets.cut(p, observed.adv, observed.old_logp, None, engine)
+        _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats, backward=False)
+
+
+def _micro_batch_backward(
+    policy, p: microbatch.Slice, t: _Targets, cfg: Config, autocast, off, agg: dict, stats, *, backward: bool = True
+):
     """One micro-batch of :func:`accumulate_gradients`: its forward under ``autocast``, its loss and
-    backward under ``off`` (autocast disabled), its statistics added to ``stats``."""
+    backward under ``off`` (autocast disabled; no backward when not ``backward``), its statistics
+    added to ``stats``."""
     algo = cfg.algo
     # packed: the rows' own attention through the backward too (checkpointed layers run again there)
     with packing.row_attention(policy) if p.unpad is not None else contextlib.nullcontext():
@@ -334,7 +353,8 @@ def _micro_batch_backward(policy, p: microbatch.Slice, t: _Targets, cfg: Config,
         with off():
             loss_tok, pg_tok, pg_stats = _micro_batch_loss(logp, entropy, t, cfg, stats)
             loss = algos.aggregate(loss_tok, t.mask, **agg)
-            loss.backward()
+            if backward:
+                loss.backward()
     with torch.no_grad(), off():
         stats.add(M.LOSS, loss)
         stats.add(M.PG_LOSS, algos.aggregate(pg_tok.detach(), t.mask, **agg))
@@ -371,14 +391,15 @@ def update_policy(
     totals: dict[str, torch.Tensor] = {}
     grad_norms = []
     skipped = 0
-    # planned once for all iterations: the update's one host read
-    kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, passes=update_passes(batch, cfg, policy))
+    batch, adv, old_logp, kw = _plan_update(policy, batch, adv, old_logp, ref_logp, cfg, num_tokens, num_seqs, group)
     for _ in range(cfg.algo.num_iterations):
         policy.train()  # dropout as the model defines it; eval mode again before anything samples
         try:
             sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast, **kw)
         finally:
             policy.eval()
+        if kw["observed"] is not None:  # a parameter no backward reached steps on zeros, as it would have
+            _zero_missing_grads(policy)
         group.reduce_grads(policy)
         sums = group.reduce_stats(sums)
         for k, v in sums.items():
@@ -399,3 +420,62 @@ def update_policy(
     out[M.LR] = lr
     out[M.SKIPPED_UPDATES] = skipped
     return out
+
+
+@dataclass(frozen=True)
+class ForwardOnly:
+    """Rows of an update that run forward only, for its statistics (:func:`forward_only_groups`):
+    the sub-batch, its advantages (all 0) and old log-probs, and its passes."""
+
+    batch: RolloutBatch
+    adv: Tensor
+    old_logp: Tensor | None
+    passes: list[microbatch.Slice]
+
+
+def forward_only_groups(adv: Tensor, group_size: int) -> tuple[list[int], list[int]]:
+    """(groups to train, groups whose every advantage is exactly 0), by index; one host read.
+
+    A group whose G samples scored alike has advantages of exactly 0 under every method
+    (:func:`rlvr.algos.group_advantages`). Without a KL term or an entropy bonus in the loss, its
+    tokens' loss is then identically 0 whatever the log-probs (every policy-loss form multiplies
+    by the advantage), and so is their gradient: a backward through them adds only zeros. In the
+    quickstart's later steps half to all of the groups are such (``rollout/zero_std_groups``)."""
+    zero = (adv.view(-1, group_size) == 0).all(1).tolist()  # host read
+    return [g for g, z in enumerate(zero) if not z], [g for g, z in enumerate(zero) if z]
+
+
+def _plan_update(policy, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, num_tokens, num_seqs, group):
+    """(the trained batch, its advantages, its old log-probs, the keywords of
+    :func:`accumulate_gradients`), planned once for all iterations (the update's host reads).
+
+    With ``train.zero_adv_forward_only``, the groups whose advantages are all 0 move out of the
+    backward into forward-only passes (:class:`ForwardOnly`) when their loss is identically 0: no
+    KL term in the loss, no entropy bonus. The loss denominators stay the whole batch's, so the
+    gradient and every statistic are the same up to float rounding. Off under FSDP, where every
+    worker must run the same passes."""
+    num_tokens = batch.response_mask.sum().float() if num_tokens is None else num_tokens
+    num_seqs = batch.response_mask.shape[0] if num_seqs is None else num_seqs
+    kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, observed=None)
+    zero_loss = ref_logp is None and not cfg.algo.entropy_coef
+    if cfg.train.zero_adv_forward_only and zero_loss and not group.shards:
+        trained, frozen = forward_only_groups(adv, batch.group_size)
+        if frozen:
+            G = batch.group_size
+            pick = lambda t, groups: None if t is None else t.view(-1, G, *t.shape[1:])[groups].flatten(0, 1)  # noqa: E731
+            part = select_groups(batch, frozen)
+            idx = torch.tensor(frozen, device=adv.device)
+            kw["observed"] = ForwardOnly(part, pick(adv, idx), pick(old_logp, idx), update_passes(part, cfg, policy))
+            batch = select_groups(batch, trained)
+            idx = torch.tensor(trained, dtype=torch.long, device=adv.device)
+            adv, old_logp = pick(adv, idx), pick(old_logp, idx)
+    kw["passes"] = update_passes(batch, cfg, policy) if batch.response_mask.shape[0] else []
+    return batch, adv, old_logp, kw
+
+
+def _zero_missing_grads(policy) -> None:
+    """Zeros for every trainable parameter without a gradient: the gradient a backward through
+    forward-only groups alone would have given, so that AdamW steps it (momentum, weight decay)."""
+    for p in policy.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)

@@ -6,7 +6,8 @@ The N-th time this process reaches POINT, it sends itself SIGNAL (SIGKILL or SIG
 MARKER first, so the test knows the fault fired. Points:
 
 - ``rollout``: entering ``HFRolloutEngine.generate`` (mid-rollout)
-- ``update``: entering a ``loss.backward()`` (mid-update, between micro-batches)
+- ``update``: entering an update pass, forward and backward or forward only (mid-update, between
+  micro-batches)
 - ``checkpoint``: writing ``trainer_state.pt`` (mid-checkpoint: weights written, state not yet)
 - ``last``: after the step directory's rename, before ``last`` is swapped to it
 """
@@ -28,12 +29,13 @@ import torch  # noqa: E402
 
 from rlvr.cli import main  # noqa: E402
 from rlvr.rollout.hf import HFRolloutEngine  # noqa: E402
+from rlvr.training import loop  # noqa: E402
 
 
 def arm(point: str, n: int, sig: signal.Signals, marker: Path) -> None:
     owner, name = {
         "rollout": (HFRolloutEngine, "generate"),
-        "update": (torch.Tensor, "backward"),
+        "update": (loop, "_micro_batch_backward"),
         "checkpoint": (torch, "save"),
         "last": (os, "symlink"),
     }[point]

@@ -1,0 +1,110 @@
+"""Groups whose advantages are all 0 run forward only (train.zero_adv_forward_only): the same weights
+and train/ statistics as a backward through them, and no backward where their loss is not 0."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import pytest
+import torch
+
+from rlvr import metric_names as M
+from rlvr.config import load_config
+from rlvr.models.tiny import tiny_model, tiny_tokenizer
+from rlvr.rollout import HFRolloutEngine
+from rlvr.rollout.hf import sample_seed
+from rlvr.training import loop
+from rlvr.training.loop import adamw, batch_logprobs, forward_only_groups, lr_scheduler, update_policy
+
+PROMPTS = ["what is 3 + 4 ?", "what is the answer", "2 + 2 = ?"]
+
+
+def _batch(model):
+    engine = HFRolloutEngine(model, tiny_tokenizer(), max_new_tokens=16, dtype="float32", stop=["7"])
+    return engine.generate(PROMPTS, 4, seeds=[sample_seed(9, i) for i in range(12)])
+
+
+def _cfg(*extra: str):
+    base = ["rollout.samples_per_prompt=4", "train.prompts_per_step=3", "train.micro_batch_seqs=4", "train.lr=1e-3"]
+    return load_config(None, [*base, "train.weight_decay=0.1", *extra])
+
+
+@pytest.fixture
+def grad_rows(monkeypatch):
+    """The rows of every update pass that runs with gradients, in order."""
+    rows, real = [], loop._pass_logprobs
+
+    def counted(model, p, *args, **kw):
+        if torch.is_grad_enabled():
+            rows.append(p.rows.numel())
+        return real(model, p, *args, **kw)
+
+    monkeypatch.setattr(loop, "_pass_logprobs", counted)
+    return rows
+
+
+def _train(model, batch, advs, cfg, ref_logp=None):
+    """Weights and metrics after one update_policy call per advantage vector."""
+    model = copy.deepcopy(model)
+    opt = adamw(list(model.parameters()), lr=cfg.train.lr, betas=(0.9, 0.99), weight_decay=cfg.train.weight_decay)
+    sched = lr_scheduler(opt, schedule="constant", warmup_steps=0, total_steps=10, min_lr_ratio=0.1)
+    metrics = []
+    for adv in advs:
+        old = None
+        if cfg.algo.num_iterations > 1:
+            old = batch_logprobs(
+                model, batch, micro_batch_seqs=4, group_size=4, temperature=1.0, autocast=contextlib.nullcontext
+            )
+        metrics.append(update_policy(model, opt, sched, batch, adv, old, ref_logp, cfg, contextlib.nullcontext))
+    return torch.cat([p.detach().flatten() for p in model.parameters()]), metrics
+
+
+def test_forward_only_groups_are_those_of_all_zero_advantages():
+    adv = torch.tensor([0.0, 0.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, -0.5, 0.0])
+    assert forward_only_groups(adv, 4) == ([0, 2], [1])
+    assert forward_only_groups(torch.zeros(8), 4) == ([], [0, 1])
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_forward_only_groups_give_the_same_weights_and_statistics(iterations, grad_rows):
+    """A middle group of all-zero advantages, then a step where every group is zero (AdamW still steps
+    on its momentum and weight decay): the same weights and train/ statistics as a backward through
+    every group, with the zero groups' rows out of every forward that keeps gradients."""
+    model = tiny_model(seed=3)
+    batch = _batch(model)
+    adv = torch.randn(12, generator=torch.Generator().manual_seed(1))
+    adv[4:8] = 0
+    advs = [adv, torch.zeros(12)]
+    runs = {}
+    for on in (True, False):
+        cfg = _cfg(f"train.zero_adv_forward_only={str(on).lower()}", f"algo.num_iterations={iterations}")
+        start = len(grad_rows)
+        runs[on] = (*_train(model, batch, advs, cfg), grad_rows[start:])
+    (w_on, m_on, rows_on), (w_off, m_off, rows_off) = runs[True], runs[False]
+    torch.testing.assert_close(w_on, w_off, rtol=1e-5, atol=1e-7)
+    for a, b in zip(m_on, m_off):
+        assert a.keys() == b.keys()
+        for k in (M.ENTROPY, M.RATIO_MEAN, M.RATIO_MIN, M.RATIO_MAX, M.CLIP_FRAC, M.LOSS, M.PG_LOSS, M.GRAD_NORM):
+            torch.testing.assert_close(torch.as_tensor(a[k]), torch.as_tensor(b[k]), rtol=1e-5, atol=1e-7)
+    assert float(m_on[1][M.GRAD_NORM]) == 0.0 and float(m_on[1][M.ENTROPY]) > 0
+    assert not torch.equal(w_on, torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert sum(rows_off) == 12 * iterations * 2  # every row, every iteration, both steps
+    assert sum(rows_on) == 8 * iterations  # the first step's two trained groups only
+
+
+@pytest.mark.parametrize("extra", ["algo.entropy_coef=0.01", "algo.kl_coef=0.1"])
+def test_groups_whose_loss_is_not_zero_keep_their_backward(extra, grad_rows):
+    """An entropy bonus or a KL term in the loss gives zero-advantage tokens a gradient: every row
+    runs with gradients."""
+    model = tiny_model(seed=4)
+    batch = _batch(model)
+    ref = None
+    if "kl_coef" in extra:
+        ref = batch_logprobs(
+            model, batch, micro_batch_seqs=4, group_size=4, temperature=1.0, autocast=contextlib.nullcontext
+        )
+    adv = torch.zeros(12)
+    adv[:4] = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    _, metrics = _train(model, batch, [adv], _cfg(extra), ref_logp=ref)
+    assert sum(grad_rows) == 12 and float(metrics[0][M.GRAD_NORM]) > 0
