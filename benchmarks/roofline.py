@@ -25,7 +25,8 @@
    rate, bytes / read bandwidth) in the phase's precision.
 3. With ``--run RUN``: reads the run's config.yaml (batch, precision, shared-prompt forward,
    reference) and every step of its metrics.jsonl (``time/rollout_s``, ``time/reference_s``,
-   ``time/update_s``, ``rollout/response_len_mean`` and ``_max``), computes each step's floors
+   ``time/update_s``, ``rollout/response_len_mean`` and ``_max``, ``train/forward_only_frac``: the
+   sequences the update ran forward only), computes each step's floors
    for that step's response lengths, and reports per phase the floor, the measured time and the
    fraction of the floor reached (floor / measured; 1 = at the roofline), medians over the steps
    after the first (a warm-up). The prompt length is the mean over the run's prepared prompts
@@ -156,8 +157,11 @@ def step_floors(
     reference_passes: int,
     iterations: int,
     rollout_sequences: int | None = None,
+    forward_only: float = 0.0,
 ) -> dict:
-    """Cost and floor of each phase of one step. ``rates`` holds the matmul FLOP/s per precision."""
+    """Cost and floor of each phase of one step. ``rates`` holds the matmul FLOP/s per precision.
+    ``forward_only``: the fraction of the sequences the update ran forward only
+    (``train/forward_only_frac``; their responses taken as long as the step's mean)."""
     B = prompts * G
     train_rate = Rates(rates["bf16" if autocast else "fp32"], bw)
     roll_rate = Rates(rates["bf16" if rollout_dtype == "bfloat16" else "fp32"], bw)
@@ -182,7 +186,10 @@ def step_floors(
             roll_rate,
         ),
         "reference": (forward_cost(shape, **common, prompt_share=shared_prompt) * reference_passes, train_rate),
-        "update": (update_cost(shape, **common, prompt_share=update_share) * iterations, train_rate),
+        "update": (
+            update_cost(shape, **common, prompt_share=update_share, forward_only=forward_only) * iterations,
+            train_rate,
+        ),
     }
     return {name: {"flops": c.flops, "bytes": c.bytes, **asdict(floor(c, r))} for name, (c, r) in costs.items()}
 
@@ -317,6 +324,7 @@ def main() -> None:
                 response_mean=m["rollout/response_len_mean"],
                 response_max=m["rollout/response_len_max"],
                 rollout_sequences=round(batch["prompts"] * batch["G"] * extra),
+                forward_only=m.get("train/forward_only_frac", 0.0),
             )
             per_step.append((m, phase_rows(f)))
         measured_steps = per_step[1:] or per_step

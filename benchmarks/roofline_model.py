@@ -217,16 +217,19 @@ def update_cost(
     micro_batches: int = 1,
     param_bytes: float = 4,
     trained_params: int | None = None,
+    forward_only: float = 0.0,
 ) -> Cost:
     """One optimizer step over the batch: forward + backward of every micro-batch, then AdamW.
 
     Args: as :func:`forward_cost`, plus
         trained_params: parameters AdamW updates (default all: full fine-tuning).
+        forward_only: the fraction of the sequences that run a forward only (rlvr's
+            ``train.zero_adv_forward_only``): their FLOPs are a forward's, not three times it.
     """
     trained = shape.num_params() if trained_params is None else trained_params
     fwd = forward_cost(
         shape,
-        sequences=sequences,
+        sequences=sequences * (1 - forward_only),
         prompt_tokens=prompt_tokens,
         response_tokens=response_tokens,
         prompt_share=prompt_share,
@@ -235,7 +238,16 @@ def update_cost(
     )
     per_micro_batch = (2 * streamed_params(shape) + 2 * trained) * param_bytes  # weights twice; gradient read + write
     memory = micro_batches * per_micro_batch + ADAMW_VALUES * trained * param_bytes
-    return Cost(3 * fwd.flops, memory)
+    if not forward_only:
+        return Cost(3 * fwd.flops, memory)
+    frozen = forward_cost(
+        shape,
+        sequences=sequences * forward_only,
+        prompt_tokens=prompt_tokens,
+        response_tokens=response_tokens,
+        prompt_share=prompt_share,
+    )
+    return Cost(3 * fwd.flops + frozen.flops, memory)
 
 
 def rollout_floor(

@@ -182,6 +182,7 @@ def rlvr_config(args, data_path: Path, run_dir: Path) -> dict:
             "adam_betas": list(BETAS),
             "max_grad_norm": MAX_GRAD_NORM,
             "shared_prompt_forward": True,
+            "zero_adv_forward_only": False,  # equal work: TRL's backward runs through every sequence
             "save_every": 0,
             "save_every_min": 0.0,
         },

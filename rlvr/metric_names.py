@@ -77,6 +77,7 @@ GRAD_NORM = "train/grad_norm"
 LR = "train/lr"
 SKIPPED_UPDATES = "train/skipped_updates"
 SKIPPED_STEPS = "train/skipped_steps"
+FORWARD_ONLY_FRAC = "train/forward_only_frac"
 
 
 def train(stat: str) -> str:

@@ -384,22 +384,22 @@ def update_policy(
     (its gradients are dropped); ``train/skipped_updates`` counts them. ``num_tokens`` /
     ``num_seqs``: the loss denominators, see :func:`accumulate_gradients`. ``group``: the
     data-parallel group (default one process); its gradients and statistics are summed over the
-    ranks before clipping, so every rank clips, skips and steps alike and the weights stay equal."""
+    ranks before clipping, so every rank clips, skips and steps alike and the weights stay equal.
+    Groups whose loss is identically 0 may run forward only (:func:`_plan_update`)."""
     group = OneProcess() if group is None else group
     lr = scheduler.get_last_lr()[0]  # the lr this step trains with
     max_norm = cfg.train.max_grad_norm if cfg.train.max_grad_norm > 0 else float("inf")
-    totals: dict[str, torch.Tensor] = {}
-    grad_norms = []
-    skipped = 0
-    batch, adv, old_logp, kw = _plan_update(policy, batch, adv, old_logp, ref_logp, cfg, num_tokens, num_seqs, group)
+    totals, grad_norms, skipped = {}, [], 0  # statistics by name; each iteration's norm; skipped steps
+    batch, adv, old_logp, kw, forward_only = _plan_update(
+        policy, batch, adv, old_logp, ref_logp, cfg, num_tokens, num_seqs, group
+    )
     for _ in range(cfg.algo.num_iterations):
         policy.train()  # dropout as the model defines it; eval mode again before anything samples
         try:
             sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast, **kw)
         finally:
             policy.eval()
-        if kw["observed"] is not None:  # a parameter no backward reached steps on zeros, as it would have
-            _zero_missing_grads(policy)
+        _zero_missing_grads(policy, kw["observed"])
         group.reduce_grads(policy)
         sums = group.reduce_stats(sums)
         for k, v in sums.items():
@@ -419,6 +419,7 @@ def update_policy(
     out[M.GRAD_NORM] = torch.stack(grad_norms).mean()
     out[M.LR] = lr
     out[M.SKIPPED_UPDATES] = skipped
+    out[M.FORWARD_ONLY_FRAC] = forward_only
     return out
 
 
@@ -447,7 +448,8 @@ def forward_only_groups(adv: Tensor, group_size: int) -> tuple[list[int], list[i
 
 def _plan_update(policy, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Config, num_tokens, num_seqs, group):
     """(the trained batch, its advantages, its old log-probs, the keywords of
-    :func:`accumulate_gradients`), planned once for all iterations (the update's host reads).
+    :func:`accumulate_gradients`, the fraction of the step's sequences that run forward only),
+    planned once for all iterations (the update's host reads).
 
     With ``train.zero_adv_forward_only``, the groups whose advantages are all 0 move out of the
     backward into forward-only passes (:class:`ForwardOnly`) when their loss is identically 0: no
@@ -470,12 +472,17 @@ def _plan_update(policy, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Conf
             idx = torch.tensor(trained, dtype=torch.long, device=adv.device)
             adv, old_logp = pick(adv, idx), pick(old_logp, idx)
     kw["passes"] = update_passes(batch, cfg, policy) if batch.response_mask.shape[0] else []
-    return batch, adv, old_logp, kw
+    seqs = 0 if kw["observed"] is None else kw["observed"].adv.shape[0]  # this rank's
+    total = group.sum(adv.new_tensor(float(seqs))) if group.world_size > 1 else seqs
+    return batch, adv, old_logp, kw, total / num_seqs
 
 
-def _zero_missing_grads(policy) -> None:
-    """Zeros for every trainable parameter without a gradient: the gradient a backward through
-    forward-only groups alone would have given, so that AdamW steps it (momentum, weight decay)."""
+def _zero_missing_grads(policy, observed: ForwardOnly | None) -> None:
+    """With forward-only groups, zeros for every trainable parameter without a gradient: what a
+    backward through those groups alone would have given, so that AdamW steps it as before
+    (momentum, weight decay)."""
+    if observed is None:
+        return
     for p in policy.parameters():
         if p.requires_grad and p.grad is None:
             p.grad = torch.zeros_like(p)

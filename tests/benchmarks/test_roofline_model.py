@@ -83,6 +83,9 @@ def test_forward_and_update_by_hand():
     # bytes: weights twice + gradient read and write = 4 * 22688 * 4 B = 363008 per micro-batch,
     # AdamW 7 * 22688 * 4 B = 635264 -> 998272
     assert update_cost(TINY, **shared) == Cost(3 * 429568, 363008 + 635264)
+    # half the sequences forward only: 3 x half the forward + one more half = 2 x 429568; the same bytes
+    assert update_cost(TINY, **shared, forward_only=0.5) == Cost(2 * 429568, 363008 + 635264)
+    assert update_cost(TINY, **shared, forward_only=1.0) == Cost(429568, 363008 + 635264)
 
 
 def test_floor_takes_the_larger_term_and_phases_add():

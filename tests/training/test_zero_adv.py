@@ -84,10 +84,12 @@ def test_forward_only_groups_give_the_same_weights_and_statistics(iterations, gr
     (w_on, m_on, rows_on), (w_off, m_off, rows_off) = runs[True], runs[False]
     torch.testing.assert_close(w_on, w_off, rtol=1e-5, atol=1e-7)
     for a, b in zip(m_on, m_off):
-        assert a.keys() == b.keys()
+        assert a.keys() == b.keys() and M.FORWARD_ONLY_FRAC in a
         for k in (M.ENTROPY, M.RATIO_MEAN, M.RATIO_MIN, M.RATIO_MAX, M.CLIP_FRAC, M.LOSS, M.PG_LOSS, M.GRAD_NORM):
             torch.testing.assert_close(torch.as_tensor(a[k]), torch.as_tensor(b[k]), rtol=1e-5, atol=1e-7)
     assert float(m_on[1][M.GRAD_NORM]) == 0.0 and float(m_on[1][M.ENTROPY]) > 0
+    assert [float(m[M.FORWARD_ONLY_FRAC]) for m in m_on] == [4 / 12, 1.0]
+    assert [float(m[M.FORWARD_ONLY_FRAC]) for m in m_off] == [0.0, 0.0]
     assert not torch.equal(w_on, torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert sum(rows_off) == 12 * iterations * 2  # every row, every iteration, both steps
     assert sum(rows_on) == 8 * iterations  # the first step's two trained groups only
@@ -108,3 +110,4 @@ def test_groups_whose_loss_is_not_zero_keep_their_backward(extra, grad_rows):
     adv[:4] = torch.tensor([1.0, -1.0, 0.5, -0.5])
     _, metrics = _train(model, batch, [adv], _cfg(extra), ref_logp=ref)
     assert sum(grad_rows) == 12 and float(metrics[0][M.GRAD_NORM]) > 0
+    assert float(metrics[0][M.FORWARD_ONLY_FRAC]) == 0.0
