@@ -25,7 +25,13 @@ EVAL = ("eval.at_start=true", "eval.every_steps=2", "eval.samples=2", "eval.limi
 """Evaluations at steps 0 and 2, split over the workers (5 rows: 3 and 2), sampled and greedy."""
 
 
-@pytest.mark.parametrize("extra", [EVAL, DYNAMIC], ids=["grpo-eval", "dynamic-sampling-reinforce-pp"])
+NO_KL = ("algo.kl_coef=0.0",)
+"""No KL term in the loss: the groups whose advantages are all 0 run forward only, each rank its own."""
+
+
+@pytest.mark.parametrize(
+    "extra", [EVAL, DYNAMIC, NO_KL], ids=["grpo-eval", "dynamic-sampling-reinforce-pp", "no-kl-forward-only"]
+)
 def test_two_ray_workers_train_like_one_process(dp_config, tiny_model, tmp_path, extra):
     """The same update as one process; with DAPO dynamic sampling the extra batches are drawn on
     every rank's informative-group count and the kept groups dealt out, and REINFORCE++'s batch
@@ -40,6 +46,8 @@ def test_two_ray_workers_train_like_one_process(dp_config, tiny_model, tmp_path,
     a, b = metrics(one, timings=False), metrics(two, timings=False)
     # the same completions were sampled, so the rollout metrics are equal, not just close
     assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
+    if extra == NO_KL:  # some groups ran forward only, and some were trained
+        assert 0 < sum(r["train/forward_only_frac"] for r in a) < len(a)
     if extra == DYNAMIC:  # the dynamic-sampling path ran: extra batches drawn, groups dropped
         assert sum(r["rollout/extra_batches"] for r in a) > 0 and sum(r["rollout/dropped_groups"] for r in a) > 0
     wa = load_file(one / "checkpoints" / "last" / "model.safetensors")
