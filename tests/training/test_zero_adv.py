@@ -66,8 +66,11 @@ def test_forward_only_groups_are_those_of_all_zero_advantages():
     assert forward_only_groups(torch.zeros(8), 4) == ([], [0, 1])
 
 
-@pytest.mark.parametrize("iterations", [1, 2])
-def test_forward_only_groups_give_the_same_weights_and_statistics(iterations, grad_rows):
+PACKED = ("train.micro_batch_tokens=96", "train.shared_prompt_forward=false")
+
+
+@pytest.mark.parametrize("iterations, extra", [(1, ()), (2, ()), (1, PACKED)], ids=["one", "two", "packed"])
+def test_forward_only_groups_give_the_same_weights_and_statistics(iterations, extra, grad_rows):
     """A middle group of all-zero advantages, then a step where every group is zero (AdamW still steps
     on its momentum and weight decay): the same weights and train/ statistics as a backward through
     every group, with the zero groups' rows out of every forward that keeps gradients."""
@@ -78,11 +81,13 @@ def test_forward_only_groups_give_the_same_weights_and_statistics(iterations, gr
     advs = [adv, torch.zeros(12)]
     runs = {}
     for on in (True, False):
-        cfg = _cfg(f"train.zero_adv_forward_only={str(on).lower()}", f"algo.num_iterations={iterations}")
+        cfg = _cfg(f"train.zero_adv_forward_only={str(on).lower()}", f"algo.num_iterations={iterations}", *extra)
         start = len(grad_rows)
         runs[on] = (*_train(model, batch, advs, cfg), grad_rows[start:])
     (w_on, m_on, rows_on), (w_off, m_off, rows_off) = runs[True], runs[False]
-    torch.testing.assert_close(w_on, w_off, rtol=1e-5, atol=1e-7)
+    # AdamW's steps are about lr (1e-3) whatever the gradient's size, so a near-zero gradient's rounding
+    # can move a weight by a small part of lr: 1 % of it is the tolerance
+    torch.testing.assert_close(w_on, w_off, rtol=1e-5, atol=1e-5)
     for a, b in zip(m_on, m_off):
         assert a.keys() == b.keys() and M.FORWARD_ONLY_FRAC in a
         for k in (M.ENTROPY, M.RATIO_MEAN, M.RATIO_MIN, M.RATIO_MAX, M.CLIP_FRAC, M.LOSS, M.PG_LOSS, M.GRAD_NORM):
