@@ -100,10 +100,15 @@ def cut_at_stop(text: str, stop: list[str]) -> str:
     return text[: min(ends)] if ends else text
 
 
+def group_rows(groups: list[int], group_size: int) -> Tensor:
+    """[len(groups) * G] int64 row indices (on the CPU) of the given groups' rows, in the given order."""
+    return torch.tensor([g * group_size + j for g in groups for j in range(group_size)], dtype=torch.long)
+
+
 def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
     """The rows of the given groups (prompt indices), in the given order."""
     G = batch.group_size
-    rows = torch.tensor([g * G + j for g in groups for j in range(G)], dtype=torch.long)  # cpu: row indices
+    rows = group_rows(groups, G)  # cpu: row indices
     pick = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
     return RolloutBatch(
         input_ids=pick(batch.input_ids),

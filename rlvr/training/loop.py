@@ -24,7 +24,7 @@ from rlvr.config import Config
 from rlvr.models import eval_mode
 from rlvr.models.forward import call_logprobs, pass_logprobs, shared_prompt_group, unpadded_applies
 from rlvr.rollout import RolloutBatch
-from rlvr.rollout.base import select_groups
+from rlvr.rollout.base import group_rows, select_groups
 from rlvr.training import microbatch, packing
 from rlvr.training.replicas import OneProcess
 
@@ -463,18 +463,19 @@ def _plan_update(policy, batch: RolloutBatch, adv, old_logp, ref_logp, cfg: Conf
     if cfg.train.zero_adv_forward_only and zero_loss and not group.shards:
         trained, frozen = forward_only_groups(adv, batch.group_size)
         if frozen:
-            G = batch.group_size
-            pick = lambda t, groups: None if t is None else t.view(-1, G, *t.shape[1:])[groups].flatten(0, 1)  # noqa: E731
-            part = select_groups(batch, frozen)
-            idx = torch.tensor(frozen, device=adv.device)
-            kw["observed"] = ForwardOnly(part, pick(adv, idx), pick(old_logp, idx), update_passes(part, cfg, policy))
-            batch = select_groups(batch, trained)
-            idx = torch.tensor(trained, dtype=torch.long, device=adv.device)
-            adv, old_logp = pick(adv, idx), pick(old_logp, idx)
+            part, frozen_adv, frozen_old = _select_groups(batch, adv, old_logp, frozen)
+            kw["observed"] = ForwardOnly(part, frozen_adv, frozen_old, update_passes(part, cfg, policy))
+            batch, adv, old_logp = _select_groups(batch, adv, old_logp, trained)
     kw["passes"] = update_passes(batch, cfg, policy) if batch.response_mask.shape[0] else []
     seqs = 0 if kw["observed"] is None else kw["observed"].adv.shape[0]  # this rank's
     total = group.sum(adv.new_tensor(float(seqs))) if group.world_size > 1 else seqs
     return batch, adv, old_logp, kw, total / num_seqs
+
+
+def _select_groups(batch: RolloutBatch, adv: Tensor, old_logp: Tensor | None, groups: list[int]):
+    """(batch, advantages, old log-probs) of the given groups' rows."""
+    rows = group_rows(groups, batch.group_size).to(adv.device)
+    return select_groups(batch, groups), adv[rows], None if old_logp is None else old_logp[rows]
 
 
 def _zero_missing_grads(policy, observed: ForwardOnly | None) -> None:
