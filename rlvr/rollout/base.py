@@ -102,7 +102,8 @@ def cut_at_stop(text: str, stop: list[str]) -> str:
 
 def group_rows(groups: list[int], group_size: int) -> Tensor:
     """[len(groups) * G] int64 row indices (on the CPU) of the given groups' rows, in the given order."""
-    return torch.tensor([g * group_size + j for g in groups for j in range(group_size)], dtype=torch.long)
+    rows = [g * group_size + j for g in groups for j in range(group_size)]
+    return torch.tensor(rows, dtype=torch.long)  # cpu: host indices, each caller moves them where it needs them
 
 
 def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
