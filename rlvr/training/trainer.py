@@ -304,8 +304,9 @@ class Trainer:
 
     def _shard_models(self) -> None:
         """FSDP: shards the policy (built on the meta device) and fills its shards from the weights rank 0
-        alone reads, then the reference likewise; turns length buckets and the shared prompt pass off:
-        every rank must run the same passes, as each one gathers the weights with the others."""
+        alone reads, then the reference likewise; turns length buckets, the shared prompt pass and
+        forward-only zero-advantage groups off: every rank must run the same passes, as each one
+        gathers the weights with the others."""
         cfg = self.cfg
         bf16 = cfg.model.autocast_bf16 == Switch.ON and self.device.type == "cuda"
         whole = functools.partial(load_model, self.model_path, dtype=cfg.model.dtype)  # rank 0's, in host memory
@@ -314,7 +315,9 @@ class Trainer:
         # buckets: a data-dependent pass count; a two-pass shared prompt: two forwards per backward, which
         # FSDP2 cannot backward through (the first pass's layers are resharded by then). The one-pass shared
         # prompt (rlvr.models.shared_prefix, sdpa models) is one forward like a plain pass, so it stays on.
-        keys = ("length_buckets",) if one_pass_applies(self.policy) else ("length_buckets", "shared_prompt_forward")
+        keys = ("length_buckets", "zero_adv_forward_only")
+        if not one_pass_applies(self.policy):
+            keys += ("shared_prompt_forward",)
         off = [k for k in keys if getattr(cfg.train, k)]
         if off:
             self.cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **dict.fromkeys(off, False)))
