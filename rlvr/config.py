@@ -387,13 +387,15 @@ class AlgoConfig:
         )
 
 
-def _micro_batch_misfit(seqs: int, train: TrainConfig) -> str | None:
-    """The first of ``train.micro_batch_seqs`` and (when set) ``train.micro_batch_seqs_bf16`` that does not
-    split ``seqs`` sequences into equal passes nor takes them in one (a micro-batch of at least
-    ``seqs``), as ``key=value``; None when both do, or when rows are packed by tokens instead."""
+def _micro_batch_misfit(seqs: int, train: TrainConfig, autocast_bf16: Switch) -> str | None:
+    """The first of ``train.micro_batch_seqs`` and (when set, and bf16 autocast may run:
+    ``model.autocast_bf16`` not false) ``train.micro_batch_seqs_bf16`` that does not split ``seqs``
+    sequences into equal passes nor takes them in one (a micro-batch of at least ``seqs``), as
+    ``key=value``; None when both do, or when rows are packed by tokens instead."""
     if train.micro_batch_tokens > 0:
         return None
-    for key in ("micro_batch_seqs", "micro_batch_seqs_bf16"):
+    keys = ("micro_batch_seqs",) if autocast_bf16 == Switch.OFF else ("micro_batch_seqs", "micro_batch_seqs_bf16")
+    for key in keys:
         mb = getattr(train, key)
         if mb and seqs % mb and mb < seqs:
             return f"train.{key}={mb}"
@@ -409,7 +411,7 @@ class TrainConfig:
     micro_batch_seqs: int = 8
     """Sequences per forward/backward pass (gradient accumulation over the step): a divisor of the step's sequences (per worker), or at least all of them for one pass; unused with train.micro_batch_tokens."""
     micro_batch_seqs_bf16: int = 0
-    """Sequences per forward/backward pass instead of train.micro_batch_seqs where the update runs under bf16 autocast (model.autocast_bf16 on, or auto choosing it); 0 = train.micro_batch_seqs. Larger passes pay under bf16 (larger products; each pass casts every weight's gradient to float32 and adds it), while in float32 they mostly cost memory. The same rule: a divisor of the step's sequences, or at least all of them."""
+    """Sequences per forward/backward pass instead of train.micro_batch_seqs where the update runs under bf16 autocast (model.autocast_bf16 on, or auto choosing it); 0 = train.micro_batch_seqs. Larger passes pay under bf16 (larger products; each pass casts every weight's gradient to float32 and adds it), while in float32 they mostly cost memory. The same rule: a divisor of the step's sequences, or at least all of them (not checked with model.autocast_bf16=false, which never uses it)."""
     micro_batch_tokens: int = 0
     """Tokens per forward/backward pass instead of rows (0 = off): each row's prompt and response, without padding, packed end to end (position ids restarting per row), the rows spread over the fewest passes and balanced by tokens; a longer row runs alone. Each row runs its own prompt: needs train.shared_prompt_forward=false. Equal to row micro-batches up to float rounding."""
     logprob_micro_batch_tokens: int = 0
@@ -693,7 +695,7 @@ class Config:
 
     def __post_init__(self) -> None:
         seqs = self.train.prompts_per_step * self.rollout.samples_per_prompt
-        misfit = _micro_batch_misfit(seqs, self.train)
+        misfit = _micro_batch_misfit(seqs, self.train, self.model.autocast_bf16)
         _check(
             misfit is None,
             f"train.prompts_per_step * rollout.samples_per_prompt = {seqs} sequences per step is not divisible "
@@ -745,7 +747,7 @@ class Config:
             f"groups, so pick a multiple of {N}",
         )
         seqs = P // N * self.rollout.samples_per_prompt
-        misfit = _micro_batch_misfit(seqs, self.train)
+        misfit = _micro_batch_misfit(seqs, self.train, self.model.autocast_bf16)
         _check(
             misfit is None,
             f"each of the {N} workers trains on {seqs} sequences per step, not divisible by "

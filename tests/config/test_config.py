@@ -364,3 +364,19 @@ def test_the_bf16_micro_batch_follows_the_same_rule():
     with pytest.raises(UserError, match="train.micro_batch_seqs_bf16 must be >= 0"):
         load_config(None, ["train.micro_batch_seqs_bf16=-1"])
     assert load_config("quickstart", ["train.micro_batch_seqs_bf16=64"]).train.micro_batch_seqs_bf16 == 64  # one pass
+    # with bf16 autocast off the bf16 size is never used: 6 prompts x 8 = 48 against the quickstart's 32 loads,
+    # and auto (bf16 where it pays) still checks it
+    six = ["train.prompts_per_step=6", "train.micro_batch_seqs=8"]
+    assert load_config("quickstart", [*six, "model.autocast_bf16=false"]).seqs_per_step == 48
+    with pytest.raises(UserError, match=r"48 sequences per step is not divisible by train.micro_batch_seqs_bf16=32"):
+        load_config("quickstart", six)
+    # per worker likewise: 12 prompts x 8 over 2 workers is 48 sequences each
+    ray = [
+        "train.prompts_per_step=12",
+        "train.micro_batch_seqs=8",
+        "distributed.backend=ray",
+        "distributed.num_workers=2",
+    ]
+    with pytest.raises(UserError, match=r"each of the 2 workers trains on 48 sequences per step, not divisible by"):
+        load_config("quickstart", ray)
+    assert load_config("quickstart", [*ray, "model.autocast_bf16=false"]).seqs_per_step == 96
