@@ -405,10 +405,9 @@ def update_policy(
         for k, v in sums.items():
             combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
             totals[k] = combine(totals[k], v) if k in totals else v
-        norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
-        grad_norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)  # FSDP: the global norm
-        finite = torch.isfinite(grad_norms[-1]) & torch.isfinite(sums[M.stat(M.LOSS)])
-        if finite:  # the one host read of an optimizer step: whether to take it
+        finite, norm = _clip_gradients(policy, max_norm, sums[M.stat(M.LOSS)])
+        grad_norms.append(norm)
+        if finite:
             optimizer.step()
             scheduler.step()
         else:  # a NaN/inf loss or gradient: skip this update, weights and AdamW state stay intact
@@ -476,6 +475,24 @@ def _select_groups(batch: RolloutBatch, adv: Tensor, old_logp: Tensor | None, gr
     """(batch, advantages, old log-probs) of the given groups' rows."""
     rows = group_rows(groups, batch.group_size).to(adv.device)
     return select_groups(batch, groups), adv[rows], None if old_logp is None else old_logp[rows]
+
+
+def _clip_gradients(policy, max_norm: float, loss: Tensor) -> tuple[bool, Tensor]:
+    """``clip_grad_norm_`` with the step's one host read: (whether the loss and the gradient norm are
+    finite, the global norm). The gradients are rescaled only where clipping changes them: torch
+    multiplies every gradient by its factor even when the factor is 1 (a full pass over the
+    gradients, to spare a GPU a host read), and the update reads the norm on the host anyway to
+    decide whether to step. The factor is computed as ``clip_grads_with_norm_`` computes it, so
+    skipping a factor of exactly 1 leaves the gradients bit for bit as they were."""
+    params = list(policy.parameters())
+    local = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    norm = local.full_tensor() if isinstance(local, DTensor) else local  # FSDP: the global norm
+    factor = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    finite = torch.isfinite(norm) & torch.isfinite(loss)
+    ok, factor = torch.stack([finite.to(factor.dtype), factor]).tolist()  # the one host read of a step
+    if ok and factor < 1.0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, local)
+    return bool(ok), norm
 
 
 def _zero_missing_grads(policy, observed: ForwardOnly | None) -> None:
