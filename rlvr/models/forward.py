@@ -127,6 +127,7 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
     gather, pick, unpad = shared_prefix.unpadded_index(lengths.view(P, G).clamp(1, T), T, S)
     ids, pos = (torch.cat([x[:, :Lp], x[:, Lp:].gather(1, pick)], 1) for x in (ids, pos))
     rows_index = shared_prefix.unpadded_rows(gather, pick, Lp)  # once for every layer of the pass
+    core = _core(model, ids.device, Lp, T, host, P, S, G)
 
     def run(response_pass):
         with shared_prefix.shared_attention(model), response_pass():
@@ -136,7 +137,7 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
                 position_ids=pos,
                 logits_to_keep=_keep(Lp, Lp + S, ids.device),
                 use_cache=False,
-                shared_prefix=(G, T, masks, (*rows_index, host)),
+                shared_prefix=(G, T, masks, (*rows_index, host, core)),
             )
         return out.logits  # [P, S, ·]
 
@@ -147,6 +148,17 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
         return None if x is None else x.reshape(-1).gather(0, idx).view(B, T)
 
     return rows(logp), rows(ent)
+
+
+def _core(model, device, Lp: int, T: int, lengths: tuple[int, ...], P: int, S: int, G: int):
+    """The :class:`~rlvr.models.shared_prefix.Core` of an unpadded pass on a CPU whose attention
+    costs less padded to a shorter length than to T (:func:`~rlvr.models.shared_prefix.core_length`),
+    else None."""
+    if torch.device(device).type != "cpu":
+        return None
+    low = torch.is_autocast_enabled("cpu") or next(model.parameters()).dtype != torch.float32
+    c = shared_prefix.core_length(Lp, T, lengths, P, low)
+    return shared_prefix.core_rows(lengths, S, Lp, G, c, device) if c < T else None
 
 
 def call_logprobs(

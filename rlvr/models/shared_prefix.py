@@ -37,6 +37,7 @@ others keep the two-pass shared prompt (:func:`rlvr.models.forward.response_logi
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -181,20 +182,114 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     values): the prompt by itself, the segments as a batch of P·G against the prompt's keys and
     their own; the outputs joined back to [P, Lp + G·T, heads, d], as ``sdpa_attention_forward``
     returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (into, back,
-    lengths) (:func:`unpadded_rows`' indices and the segments' host lengths) the rows come without
-    segment padding ([P, heads, Lp + S, d]) and return to [P, Lp + S, heads, d]: on a CPU segment by
-    segment (:func:`_segment_attention`) where :func:`_by_segment` says so, else padded for the
-    attention."""
+    lengths, core) (:func:`unpadded_rows`' indices, the segments' host lengths and a :class:`Core` or
+    None) the rows come without segment padding ([P, heads, Lp + S, d]) and return to
+    [P, Lp + S, heads, d]: on a CPU segment by segment (:func:`_segment_attention`) where
+    :func:`_by_segment` says so, else padded to the core's length with the longer segments' tails
+    apart (:func:`_core_attention`), else padded to T."""
     G, T, masks, unpadded = shared_prefix
     if unpadded is None:
         return _padded_attention(module, query, key, value, G, T, masks, kwargs)
-    into, back, lengths = unpadded
+    into, back, lengths, core = unpadded
     Lp = masks[0].shape[-1]
-    if _by_segment(module, query, key, Lp, G, T, kwargs, lengths):
+    if _by_segment(module, query, key, Lp, G, core.T if core is not None else T, kwargs, lengths):
         return _segment_attention(query, key, value, masks, lengths, kwargs), None
+    if core is not None and _math_applies(module, query, key, Lp, G, core.T, kwargs):
+        return _core_attention(query, key, value, masks, core, G, kwargs.get("scaling")), None
     query, key, value = (_rows(x.transpose(1, 2), into).transpose(1, 2) for x in (query, key, value))
     out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
     return _rows(out, back), None
+
+
+class Core(NamedTuple):
+    """An unpadded pass's attention padded to ``T`` (< the pass's longest segment) rather than to the
+    longest (:func:`core_rows`): ``into``/``back`` move its rows into that layout and out (as
+    :func:`unpadded_rows`' do), ``tail_rows`` are the flat positions of the queries past ``T`` of the
+    longer segments, and ``tails`` those segments, (group, segment, first unpadded position, length)."""
+
+    T: int
+    into: Tensor
+    back: Tensor
+    tail_rows: Tensor
+    tails: tuple[tuple[int, int, int, int], ...]
+
+
+def core_length(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bool) -> int:
+    """The length the grouped kernel of an unpadded pass pads its segments to: T, or a shorter one
+    where padding every segment to a few long ones costs more than attending their queries past it
+    apart (:func:`_core_attention`; :data:`SEGMENT_COST` prices each such tail as a segment of
+    :func:`_segment_attention`). The cheapest wins, the longest of equal cost."""
+    return min(sorted({*lengths, T}, reverse=True), key=lambda c: _padded_cost(Lp, c, lengths, P, low))
+
+
+def core_rows(lengths: tuple[int, ...], S: int, Lp: int, G: int, c: int, device) -> Core:
+    """The :class:`Core` of an unpadded pass whose attention pads its segments to ``c``.
+
+    A segment's first ``c`` queries attend (causally) to its first ``c`` positions and the prompt,
+    so the padded kernel computes them exactly from each segment's first ``c`` positions; a longer
+    segment's later queries are attended apart. Built on the host from the host lengths (a pass's
+    few hundred indices; no device read), once per pass for all its layers.
+
+    Args:
+        lengths: each row's real segment length (1 ≤ l ≤ T), P·G of them.
+        S: positions per group in the unpadded rows (:func:`unpadded_span`).
+        Lp: the prompt part's positions.
+        c: the core length (< the longest length).
+    """
+    P = len(lengths) // G
+    gather, pick, tail_rows, tails = [], [], [], []
+    for p in range(P):
+        n = lengths[p * G : (p + 1) * G]
+        starts = [sum(n[:g]) for g in range(G)]
+        gather.append([starts[g] + min(t, n[g] - 1) for g in range(G) for t in range(c)])
+        row = [g * c + min(t, c - 1) for g in range(G) for t in range(n[g])]
+        pick.append(row + row[-1:] * (S - len(row)))  # a group's tail past Σl: read by nothing
+        for g in range(G):
+            if n[g] > c:
+                tails.append((p, g, starts[g], n[g]))
+                tail_rows += range(p * (Lp + S) + Lp + starts[g] + c, p * (Lp + S) + Lp + starts[g] + n[g])
+    into, back = unpadded_rows(torch.tensor(gather, device=device), torch.tensor(pick, device=device), Lp)
+    return Core(c, into, back, torch.tensor(tail_rows, dtype=torch.long, device=device), tuple(tails))
+
+
+def _core_attention(query: Tensor, key: Tensor, value: Tensor, masks, core: Core, G: int, scale) -> Tensor:
+    """The shared-prefix attention of unpadded rows with the grouped kernel on segments padded to
+    ``core.T`` and each longer segment's queries past it (its tail) attended apart, against the
+    prompt and that segment's positions up to the query (:func:`_attend`).
+
+    Why: one long response in a pass (a sample that ran to the token limit among short ones) would
+    pad every segment to its length, and the padded kernel's scores grow with the square of it; its
+    tail alone costs a few small products. Exact: the same scores, masks, softmax and dtypes as the
+    padded kernel on each query.
+
+    Args:
+        query: [P, h, Lp + S, d]; key, value: [P, h_kv, Lp + S, d], segments end to end.
+        masks: :func:`layout`'s (prompt_mask, segment mask [P·G, 1, T, Lp + T]), T ≥ every length.
+
+    Returns:
+        [P, Lp + S, h, d] as :func:`_grouped_attention` returns it.
+    """
+    prompt_mask, seg_mask = masks
+    P, h, L, d = query.shape
+    Lp, c = prompt_mask.shape[-1], core.T
+    scale = d**-0.5 if scale is None else scale
+    q, k, v = (_rows(x.transpose(1, 2), core.into).transpose(1, 2) for x in (query, key, value))
+    out = _grouped_attention(q, k, v, prompt_mask, seg_mask[:, :, :c, : Lp + c], G, c, scale)
+    out = _rows(out, core.back)  # [P, Lp + S, h, d]; the tails' rows are replaced below
+    if not core.tails:
+        return out
+    dt, _ = _products_dtype(query)
+    parts = []
+    for p, g, start, n in core.tails:
+        a = Lp + start
+        keys = torch.cat([key[p, :, :Lp], key[p, :, a : a + n]], 1).to(dt)
+        values = torch.cat([value[p, :, :Lp], value[p, :, a : a + n]], 1).to(dt)
+        mask = seg_mask[p * G + g, 0, c:n]
+        mask = torch.cat([mask[:, :Lp], mask[:, Lp : Lp + n]], 1)
+        q = (query[p, :, a + c : a + n].float() * scale).to(dt)
+        parts.append(_attend(q, keys, values, mask, 0.0).transpose(0, 1))  # [n - c, h, d]
+    flat = out.reshape(P * L, h, d).index_copy(0, core.tail_rows, torch.cat(parts).to(out.dtype))
+    return flat.view(P, L, h, d)
 
 
 def _padded_attention(module, query, key, value, G: int, T: int, masks: tuple[Tensor, Tensor], kwargs: dict):
@@ -228,8 +323,8 @@ _SDPA_ONLY = ("softcap", "s_aux", "sinks", "sliding_window", "position_bias")
 def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwargs: dict, lengths) -> bool:
     """Whether an unpadded CPU pass runs its segments' attention one segment at a time
     (:func:`_segment_attention`): a plain CPU call (:func:`_plain_cpu_call`) that the grouped kernel
-    does not take, or where the segments' padding costs that kernel more than the per-segment calls'
-    own overhead (:func:`_segments_cheaper`)."""
+    does not take, or where the segments' padding to T (the pass's core length, :func:`core_length`)
+    costs that kernel more than the per-segment calls' own overhead (:func:`_segments_cheaper`)."""
     if not _plain_cpu_call(query, key, kwargs):
         return False
     if not _math_applies(module, query, key, Lp, G, T, kwargs):
@@ -249,14 +344,20 @@ kernel is faster. Fitted on a 2-core AVX-512 CPU to the built-in model's attenti
 
 def _segments_cheaper(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bool) -> bool:
     """Whether :func:`_segment_attention` costs less than :func:`_grouped_attention` on the same rows
-    padded to T (:data:`SEGMENT_COST`, ``low``: bf16/fp16 products): long, uneven responses in few
-    groups, where the padding is most of the padded kernel's scores. Both also attend each group's
-    prompt to itself."""
+    padded to T (:data:`SEGMENT_COST`, ``low``: bf16/fp16 products), the longer segments' tails apart
+    (:func:`_core_attention`): long, uneven responses in few groups, where the padding is most of the
+    padded kernel's scores. Both also attend each group's prompt to itself."""
     rate, fixed = SEGMENT_COST["low" if low else torch.float32]
-    prompt = P * Lp * Lp
-    padded = prompt + len(lengths) * T * (Lp + T)
-    real = prompt + sum(n * (Lp + n) for n in lengths)
-    return rate * real + fixed * len(lengths) < padded
+    real = P * Lp * Lp + sum(n * (Lp + n) for n in lengths)
+    return rate * real + fixed * len(lengths) < _padded_cost(Lp, T, lengths, P, low)
+
+
+def _padded_cost(Lp: int, c: int, lengths: tuple[int, ...], P: int, low: bool) -> float:
+    """The grouped kernel's cost on segments padded to ``c``, in its units (:data:`SEGMENT_COST`), with
+    each longer segment's tail priced as a segment of :func:`_segment_attention`."""
+    rate, fixed = SEGMENT_COST["low" if low else torch.float32]
+    tails = sum(fixed + rate * (n - c) * (Lp + n) for n in lengths if n > c)
+    return P * Lp * Lp + len(lengths) * c * (Lp + c) + tails
 
 
 def _plain_cpu_call(query: Tensor, key: Tensor, kwargs: dict) -> bool:

@@ -397,3 +397,92 @@ def test_low_precision_softmax_rounds_the_float32_one(n):
     probs.backward(grad.bfloat16())
     ref.backward(grad.bfloat16().float())
     torch.testing.assert_close(scores.grad.float(), ref_in.grad, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("build", [tiny_model, tiny_qwen2], ids=["llama-tied", "qwen2-gqa-bias"])
+@pytest.mark.parametrize("c", [1, 3, 5])
+def test_core_attention_equals_the_padded_pass(build, c, monkeypatch):
+    """The grouped kernel on segments padded to a core length c, each longer segment's queries past c
+    attended apart: the same log-probs, entropies and gradients as the padded one pass."""
+    model = build().train()
+    G, P, prompt, T = 4, 2, 12, 6
+    ids, mask = _batch(G, P, prompt, T, seed=5)
+    lengths = mask[:, -T:].sum(1)
+    assert (lengths > c).any() and (lengths <= c).any() or c == 1
+    cores = []
+    monkeypatch.setattr(shared_prefix, "core_length", lambda *a: c)
+    real = shared_prefix._core_attention
+    monkeypatch.setattr(shared_prefix, "_core_attention", lambda *a: cores.append(a[4]) or real(*a))
+    monkeypatch.setattr(shared_prefix, "_segments_cheaper", lambda *a: False)
+    want = _logprobs_and_grads(model, ids, mask, T, G, fused=True, entropy_grad=True)
+    got = _unpadded_logprobs_and_grads(model, ids, mask, T, G, fused=True, entropy_grad=True)
+    assert len(cores) == model.config.num_hidden_layers and cores[0].T == c
+    assert len(cores[0].tails) == int((lengths > c).sum()) > 0
+    resp = mask[:, -T:].bool()
+    torch.testing.assert_close(got[0][resp], want[0][resp], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1][resp], want[1][resp], rtol=1e-5, atol=1e-5)
+    for n, g in want[2].items():
+        torch.testing.assert_close(got[2][n], g, rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_core_attention_under_bf16_autocast_matches_the_padded_kernel(monkeypatch):
+    """Under bf16 autocast (the update's case) the core kernel's log-probs equal the padded kernel's
+    to bf16 rounding."""
+    model = tiny_qwen2().train()
+    G, P, prompt, T = 4, 2, 12, 6
+    ids, mask = _batch(G, P, prompt, T, seed=5)
+    lengths = mask[:, -T:].sum(1)
+    monkeypatch.setattr(shared_prefix, "_segments_cheaper", lambda *a: False)
+    out = {}
+    for c in (T, 3):
+        monkeypatch.setattr(shared_prefix, "core_length", lambda *a, c=c: c)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out[c] = _unpadded_logprobs_and_grads(model, ids, mask, T, G, fused=True)
+    resp = mask[:, -T:].bool()
+    torch.testing.assert_close(out[3][0][resp], out[T][0][resp], rtol=0, atol=3e-2)
+    for n, g in out[T][2].items():
+        torch.testing.assert_close(out[3][2][n], g, rtol=5e-2, atol=5e-3, msg=n)
+    assert (lengths > 3).any()
+
+
+def test_core_length_leaves_out_a_few_long_segments():
+    """One answer that ran to the limit among short ones: the kernel pads to the short ones' length
+    and attends the long one's tail apart; answers of about equal length stay padded to T."""
+    one_long = (48,) + (17,) * 31
+    for low in (False, True):
+        assert shared_prefix.core_length(125, 48, one_long, 4, low) == 17
+        assert shared_prefix.core_length(125, 21, tuple(range(12, 22)) * 3 + (20, 21), 4, low) == 21
+    assert shared_prefix.core_length(125, 48, (17,) * 32, 4, True) == 17  # a pass shorter than its T
+    half_long = (48,) * 16 + (17,) * 16  # half of them long: padding to 48 is cheaper than 16 tails
+    assert shared_prefix.core_length(125, 48, half_long, 4, True) == 48
+
+
+def test_core_rows_index_the_core_layout():
+    """Segments of lengths (2, 3, 1) and (1, 1, 3) padded to c = 2 in groups of S = 6 positions: the
+    core layout's rows, the way back, and the long segments' tail rows (after a prompt of Lp = 1)."""
+    core = shared_prefix.core_rows((2, 3, 1, 1, 1, 3), 6, 1, 3, 2, "cpu")
+    L = 1 + 6  # one prompt position and S
+    assert core.tails == ((0, 1, 2, 3), (1, 2, 2, 3))
+    assert core.tail_rows.tolist() == [1 + 2 + 2, L + 1 + 2 + 2]
+    # into: per group, the prompt then each segment's first 2 positions (a 1-long one repeated)
+    assert core.into.view(2, -1).tolist() == [[0, 1, 2, 3, 4, 6, 6], [L, L + 1, L + 1, L + 2, L + 2, L + 3, L + 4]]
+    # back: each unpadded position's core position (a tail's rows are replaced afterwards; group 1's
+    # last position, past its Σl = 5, repeats its last real one)
+    C = 1 + 3 * 2  # a group's core positions
+    assert core.back.view(2, -1).tolist() == [[0, 1, 2, 3, 4, 4, 5], [C, C + 1, C + 3, C + 5, C + 6, C + 6, C + 6]]
+
+
+def test_core_pass_takes_no_host_reads(monkeypatch):
+    """The core layout is built from the host lengths: the pass reads nothing back from the device."""
+    model = tiny_qwen2().eval()
+    G, P, prompt, T = 4, 2, 10, 5
+    ids, mask = _batch(G, P, prompt, T, seed=1)
+    lengths = mask[:, -T:].sum(1)
+    monkeypatch.setattr(shared_prefix, "core_length", lambda *a: 2)
+    monkeypatch.setattr(shared_prefix, "_segments_cheaper", lambda *a: False)
+    calls = []
+    real = shared_prefix._core_attention
+    monkeypatch.setattr(shared_prefix, "_core_attention", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad(), HostSyncs() as syncs:
+        F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=G, unpadded=(lengths, tuple(lengths.tolist())))
+    assert syncs.count == 0 and calls
