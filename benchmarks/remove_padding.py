@@ -34,8 +34,7 @@ SHAPES = {"vs_trl": dict(P=2, T=128, prompt_len=128), "quickstart": dict(P=4, T=
 
 def positions(passes) -> int:
     """Token positions the linears compute over ``passes`` (a padded pass: its prompts once per group
-    and every row to the pass's longest; an unpadded one: its prompts and each group's summed lengths
-    up to the longest group's)."""
+    and every row to the pass's longest; an unpadded one: its prompts and each group's summed lengths)."""
     from rlvr.models.shared_prefix import unpadded_span
 
     total = 0
@@ -46,7 +45,7 @@ def positions(passes) -> int:
         if p.unpadded is None:
             total += groups * prompt + rows * p.cols
         else:
-            total += groups * (prompt + unpadded_span(p.unpadded[1], p.cols, p.group_size)[1])
+            total += groups * prompt + sum(unpadded_span(p.unpadded[1], p.cols, p.group_size)[1])
     return total
 
 

@@ -86,11 +86,10 @@ def pass_logprobs(
         fused: False forces the full-logits path.
         unpadded: (lengths [b] on the device, the same lengths on the host): each row's response
             positions. Where the one-pass shared prompt runs (:func:`unpadded_applies`), each
-            group's responses then go end to end without their padding
-            (:func:`rlvr.models.shared_prefix.unpadded_index`), so the model computes S response
-            positions per group (the most of any group's summed lengths) instead of G·T; elsewhere
-            ignored. Positions past a row's length get a copy of its last log-prob (the caller
-            masks them).
+            group's responses then go end to end without their padding, and the groups end to end
+            in one row (:func:`rlvr.models.shared_prefix.unpadded_index`), so the model computes
+            each group's summed lengths instead of G·T; elsewhere ignored. Positions past a row's
+            length get a copy of its last log-prob (the caller masks them).
 
     Returns:
         (logp [b, T] float32, entropy [b, T] float32 or None).
@@ -117,17 +116,18 @@ def unpadded_applies(model, *, grad: bool) -> bool:
 
 
 def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int, unpadded, kw: dict):
-    """:func:`pass_logprobs` over the one-pass layout without segment padding: [P, Lp + S] rows whose
-    head positions are the S response positions of each group, then gathered back to [b, T]."""
+    """:func:`pass_logprobs` over the one-pass layout without segment padding: one row of the groups
+    end to end, each its prompt and its rows' real response positions
+    (:func:`rlvr.models.shared_prefix.unpadded_index`), whose head positions are those R responses,
+    then gathered back to [b, T]."""
     lengths, host = unpadded
     (B, T), P = tokens.shape, tokens.shape[0] // G
-    host, S = shared_prefix.unpadded_span(host, T, G)
+    host, sums = shared_prefix.unpadded_span(host, T, G)
     ids, pos, masks, _ = shared_prefix.layout(input_ids, attention_mask, _positions(attention_mask), T, G)
     Lp = ids.shape[1] - G * T
-    gather, pick, unpad = shared_prefix.unpadded_index(lengths.view(P, G).clamp(1, T), T, S)
-    ids, pos = (torch.cat([x[:, :Lp], x[:, Lp:].gather(1, pick)], 1) for x in (ids, pos))
-    rows_index = shared_prefix.unpadded_rows(gather, pick, Lp)  # once for every layer of the pass
-    core = _core(model, ids.device, Lp, T, host, P, S, G)
+    index = shared_prefix.unpadded_index(lengths.view(P, G).clamp(1, T), T, Lp, sums)  # once for every layer
+    ids, pos = (x.reshape(-1)[index.back][None] for x in (ids, pos))  # [1, N]
+    core = _core(model, ids.device, Lp, T, host, P, G)
 
     def run(response_pass):
         with shared_prefix.shared_attention(model), response_pass():
@@ -135,22 +135,22 @@ def _unpadded_logprobs(model, input_ids, attention_mask, tokens: Tensor, G: int,
                 input_ids=ids,
                 attention_mask=None,  # the segment masks travel to the attention layers as shared_prefix
                 position_ids=pos,
-                logits_to_keep=_keep(Lp, Lp + S, ids.device),
+                logits_to_keep=index.keep,
                 use_cache=False,
-                shared_prefix=(G, T, masks, (*rows_index, host, core)),
+                shared_prefix=(G, T, masks, (index.into, index.back, host, core)),
             )
-        return out.logits  # [P, S, ·]
+        return out.logits  # [1, R, ·]
 
-    logp, ent = _logprobs(model, run, tokens.reshape(P, G * T).gather(1, pick), **kw)  # [P, S]
-    idx = unpad.flatten()  # a gather, whose backward is a scatter-add (no host sync)
+    logp, ent = _logprobs(model, run, tokens.reshape(-1)[index.tokens][None], **kw)  # [1, R]
+    idx = index.unpad.flatten()  # a gather, whose backward is a scatter-add (no host sync)
 
-    def rows(x: Tensor | None) -> Tensor | None:  # [P, S] -> [b, T]
+    def rows(x: Tensor | None) -> Tensor | None:  # [1, R] -> [b, T]
         return None if x is None else x.reshape(-1).gather(0, idx).view(B, T)
 
     return rows(logp), rows(ent)
 
 
-def _core(model, device, Lp: int, T: int, lengths: tuple[int, ...], P: int, S: int, G: int):
+def _core(model, device, Lp: int, T: int, lengths: tuple[int, ...], P: int, G: int):
     """The :class:`~rlvr.models.shared_prefix.Core` of an unpadded pass on a CPU whose attention
     costs less padded to a shorter length than to T (:func:`~rlvr.models.shared_prefix.core_length`),
     else None."""
@@ -158,7 +158,7 @@ def _core(model, device, Lp: int, T: int, lengths: tuple[int, ...], P: int, S: i
         return None
     low = torch.is_autocast_enabled("cpu") or next(model.parameters()).dtype != torch.float32
     c = shared_prefix.core_length(Lp, T, lengths, P, low)
-    return shared_prefix.core_rows(lengths, S, Lp, G, c, device) if c < T else None
+    return shared_prefix.core_rows(lengths, Lp, G, c, device) if c < T else None
 
 
 def call_logprobs(

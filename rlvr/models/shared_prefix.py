@@ -111,70 +111,81 @@ def layout(
     return ids, pos, (prompt_mask[:, None], seg_keys[:, None]), keep
 
 
-def unpadded_span(lengths: tuple[int, ...], T: int, G: int) -> tuple[tuple[int, ...], int]:
-    """Each row's response positions in an unpadded pass (1 to T) and S, the most of any group of G
-    consecutive rows (every group's row then holds S response positions)."""
+def unpadded_span(lengths: tuple[int, ...], T: int, G: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Each row's response positions in an unpadded pass (1 to T) and each group's sum of them (the
+    response positions its part of the unpadded row holds)."""
     host = tuple(min(max(1, n), T) for n in lengths)
-    return host, max(sum(host[i : i + G]) for i in range(0, len(host), G))
+    return host, tuple(sum(host[i : i + G]) for i in range(0, len(host), G))
 
 
-def unpadded_index(lengths: Tensor, T: int, S: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Where each segment position goes when a one-pass row drops its segments' padding.
+class Unpadded(NamedTuple):
+    """The indices of an unpadded pass (:func:`unpadded_index`), built once for all its layers."""
 
-    Unpadded, a group's row is ``[prompt | l_1 positions | … | l_G positions]``: the linears, norms
-    and the LM head then run on real positions only. Its attention still runs on the padded
-    ``[G, T]`` segments (the gathered queries, keys and values), where a segment's padding comes after
-    its real positions, so the causal mask keeps it from every real query; its outputs are gathered
-    back. A padding position is filled with its segment's last real position: it feeds only padding
-    queries and outputs, which nothing reads, so values and gradients are those of the padded pass.
+    into: Tensor
+    """[P·(Lp + G·T)]: each position of :func:`layout`'s padded rows, as a position of the unpadded row."""
+    back: Tensor
+    """[N]: each position of the unpadded row, as a flat position of the padded rows."""
+    keep: Tensor
+    """[R]: the unpadded row's response positions (the LM head's), R = Σ l."""
+    tokens: Tensor
+    """[R]: each of those positions' place in the responses' [P, G·T] layout (its token)."""
+    unpad: Tensor
+    """[P·G, T]: each row's response positions among the R head outputs (padding repeats the last)."""
+
+
+def unpadded_index(lengths: Tensor, T: int, Lp: int, sums: tuple[int, ...]) -> Unpadded:
+    """Where each position goes when a one-pass micro-batch drops its segments' padding.
+
+    Unpadded, the micro-batch is one row of its groups end to end, each ``[prompt | l_1 positions |
+    … | l_G positions]``: the linears, norms and the LM head run on real positions only, and a group
+    with shorter answers takes fewer positions than another (no group is padded to the longest).
+    The attention still runs on the padded ``[P, Lp + G·T]`` rows (the gathered queries, keys and
+    values; :func:`_core_attention` on shorter ones), where a segment's padding comes after its real
+    positions, so the causal mask keeps it from every real query; its outputs are gathered back. A
+    padding position is filled with its segment's last real position: it feeds only padding queries
+    and outputs, which nothing reads, so values and gradients are those of the padded pass.
+
+    Everything is computed on the lengths' device (no host read): ``sums``, the host copy of each
+    group's Σ l (:func:`unpadded_span`), gives the sizes.
 
     Args:
         lengths: [P, G] real positions of each segment, 1 ≤ l ≤ T (on the pass's device).
         T: positions per padded segment.
-        S: positions per unpadded segment part, at least every group's Σ l (a host int: the
-            planner's; groups with fewer fill their tail with their last real position).
-
-    Returns:
-        (gather [P, G·T]: each padded segment position's unpadded position,
-        pick [P, S]: each unpadded position's padded position,
-        unpad [P·G, T]: each row's position in the flattened [P·S] unpadded positions).
+        Lp: the prompt part's positions.
+        sums: each group's Σ l, on the host.
     """
     P, G = lengths.shape
+    dev = lengths.device
     ends = lengths.cumsum(1)
-    starts = ends - lengths
-    t = torch.arange(T, device=lengths.device)
-    gather = starts[..., None] + torch.minimum(t, lengths[..., None] - 1)  # [P, G, T]
-    s = torch.arange(S, device=lengths.device).expand(P, S).contiguous()
-    seg = torch.searchsorted(ends, s, right=True).clamp(max=G - 1)  # [P, S] segment of each position
-    within = torch.minimum(s - starts.gather(1, seg), lengths.gather(1, seg) - 1)
-    pick = seg * T + within
-    unpad = (torch.arange(P, device=lengths.device)[:, None, None] * S + gather).reshape(P * G, T)
-    return gather.reshape(P, G * T), pick, unpad
+    starts = ends - lengths  # [P, G]: each segment's first position among its group's responses
+    group = torch.tensor(sums, device=dev)
+    resp_end = group.cumsum(0)
+    resp_start = resp_end - group  # [P]: each group's first response among all R
+    row_start = resp_start + torch.arange(P, device=dev) * Lp  # [P]: each group's first position
+    t = torch.arange(T, device=dev)
+    seg = starts[..., None] + torch.minimum(t, lengths[..., None] - 1)  # [P, G, T] within its group's responses
+    prompt = torch.arange(Lp, device=dev)
+    into = torch.cat([row_start[:, None] + prompt, row_start[:, None] + Lp + seg.reshape(P, G * T)], 1).flatten()
+    unpad = (resp_start[:, None, None] + seg).reshape(P * G, T)
+    s = torch.arange(P * Lp + sum(sums), device=dev)
+    p = torch.searchsorted(resp_end + (torch.arange(P, device=dev) + 1) * Lp, s, right=True)  # each position's group
+    local = s - row_start[p]
+    r = (local - Lp).clamp(min=0)  # its place among its group's responses
+    g = torch.searchsorted(ends[p], r[:, None], right=True)[:, 0].clamp(max=G - 1)
+    padded = torch.where(local < Lp, local, Lp + g * T + r - starts[p, g])
+    back = p * (Lp + G * T) + padded
+    k = torch.arange(sum(sums), device=dev)
+    pk = torch.searchsorted(resp_end, k, right=True)
+    keep = k + (pk + 1) * Lp
+    return Unpadded(into, back, keep, back[keep] - (pk + 1) * Lp, unpad)
 
 
-def unpadded_rows(gather: Tensor, pick: Tensor, Lp: int) -> tuple[Tensor, Tensor]:
-    """The flat row indices that move an unpadded pass's queries, keys and values into the padded
-    layout and its attention outputs back (:func:`_rows`), from :func:`unpadded_index`'s ``gather``
-    and ``pick`` and the prompt part's length: (into [P·(Lp + G·T)], back [P·(Lp + S)]). Built once
-    per pass, for all its layers."""
-    S, GT = pick.shape[1], gather.shape[1]
-    return _flat_rows(gather, Lp, Lp + S), _flat_rows(pick, Lp, Lp + GT)
-
-
-def _flat_rows(index: Tensor, Lp: int, L: int) -> Tensor:
-    """The flat positions ``p·L + i`` that :func:`_rows` takes for each row p: its first ``Lp`` (the
-    prompt) and then ``Lp + index[p]``, for rows of ``L`` positions ([P, n] → [P·(Lp + n)])."""
-    P = index.shape[0]
-    prompt = torch.arange(Lp, device=index.device).expand(P, Lp)
-    return (torch.cat([prompt, index + Lp], 1) + torch.arange(P, device=index.device)[:, None] * L).flatten()
-
-
-def _rows(x: Tensor, flat: Tensor) -> Tensor:
-    """``x`` ([P, L, h, d]) at the flat positions ``flat`` (:func:`_flat_rows`), as [P, n, h, d]: one
-    ``index_select`` (one ``index_add`` back), where a slice, a gather per row and their
+def _rows(x: Tensor, flat: Tensor, rows: int) -> Tensor:
+    """``x`` ([P, L, h, d]) at the flat positions ``flat`` of its P·L, as ``rows`` rows [rows, n, h, d]:
+    one ``index_select`` (one ``index_add`` back), where a slice, a gather per row and their
     concatenation took ten operators a direction."""
     P, L, h, d = x.shape
-    return x.reshape(P * L, h * d).index_select(0, flat).view(P, -1, h, d)
+    return x.reshape(P * L, h * d).index_select(0, flat).view(rows, -1, h, d)
 
 
 def _shared_prefix_attention(module, query, key, value, attention_mask, *, shared_prefix: tuple, **kwargs):
@@ -182,36 +193,37 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     values): the prompt by itself, the segments as a batch of P·G against the prompt's keys and
     their own; the outputs joined back to [P, Lp + G·T, heads, d], as ``sdpa_attention_forward``
     returns them. ``shared_prefix`` is (G, T, masks, unpadded): with ``unpadded`` = (into, back,
-    lengths, core) (:func:`unpadded_rows`' indices, the segments' host lengths and a :class:`Core` or
-    None) the rows come without segment padding ([P, heads, Lp + S, d]) and return to
-    [P, Lp + S, heads, d]: on a CPU segment by segment (:func:`_segment_attention`) where
+    lengths, core) (:class:`Unpadded`'s indices, the segments' host lengths and a :class:`Core` or
+    None) the groups come end to end in one row without segment padding ([1, heads, N, d]) and
+    return to [1, N, heads, d]: on a CPU segment by segment (:func:`_segment_attention`) where
     :func:`_by_segment` says so, else padded to the core's length with the longer segments' tails
     apart (:func:`_core_attention`), else padded to T."""
     G, T, masks, unpadded = shared_prefix
     if unpadded is None:
         return _padded_attention(module, query, key, value, G, T, masks, kwargs)
     into, back, lengths, core = unpadded
-    Lp = masks[0].shape[-1]
+    Lp, P = masks[0].shape[-1], len(lengths) // G
     if _by_segment(module, query, key, Lp, G, core.T if core is not None else T, kwargs, lengths):
         return _segment_attention(query, key, value, masks, lengths, kwargs), None
     if core is not None and _math_applies(module, query, key, Lp, G, core.T, kwargs):
         return _core_attention(query, key, value, masks, core, G, kwargs.get("scaling")), None
-    query, key, value = (_rows(x.transpose(1, 2), into).transpose(1, 2) for x in (query, key, value))
+    query, key, value = (_rows(x.transpose(1, 2), into, P).transpose(1, 2) for x in (query, key, value))
     out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
-    return _rows(out, back), None
+    return _rows(out, back, 1), None
 
 
 class Core(NamedTuple):
     """An unpadded pass's attention padded to ``T`` (< the pass's longest segment) rather than to the
-    longest (:func:`core_rows`): ``into``/``back`` move its rows into that layout and out (as
-    :func:`unpadded_rows`' do), ``tail_rows`` are the flat positions of the queries past ``T`` of the
-    longer segments, and ``tails`` those segments, (group, segment, first unpadded position, length)."""
+    longest (:func:`core_rows`): ``into``/``back`` move the unpadded row into that layout and out (as
+    :class:`Unpadded`'s do), ``tail_rows`` are the unpadded positions of the queries past ``T`` of the
+    longer segments, and ``tails`` those segments: (group, segment, the group's first position, the
+    segment's first position, its length)."""
 
     T: int
     into: Tensor
     back: Tensor
     tail_rows: Tensor
-    tails: tuple[tuple[int, int, int, int], ...]
+    tails: tuple[tuple[int, int, int, int, int], ...]
 
 
 def core_length(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bool) -> int:
@@ -222,38 +234,38 @@ def core_length(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bool) ->
     return min(sorted({*lengths, T}, reverse=True), key=lambda c: _padded_cost(Lp, c, lengths, P, low))
 
 
-def core_rows(lengths: tuple[int, ...], S: int, Lp: int, G: int, c: int, device) -> Core:
+def core_rows(lengths: tuple[int, ...], Lp: int, G: int, c: int, device) -> Core:
     """The :class:`Core` of an unpadded pass whose attention pads its segments to ``c``.
 
     A segment's first ``c`` queries attend (causally) to its first ``c`` positions and the prompt,
     so the padded kernel computes them exactly from each segment's first ``c`` positions; a longer
-    segment's later queries are attended apart. Built on the host from the host lengths (a pass's
-    few hundred indices; no device read), once per pass for all its layers.
+    segment's later queries are attended apart. Built on the host from the host lengths (a CPU
+    pass's few thousand indices; no device read), once per pass for all its layers.
 
     Args:
         lengths: each row's real segment length (1 ≤ l ≤ T), P·G of them.
-        S: positions per group in the unpadded rows (:func:`unpadded_span`).
         Lp: the prompt part's positions.
         c: the core length (< the longest length).
     """
-    P = len(lengths) // G
-    gather, pick, tail_rows, tails = [], [], [], []
-    for p in range(P):
+    into, back, tail_rows, tails = [], [], [], []
+    row = 0  # the group's first position in the unpadded row
+    for p in range(len(lengths) // G):
         n = lengths[p * G : (p + 1) * G]
-        starts = [sum(n[:g]) for g in range(G)]
-        gather.append([starts[g] + min(t, n[g] - 1) for g in range(G) for t in range(c)])
-        row = [g * c + min(t, c - 1) for g in range(G) for t in range(n[g])]
-        pick.append(row + row[-1:] * (S - len(row)))  # a group's tail past Σl: read by nothing
+        starts = [row + Lp + sum(n[:g]) for g in range(G)]
+        into += [*range(row, row + Lp), *(starts[g] + min(t, n[g] - 1) for g in range(G) for t in range(c))]
+        base = p * (Lp + G * c)  # the group's first position in the core layout
+        back += [*range(base, base + Lp), *(base + Lp + g * c + min(t, c - 1) for g in range(G) for t in range(n[g]))]
         for g in range(G):
             if n[g] > c:
-                tails.append((p, g, starts[g], n[g]))
-                tail_rows += range(p * (Lp + S) + Lp + starts[g] + c, p * (Lp + S) + Lp + starts[g] + n[g])
-    into, back = unpadded_rows(torch.tensor(gather, device=device), torch.tensor(pick, device=device), Lp)
-    return Core(c, into, back, torch.tensor(tail_rows, dtype=torch.long, device=device), tuple(tails))
+                tails.append((p, g, row, starts[g], n[g]))
+                tail_rows += range(starts[g] + c, starts[g] + n[g])
+        row += Lp + sum(n)
+    index = (torch.tensor(x, dtype=torch.long, device=device) for x in (into, back, tail_rows))
+    return Core(c, *index, tuple(tails))
 
 
 def _core_attention(query: Tensor, key: Tensor, value: Tensor, masks, core: Core, G: int, scale) -> Tensor:
-    """The shared-prefix attention of unpadded rows with the grouped kernel on segments padded to
+    """The shared-prefix attention of an unpadded row with the grouped kernel on segments padded to
     ``core.T`` and each longer segment's queries past it (its tail) attended apart, against the
     prompt and that segment's positions up to the query (:func:`_attend`).
 
@@ -263,33 +275,32 @@ def _core_attention(query: Tensor, key: Tensor, value: Tensor, masks, core: Core
     padded kernel on each query.
 
     Args:
-        query: [P, h, Lp + S, d]; key, value: [P, h_kv, Lp + S, d], segments end to end.
+        query: [1, h, N, d]; key, value: [1, h_kv, N, d], the groups and their segments end to end.
         masks: :func:`layout`'s (prompt_mask, segment mask [P·G, 1, T, Lp + T]), T ≥ every length.
 
     Returns:
-        [P, Lp + S, h, d] as :func:`_grouped_attention` returns it.
+        [1, N, h, d] as :func:`_grouped_attention` returns it.
     """
     prompt_mask, seg_mask = masks
-    P, h, L, d = query.shape
-    Lp, c = prompt_mask.shape[-1], core.T
+    _, h, N, d = query.shape
+    P, Lp, c = prompt_mask.shape[0], prompt_mask.shape[-1], core.T
     scale = d**-0.5 if scale is None else scale
-    q, k, v = (_rows(x.transpose(1, 2), core.into).transpose(1, 2) for x in (query, key, value))
+    q, k, v = (_rows(x.transpose(1, 2), core.into, P).transpose(1, 2) for x in (query, key, value))
     out = _grouped_attention(q, k, v, prompt_mask, seg_mask[:, :, :c, : Lp + c], G, c, scale)
-    out = _rows(out, core.back)  # [P, Lp + S, h, d]; the tails' rows are replaced below
+    out = _rows(out, core.back, 1)  # [1, N, h, d]; the tails' rows are replaced below
     if not core.tails:
         return out
     dt, _ = _products_dtype(query)
     parts = []
-    for p, g, start, n in core.tails:
-        a = Lp + start
-        keys = torch.cat([key[p, :, :Lp], key[p, :, a : a + n]], 1).to(dt)
-        values = torch.cat([value[p, :, :Lp], value[p, :, a : a + n]], 1).to(dt)
+    for p, g, row, a, n in core.tails:
+        keys = torch.cat([key[0, :, row : row + Lp], key[0, :, a : a + n]], 1).to(dt)
+        values = torch.cat([value[0, :, row : row + Lp], value[0, :, a : a + n]], 1).to(dt)
         mask = seg_mask[p * G + g, 0, c:n]
         mask = torch.cat([mask[:, :Lp], mask[:, Lp : Lp + n]], 1)
-        q = (query[p, :, a + c : a + n].float() * scale).to(dt)
+        q = (query[0, :, a + c : a + n].float() * scale).to(dt)
         parts.append(_attend(q, keys, values, mask, 0.0).transpose(0, 1))  # [n - c, h, d]
-    flat = out.reshape(P * L, h, d).index_copy(0, core.tail_rows, torch.cat(parts).to(out.dtype))
-    return flat.view(P, L, h, d)
+    flat = out.reshape(N, h, d).index_copy(0, core.tail_rows, torch.cat(parts).to(out.dtype))
+    return flat.view(1, N, h, d)
 
 
 def _padded_attention(module, query, key, value, G: int, T: int, masks: tuple[Tensor, Tensor], kwargs: dict):
@@ -330,7 +341,7 @@ def _by_segment(module, query: Tensor, key: Tensor, Lp: int, G: int, T: int, kwa
     if not _math_applies(module, query, key, Lp, G, T, kwargs):
         return True
     low = query.dtype != torch.float32 or torch.is_autocast_enabled(query.device.type)
-    return _segments_cheaper(Lp, T, lengths, query.shape[0], low)
+    return _segments_cheaper(Lp, T, lengths, len(lengths) // G, low)
 
 
 SEGMENT_COST = {torch.float32: (0.55, 3000), "low": (0.55, 9000)}
@@ -382,39 +393,34 @@ def _segment_attention(query: Tensor, key: Tensor, value: Tensor, masks, lengths
     is bf16.
 
     Args:
-        query: [P, h, Lp + S, d]; key, value: [P, h_kv, Lp + S, d], segments end to end.
+        query: [1, h, N, d]; key, value: [1, h_kv, N, d], the groups and their segments end to end.
         masks: (prompt_mask [P, 1, Lp, Lp], seg_mask [P·G, 1, T, Lp + T]) of :func:`layout`.
         lengths: each row's segment length (1 ≤ · ≤ T), P·G of them.
         kwargs: the attention call's; ``scaling`` and, in training, ``dropout`` (on the probabilities,
             as sdpa's ``dropout_p``) are used.
 
     Returns:
-        [P, Lp + S, h, d] in the query's dtype (computed in float32) or autocast's; positions after
-        a group's last segment are zero.
+        [1, N, h, d] in the query's dtype (computed in float32) or autocast's.
     """
     prompt_mask, seg_mask = masks
-    P, h, L, d = query.shape
-    G = len(lengths) // P
-    Lp = prompt_mask.shape[-1]
+    P, Lp = prompt_mask.shape[0], prompt_mask.shape[-1]
+    G, d = len(lengths) // P, query.shape[-1]
     scale = kwargs.get("scaling")
     scale = d**-0.5 if scale is None else scale
     dropout = kwargs.get("dropout") or 0.0
     dt, out_dtype = _products_dtype(query)
-    query, key, value = (query.float() * scale).to(dt), key.to(dt), value.to(dt)  # each cast once, not per product
-    rows = []
+    query, key, value = (query[0].float() * scale).to(dt), key[0].to(dt), value[0].to(dt)  # each cast once
+    parts = [n for p in range(P) for n in (Lp, *lengths[p * G : (p + 1) * G])]
+    qs, ks, vs = (x.split(parts, 1) for x in (query, key, value))  # [h or h_kv, part, d] each
+    outs = []
     for p in range(P):
-        n = lengths[p * G : (p + 1) * G]
-        parts = [Lp, *n, L - Lp - sum(n)]
-        qs, ks, vs = (x[p].split(parts, 1) for x in (query, key, value))  # [h or h_kv, part, d] each
-        outs = [_attend(qs[0], ks[0], vs[0], prompt_mask[p, 0], dropout)]
+        at = p * (G + 1)  # the group's prompt part; its segments follow
+        outs.append(_attend(qs[at], ks[at], vs[at], prompt_mask[p, 0], dropout))
         for g in range(G):
-            keys, values = torch.cat([ks[0], ks[g + 1]], 1), torch.cat([vs[0], vs[g + 1]], 1)
-            mask = seg_mask[p * G + g, 0, : n[g], : Lp + n[g]]
-            outs.append(_attend(qs[g + 1], keys, values, mask, dropout))
-        if parts[-1]:  # a group with fewer positions than the pass's S: its tail is read by nothing
-            outs.append(outs[0].new_zeros(h, parts[-1], d))
-        rows.append(torch.cat(outs, 1))
-    return torch.stack(rows).transpose(1, 2).to(out_dtype).contiguous()
+            n = lengths[p * G + g]
+            keys, values = torch.cat([ks[at], ks[at + 1 + g]], 1), torch.cat([vs[at], vs[at + 1 + g]], 1)
+            outs.append(_attend(qs[at + 1 + g], keys, values, seg_mask[p * G + g, 0, :n, : Lp + n], dropout))
+    return torch.cat(outs, 1).transpose(0, 1)[None].to(out_dtype).contiguous()
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout: float) -> Tensor:

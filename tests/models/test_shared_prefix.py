@@ -167,41 +167,40 @@ def test_grouped_kernel_equals_sdpa_on_padded_prompts(dtype):
 
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "autocast"])
 def test_segment_kernel_equals_sdpa_by_segment(autocast):
-    """The per-segment kernel of unpadded rows against sdpa (float32, repeated key/value heads) on
-    each segment: grouped query heads, a left-padded prompt, segments of different lengths and a
-    group shorter than the pass (its tail is zero); outputs and input gradients, in float32 and
-    under bf16 autocast."""
+    """The per-segment kernel of an unpadded row against sdpa (float32, repeated key/value heads) on
+    each segment: grouped query heads, a left-padded prompt, segments of different lengths and
+    groups of different sums, end to end; outputs and input gradients, in float32 and under bf16
+    autocast."""
     import contextlib
 
     torch.manual_seed(0)
     P, h, kv, Lp, G, T, d = 2, 6, 2, 7, 3, 5, 8
-    lengths = (5, 2, 4, 1, 3, 3)  # group 0: 11 positions, group 1: 7 (+ 4 of tail)
-    S = 11
-    L = Lp + S
+    lengths = (5, 2, 4, 1, 3, 3)  # group 0: 11 positions, group 1: 7
+    N = P * Lp + sum(lengths)
     real = torch.ones(P * G, Lp + 1 + T, dtype=torch.long)
     real[G:, :3] = 0  # the second group's prompt has 3 tokens of left padding
     positions = (real.cumsum(1) - 1).clamp(min=0)
     *_, (pm, sm), _ = shared_prefix.layout(torch.zeros_like(real), real, positions, T, G)
-    qkv = [torch.randn(P, n, L, d) for n in (h, kv, kv)]
-    grad_out = torch.randn(P, L, h, d)
+    qkv = [torch.randn(1, n, N, d) for n in (h, kv, kv)]
+    grad_out = torch.randn(1, N, h, d)
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def reference(q, k, v):
-        rows = []
+        q, k, v, outs, row = q[0], k[0], v[0], [], 0
+        rep = lambda x: x.repeat_interleave(h // kv, 0)  # noqa: E731
         for p in range(P):
-            at, outs = Lp, []
-            rep = lambda x: x.repeat_interleave(h // kv, 0)  # noqa: E731
-            kp, vp = rep(k[p, :, :Lp]), rep(v[p, :, :Lp])
-            outs.append(sdpa(q[p, :, :Lp], kp, vp, attn_mask=pm[p, 0], scale=0.3))
+            prompt = slice(row, row + Lp)
+            kp, vp = rep(k[:, prompt]), rep(v[:, prompt])
+            outs.append(sdpa(q[:, prompt], kp, vp, attn_mask=pm[p, 0], scale=0.3))
+            at = row + Lp
             for g in range(G):
                 n, seg = lengths[p * G + g], slice(at, at + lengths[p * G + g])
-                keys, values = torch.cat([kp, rep(k[p, :, seg])], 1), torch.cat([vp, rep(v[p, :, seg])], 1)
+                keys, values = torch.cat([kp, rep(k[:, seg])], 1), torch.cat([vp, rep(v[:, seg])], 1)
                 mask = sm[p * G + g, 0, :n, : Lp + n]
-                outs.append(sdpa(q[p, :, seg], keys, values, attn_mask=mask, scale=0.3))
+                outs.append(sdpa(q[:, seg], keys, values, attn_mask=mask, scale=0.3))
                 at += n
-            outs.append(q.new_zeros(h, L - at, d))
-            rows.append(torch.cat(outs, 1))
-        return torch.stack(rows).transpose(1, 2)
+            row = at
+        return torch.cat(outs, 1).transpose(0, 1)[None]
 
     def run(kernel: bool):
         q, k, v = (x.clone().requires_grad_() for x in qkv)
@@ -214,7 +213,7 @@ def test_segment_kernel_equals_sdpa_by_segment(autocast):
         return out.float(), [x.grad for x in (q, k, v)]
 
     got, want = run(True), run(False)
-    assert got[0].shape == (P, L, h, d) and not got[0][1, Lp + 7 :].any()
+    assert got[0].shape == (1, N, h, d)
     tol = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got[0], want[0], **tol)
     for a, b in zip(got[1], want[1]):
@@ -246,7 +245,8 @@ def test_kernels_cast_each_input_once_under_autocast(kernel):
     def attend(q, k, v):
         if kernel == "grouped":
             return shared_prefix._grouped_attention(q, k, v, pm, sm, G, T, 0.3)
-        return shared_prefix._segment_attention(q, k, v, (pm, sm), (T,) * (P * G), {"scaling": 0.3})
+        one_row = (x.transpose(0, 1).reshape(1, x.shape[1], -1, d) for x in (q, k, v))  # the groups end to end
+        return shared_prefix._segment_attention(*one_row, (pm, sm), (T,) * (P * G), {"scaling": 0.3})
 
     with torch.autocast("cpu", dtype=torch.bfloat16), Casts():
         out = attend(q, k, v)
@@ -325,8 +325,8 @@ def _unpadded_logprobs_and_grads(model, ids, mask, T, G, *, fused: bool, entropy
 @pytest.mark.parametrize("by_segment", [True, False], ids=["by-segment", "padded-attention"])
 def test_unpadded_segments_equal_the_padded_pass(build, fused, P, by_segment, kernel, monkeypatch):
     """Responses end to end without padding: the same log-probs, entropies (entropy bonus on) and
-    gradients as the padded one pass, with the head on exactly the real positions (and, with two
-    groups, the shorter group's tail). The attention: the grouped kernel, or (sdpa) one call per
+    gradients as the padded one pass, with the head on exactly the real positions (with two groups,
+    the shorter group takes fewer). The attention: the grouped kernel, or (sdpa) one call per
     segment on a CPU, or the padded segments (as on a GPU)."""
     model = build().train()
     G, prompt, T = 4, 12, 6
@@ -344,7 +344,7 @@ def test_unpadded_segments_equal_the_padded_pass(build, fused, P, by_segment, ke
     assert heads == [P * G * T]
     heads.clear()
     got = _unpadded_logprobs_and_grads(model, ids, mask, T, G, fused=fused, entropy_grad=True)
-    assert heads == [P * int(resp.view(P, -1).sum(1).max())]
+    assert heads == [int(resp.sum())]  # exactly the real positions, the groups' sums unequal
     name, grouped = kernel
     layers = model.config.num_hidden_layers
     assert (len(grouped) == 2 * layers) == (name == "grouped")  # padded + unpadded
@@ -356,15 +356,20 @@ def test_unpadded_segments_equal_the_padded_pass(build, fused, P, by_segment, ke
 
 
 def test_unpadded_index_maps_positions_both_ways():
+    """Groups of segments (2, 3, 1) and (1, 1, 3) after prompts of 2 positions, end to end in one row
+    of 8 + 7 positions, against the padded layout's rows of 2 + 3·4."""
     lengths = torch.tensor([[2, 3, 1], [1, 1, 3]])
-    T, S = 4, 7
-    gather, pick, unpad = shared_prefix.unpadded_index(lengths, T, S)
-    # group 0: segments at unpadded 0-1, 2-4, 5; padding repeats the segment's last real position
-    assert gather[0].tolist() == [0, 1, 1, 1, 2, 3, 4, 4, 5, 5, 5, 5]
-    assert pick[0].tolist() == [0, 1, 4, 5, 6, 8, 8]  # the tail (S > 6) repeats the last real position
-    assert pick[1].tolist() == [0, 4, 8, 9, 10, 10, 10]
-    assert torch.equal(gather.gather(1, pick)[0, :6], torch.arange(6))  # round trip on real positions
-    assert unpad[3].tolist() == [7, 7, 7, 7] and unpad[5].tolist() == [9, 10, 11, 11]
+    index = shared_prefix.unpadded_index(lengths, 4, 2, (6, 5))
+    # padded position -> unpadded: a segment's padding repeats its last real position
+    assert index.into.view(2, -1).tolist() == [
+        [0, 1, 2, 3, 3, 3, 4, 5, 6, 6, 7, 7, 7, 7],
+        [8, 9, 10, 10, 10, 10, 11, 11, 11, 11, 12, 13, 14, 14],
+    ]
+    assert index.back.tolist() == [0, 1, 2, 3, 6, 7, 8, 10, 14, 15, 16, 20, 24, 25, 26]
+    assert torch.equal(index.into[index.back], torch.arange(15))  # round trip on real positions
+    assert index.keep.tolist() == [2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14]  # the head's positions
+    assert index.tokens.tolist() == [0, 1, 4, 5, 6, 8, 12, 16, 20, 21, 22]  # their tokens in [P, G·T]
+    assert index.unpad.tolist() == [[0, 1, 1, 1], [2, 3, 4, 4], [5] * 4, [6] * 4, [7] * 4, [8, 9, 10, 10]]
 
 
 def test_unpadded_pass_takes_no_host_reads(kernel):
@@ -458,18 +463,15 @@ def test_core_length_leaves_out_a_few_long_segments():
 
 
 def test_core_rows_index_the_core_layout():
-    """Segments of lengths (2, 3, 1) and (1, 1, 3) padded to c = 2 in groups of S = 6 positions: the
-    core layout's rows, the way back, and the long segments' tail rows (after a prompt of Lp = 1)."""
-    core = shared_prefix.core_rows((2, 3, 1, 1, 1, 3), 6, 1, 3, 2, "cpu")
-    L = 1 + 6  # one prompt position and S
-    assert core.tails == ((0, 1, 2, 3), (1, 2, 2, 3))
-    assert core.tail_rows.tolist() == [1 + 2 + 2, L + 1 + 2 + 2]
+    """Segments of lengths (2, 3, 1) and (1, 1, 3) after prompts of Lp = 1, in one unpadded row of 7 + 6
+    positions, padded to c = 2: the core layout's rows, the way back, and the long segments' tails."""
+    core = shared_prefix.core_rows((2, 3, 1, 1, 1, 3), 1, 3, 2, "cpu")
+    assert core.tails == ((0, 1, 0, 3, 3), (1, 2, 7, 10, 3))  # (group, segment, group row, start, length)
+    assert core.tail_rows.tolist() == [5, 12]
     # into: per group, the prompt then each segment's first 2 positions (a 1-long one repeated)
-    assert core.into.view(2, -1).tolist() == [[0, 1, 2, 3, 4, 6, 6], [L, L + 1, L + 1, L + 2, L + 2, L + 3, L + 4]]
-    # back: each unpadded position's core position (a tail's rows are replaced afterwards; group 1's
-    # last position, past its Σl = 5, repeats its last real one)
-    C = 1 + 3 * 2  # a group's core positions
-    assert core.back.view(2, -1).tolist() == [[0, 1, 2, 3, 4, 4, 5], [C, C + 1, C + 3, C + 5, C + 6, C + 6, C + 6]]
+    assert core.into.view(2, -1).tolist() == [[0, 1, 2, 3, 4, 6, 6], [7, 8, 8, 9, 9, 10, 11]]
+    # back: each unpadded position's core position (a tail's rows are replaced afterwards)
+    assert core.back.tolist() == [0, 1, 2, 3, 4, 4, 5, 7, 8, 10, 12, 13, 13]
 
 
 def test_core_pass_takes_no_host_reads(monkeypatch):
