@@ -433,7 +433,7 @@ class TrainConfig:
     length_buckets: bool = True
     """Split each micro-batch by response length, so short responses do not run padded to the longest (exact up to float rounding); packed passes (train.micro_batch_tokens) have no padding to cut."""
     remove_padding: bool = True
-    """Run each group's responses end to end without their padding where the shared prompt runs in one pass (sdpa attention, no sliding window; with gradient checkpointing only the no-grad log-prob passes): the linears and the LM head compute real tokens only, one pass per micro-batch instead of length buckets. Exact up to float rounding."""
+    """Run each group's responses end to end without their padding, and the micro-batch's groups end to end in one row, where the shared prompt runs in one pass (sdpa attention, no sliding window; with gradient checkpointing only the no-grad log-prob passes): the linears and the LM head compute real tokens only, one pass per micro-batch instead of length buckets. Exact up to float rounding."""
     zero_adv_forward_only: bool = True
     """Groups whose every advantage is exactly 0 (all G samples scored alike) run forward only, without a backward, where their loss is identically 0: no KL term in the loss (algo.kl_coef=0 or algo.kl_placement=reward) and no entropy bonus. The gradient and every train/ statistic are the same up to float rounding (the groups still count in the loss denominators and in the statistics); the optimizer steps as before. Off under distributed.strategy=fsdp, where every worker must run the same passes."""
     max_grad_norm: float = 1.0
