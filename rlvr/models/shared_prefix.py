@@ -158,7 +158,7 @@ def unpadded_index(lengths: Tensor, T: int, Lp: int, sums: tuple[int, ...]) -> U
     dev = lengths.device
     ends = lengths.cumsum(1)
     starts = ends - lengths  # [P, G]: each segment's first position among its group's responses
-    group = torch.tensor(sums, device=dev)
+    group = ends[:, -1]  # each group's Σ l, as ``sums`` holds it on the host (no host-to-device copy)
     resp_end = group.cumsum(0)
     resp_start = resp_end - group  # [P]: each group's first response among all R
     row_start = resp_start + torch.arange(P, device=dev) * Lp  # [P]: each group's first position

@@ -372,6 +372,24 @@ def test_unpadded_index_maps_positions_both_ways():
     assert index.unpad.tolist() == [[0, 1, 1, 1], [2, 3, 4, 4], [5] * 4, [6] * 4, [7] * 4, [8, 9, 10, 10]]
 
 
+def test_unpadded_index_copies_nothing_from_the_host():
+    """The unpadded index is computed from the device lengths alone: no tensor made from host values
+    (``lift_fresh``), which on a GPU would be a blocking host-to-device copy every pass."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Lifts(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Lifts.n += func is torch.ops.aten.lift_fresh.default
+            return func(*args, **(kwargs or {}))
+
+    lengths = torch.tensor([[2, 3, 1], [1, 1, 3]])
+    with Lifts():
+        index = shared_prefix.unpadded_index(lengths, 4, 2, (6, 5))
+    assert Lifts.n == 0 and index.back.numel() == 15
+
+
 def test_unpadded_pass_takes_no_host_reads(kernel):
     model = tiny_qwen2().eval()
     G, P, prompt, T = 4, 2, 10, 5
