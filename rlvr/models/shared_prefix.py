@@ -226,12 +226,23 @@ class Core(NamedTuple):
     tails: tuple[tuple[int, int, int, int, int], ...]
 
 
+CORE_GAIN = 0.9
+"""The most a core length's modeled cost may be, as a share of the cheaper of padding to T and going
+by segment, for the core kernel to run: its gathers into and out of the core layout and its tails
+cost more than :data:`SEGMENT_COST` counts (on ``vs_trl.py``'s bf16 shape a modeled 2 % gain over the
+segments ran 3.6 % slower; one long answer among the quickstart's, modeled at 46 % of the padded
+cost, ran 9.5 % faster; ``benchmarks/NOTES.md``)."""
+
+
 def core_length(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bool) -> int:
     """The length the grouped kernel of an unpadded pass pads its segments to: T, or a shorter one
     where padding every segment to a few long ones costs more than attending their queries past it
     apart (:func:`_core_attention`; :data:`SEGMENT_COST` prices each such tail as a segment of
-    :func:`_segment_attention`). The cheapest wins, the longest of equal cost."""
-    return min(sorted({*lengths, T}, reverse=True), key=lambda c: _padded_cost(Lp, c, lengths, P, low))
+    :func:`_segment_attention`). The cheapest wins, the longest of equal cost, and a shorter one only
+    where it costs at most :data:`CORE_GAIN` of the cheaper of T and the per-segment kernel."""
+    c = min(sorted({*lengths, T}, reverse=True), key=lambda c: _padded_cost(Lp, c, lengths, P, low))
+    rival = min(_padded_cost(Lp, T, lengths, P, low), _segments_cost(Lp, lengths, P, low))
+    return c if _padded_cost(Lp, c, lengths, P, low) <= CORE_GAIN * rival else T
 
 
 def core_rows(lengths: tuple[int, ...], Lp: int, G: int, c: int, device) -> Core:
@@ -358,9 +369,13 @@ def _segments_cheaper(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bo
     padded to T (:data:`SEGMENT_COST`, ``low``: bf16/fp16 products), the longer segments' tails apart
     (:func:`_core_attention`): long, uneven responses in few groups, where the padding is most of the
     padded kernel's scores. Both also attend each group's prompt to itself."""
+    return _segments_cost(Lp, lengths, P, low) < _padded_cost(Lp, T, lengths, P, low)
+
+
+def _segments_cost(Lp: int, lengths: tuple[int, ...], P: int, low: bool) -> float:
+    """:func:`_segment_attention`'s cost in the grouped kernel's units (:data:`SEGMENT_COST`)."""
     rate, fixed = SEGMENT_COST["low" if low else torch.float32]
-    real = P * Lp * Lp + sum(n * (Lp + n) for n in lengths)
-    return rate * real + fixed * len(lengths) < _padded_cost(Lp, T, lengths, P, low)
+    return rate * (P * Lp * Lp + sum(n * (Lp + n) for n in lengths)) + fixed * len(lengths)
 
 
 def _padded_cost(Lp: int, c: int, lengths: tuple[int, ...], P: int, low: bool) -> float:
