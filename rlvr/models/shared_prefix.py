@@ -240,9 +240,9 @@ def core_length(Lp: int, T: int, lengths: tuple[int, ...], P: int, low: bool) ->
     apart (:func:`_core_attention`; :data:`SEGMENT_COST` prices each such tail as a segment of
     :func:`_segment_attention`). The cheapest wins, the longest of equal cost, and a shorter one only
     where it costs at most :data:`CORE_GAIN` of the cheaper of T and the per-segment kernel."""
-    c = min(sorted({*lengths, T}, reverse=True), key=lambda c: _padded_cost(Lp, c, lengths, P, low))
-    rival = min(_padded_cost(Lp, T, lengths, P, low), _segments_cost(Lp, lengths, P, low))
-    return c if _padded_cost(Lp, c, lengths, P, low) <= CORE_GAIN * rival else T
+    cost = {c: _padded_cost(Lp, c, lengths, P, low) for c in {*lengths, T}}
+    c = min(sorted(cost, reverse=True), key=cost.get)
+    return c if cost[c] <= CORE_GAIN * min(cost[T], _segments_cost(Lp, lengths, P, low)) else T
 
 
 def core_rows(lengths: tuple[int, ...], Lp: int, G: int, c: int, device) -> Core:
