@@ -399,13 +399,14 @@ def update_policy(
             sums = accumulate_gradients(policy, batch, adv, old_logp, ref_logp, cfg, autocast, **kw)
         finally:
             policy.eval()
-        _zero_missing_grads(policy, kw["observed"])
+        _zero_missing_grads(policy, kw["observed"], shared=group.world_size == 1)
         group.reduce_grads(policy)
         sums = group.reduce_stats(sums)
         for k, v in sums.items():
             combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
             totals[k] = combine(totals[k], v) if k in totals else v
-        finite, norm = _clip_gradients(policy, max_norm, sums[M.stat(M.LOSS)])
+        all_zero = not kw["passes"] and group.world_size == 1  # no backward ran: every gradient is a zero
+        finite, norm = _clip_gradients(policy, max_norm, sums[M.stat(M.LOSS)], all_zero=all_zero)
         grad_norms.append(norm)
         if finite:
             optimizer.step()
@@ -477,13 +478,18 @@ def _select_groups(batch: RolloutBatch, adv: Tensor, old_logp: Tensor | None, gr
     return select_groups(batch, groups), adv[rows], None if old_logp is None else old_logp[rows]
 
 
-def _clip_gradients(policy, max_norm: float, loss: Tensor) -> tuple[bool, Tensor]:
+def _clip_gradients(policy, max_norm: float, loss: Tensor, *, all_zero: bool = False) -> tuple[bool, Tensor]:
     """``clip_grad_norm_`` with the step's one host read: (whether the loss and the gradient norm are
     finite, the global norm). The gradients are rescaled only where clipping changes them: torch
     multiplies every gradient by its factor even when the factor is 1 (a full pass over the
     gradients, to spare a GPU a host read), and the update reads the norm on the host anyway to
     decide whether to step. The factor is computed as ``clip_grads_with_norm_`` computes it, so
-    skipping a factor of exactly 1 leaves the gradients bit for bit as they were."""
+    skipping a factor of exactly 1 leaves the gradients bit for bit as they were.
+
+    ``all_zero``: every gradient is known to be zero (no pass ran a backward, in one process), so
+    the norm is exactly 0 and is not computed: a read of every gradient saved."""
+    if all_zero:
+        return bool(torch.isfinite(loss)), torch.zeros((), device=loss.device)  # host read: the loss's finiteness
     params = list(policy.parameters())
     local = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     norm = local.full_tensor() if isinstance(local, DTensor) else local  # FSDP: the global norm
@@ -495,12 +501,22 @@ def _clip_gradients(policy, max_norm: float, loss: Tensor) -> tuple[bool, Tensor
     return bool(ok), norm
 
 
-def _zero_missing_grads(policy, observed: ForwardOnly | None) -> None:
+def _zero_missing_grads(policy, observed: ForwardOnly | None, *, shared: bool) -> None:
     """With forward-only groups, zeros for every trainable parameter without a gradient: what a
     backward through those groups alone would have given, so that AdamW steps it as before
-    (momentum, weight decay)."""
+    (momentum, weight decay).
+
+    ``shared``: parameters of one shape and dtype take one zero tensor between them (a step where
+    every group ran forward only fills one of each shape, not a model's worth). Only in one process:
+    until the step, a gradient is changed in place only by clipping's rescale, which keeps a zero
+    zero, and by the sum over ranks, which would write another rank's gradient into the tensor that
+    the others share."""
     if observed is None:
         return
+    zeros: dict[tuple, Tensor] = {}
     for p in policy.parameters():
         if p.requires_grad and p.grad is None:
-            p.grad = torch.zeros_like(p)
+            key = (p.shape, p.dtype, p.device) if shared else id(p)
+            if key not in zeros:
+                zeros[key] = torch.zeros_like(p)
+            p.grad = zeros[key]

@@ -128,3 +128,82 @@ def test_groups_whose_loss_is_not_zero_keep_their_backward(extra, grad_rows):
     _, metrics = _train(model, batch, [adv], _cfg(extra), ref_logp=ref)
     assert sum(grad_rows) == 12 and float(metrics[0][M.GRAD_NORM]) > 0
     assert float(metrics[0][M.FORWARD_ONLY_FRAC]) == 0.0
+
+
+def test_a_step_of_only_zero_groups_shares_its_zeros_and_skips_the_norm(monkeypatch):
+    """Every group forward only, one process: the parameters of one shape step on one zero tensor,
+    the norm is not computed (it is 0), and the weights equal those of fresh zeros and a computed norm."""
+    model = tiny_model(seed=6)
+    batch, cfg = _batch(model), _cfg()
+    norms, grads = [], []
+    real_norm, real_step = torch.nn.utils.get_total_norm, torch.optim.AdamW.step
+
+    def norm(*args, **kw):
+        norms.append(1)
+        return real_norm(*args, **kw)
+
+    def step(self, *args, **kw):
+        grads.append([p.grad for g in self.param_groups for p in g["params"]])
+        return real_step(self, *args, **kw)
+
+    monkeypatch.setattr(torch.nn.utils, "get_total_norm", norm)
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    w_shared, m_shared = _train(model, batch, [torch.zeros(12)], cfg)
+    assert not norms and float(m_shared[0][M.GRAD_NORM]) == 0.0
+    (seen,) = grads
+    shapes = {(tuple(g.shape), g.dtype) for g in seen}
+    assert len({g.data_ptr() for g in seen}) == len(shapes) < len(seen)  # one zero tensor per shape
+    assert all(not g.any() for g in seen)
+
+    # the same step with a zero tensor per parameter and the norm computed, as before
+    monkeypatch.setattr(loop, "_zero_missing_grads", lambda policy, observed, shared: real_zero(policy, observed))
+
+    def real_zero(policy, observed):
+        for p in policy.parameters():
+            p.grad = torch.zeros_like(p)
+
+    real_clip = loop._clip_gradients
+    monkeypatch.setattr(loop, "_clip_gradients", lambda *a, all_zero: real_clip(*a, all_zero=False))
+    w_fresh, m_fresh = _train(model, batch, [torch.zeros(12)], cfg)
+    assert norms  # computed this time
+    assert torch.equal(w_shared, w_fresh)
+    assert float(m_fresh[0][M.GRAD_NORM]) == 0.0
+    assert not torch.equal(w_shared, torch.cat([p.detach().flatten() for p in model.parameters()]))
+
+
+def test_zeros_are_not_shared_across_ranks():
+    """With several ranks the gradients are summed in place, so each parameter keeps its own zeros."""
+    model = tiny_model(seed=6)
+    observed = object()
+    loop._zero_missing_grads(model, observed, shared=False)
+    grads = [p.grad for p in model.parameters()]
+    assert len({g.data_ptr() for g in grads}) == len(grads) and all(not g.any() for g in grads)
+    for p in model.parameters():
+        p.grad = None
+    loop._zero_missing_grads(model, observed, shared=True)
+    assert len({p.grad.data_ptr() for p in model.parameters()}) < len(grads)
+    loop._zero_missing_grads(model, None, shared=True)  # no forward-only groups: nothing to fill
+
+
+def test_with_several_ranks_zeros_are_own_and_the_norm_is_computed(monkeypatch):
+    """Another rank may have trained groups: its gradients are summed into this rank's zeros, so they
+    are not shared, and the norm is computed."""
+    from rlvr.training.replicas import OneProcess
+
+    class TwoRanks(OneProcess):
+        world_size = 2  # collectives as one process: what matters is what the update asks of them
+
+    model = tiny_model(seed=6)
+    batch, cfg = _batch(model), _cfg()
+    calls, real_zero, real_clip = [], loop._zero_missing_grads, loop._clip_gradients
+    monkeypatch.setattr(
+        loop, "_zero_missing_grads", lambda *a, shared: calls.append(shared) or real_zero(*a, shared=shared)
+    )
+    monkeypatch.setattr(
+        loop, "_clip_gradients", lambda *a, all_zero: calls.append(all_zero) or real_clip(*a, all_zero=all_zero)
+    )
+    opt = adamw(list(model.parameters()), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    sched = lr_scheduler(opt, schedule="constant", warmup_steps=0, total_steps=10, min_lr_ratio=0.1)
+    for group in (TwoRanks(), OneProcess()):
+        update_policy(model, opt, sched, batch, torch.zeros(12), None, None, cfg, contextlib.nullcontext, group=group)
+    assert calls == [False, False, True, True]  # (shared, all_zero) with two ranks, then with one
