@@ -393,6 +393,7 @@ def update_policy(
     batch, adv, old_logp, kw, forward_only = _plan_update(
         policy, batch, adv, old_logp, ref_logp, cfg, num_tokens, num_seqs, group
     )
+    all_zero = not kw["passes"] and group.world_size == 1  # no backward will run: every gradient is a zero
     for _ in range(cfg.algo.num_iterations):
         policy.train()  # dropout as the model defines it; eval mode again before anything samples
         try:
@@ -405,7 +406,6 @@ def update_policy(
         for k, v in sums.items():
             combine = torch.minimum if k.endswith("_min") else torch.maximum if k.endswith("_max") else torch.add
             totals[k] = combine(totals[k], v) if k in totals else v
-        all_zero = not kw["passes"] and group.world_size == 1  # no backward ran: every gradient is a zero
         finite, norm = _clip_gradients(policy, max_norm, sums[M.stat(M.LOSS)], all_zero=all_zero)
         grad_norms.append(norm)
         if finite:
