@@ -155,14 +155,9 @@ def test_a_step_of_only_zero_groups_shares_its_zeros_and_skips_the_norm(monkeypa
     assert len({g.data_ptr() for g in seen}) == len(shapes) < len(seen)  # one zero tensor per shape
     assert all(not g.any() for g in seen)
 
-    # the same step with a zero tensor per parameter and the norm computed, as before
-    monkeypatch.setattr(loop, "_zero_missing_grads", lambda policy, observed, shared: real_zero(policy, observed))
-
-    def real_zero(policy, observed):
-        for p in policy.parameters():
-            p.grad = torch.zeros_like(p)
-
-    real_clip = loop._clip_gradients
+    # the same step with a zero tensor per parameter and the norm computed, as several ranks run it
+    real_zero, real_clip = loop._zero_missing_grads, loop._clip_gradients
+    monkeypatch.setattr(loop, "_zero_missing_grads", lambda *a, shared: real_zero(*a, shared=False))
     monkeypatch.setattr(loop, "_clip_gradients", lambda *a, all_zero: real_clip(*a, all_zero=False))
     w_fresh, m_fresh = _train(model, batch, [torch.zeros(12)], cfg)
     assert norms  # computed this time
