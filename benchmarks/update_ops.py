@@ -5,6 +5,8 @@ For each case it times steady updates, then one more update with every ATen call
 a ``TorchDispatchMode`` (``torch.profiler`` misplaces the time of the small element-wise operators
 on this kind of CPU, see ``benchmarks/NOTES.md``), and splits the update into its passes with
 gradients, its forward-only passes and the rest (the optimizer step, the norm, the zero gradients).
+It also times the shared-prompt attention's forward calls (their products' FLOPs counted from each
+call's shape, for their rate against the products of the rest of the layer).
 ``--zeros-ab`` also times, interleaved in one process, an update whose groups all ran forward only
 with one zero gradient per parameter shape and no norm pass (the default in one process) against a
 zero tensor per parameter and a computed norm (what several ranks do).
@@ -50,6 +52,37 @@ class OpTimes(TorchDispatchMode):
         return out
 
 
+@contextlib.contextmanager
+def attention_forwards():
+    """Times every forward call of the shared-prompt attention (the registered transformers attention
+    function) for the block; yields ``{"s": seconds, "gflop": its products' GFLOP, "calls": n}``.
+
+    The GFLOP are what its kernels multiply: per group, the prompt's queries against the prompt's
+    keys and the G segments' against the prompt's and their own (padded to T), scores and values."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from rlvr.models.shared_prefix import SHARED_ATTENTION
+
+    real, acc = ALL_ATTENTION_FUNCTIONS[SHARED_ATTENTION], {"s": 0.0, "gflop": 0.0, "calls": 0}
+
+    def timed(module, query, key, value, attention_mask, *, shared_prefix, **kw):
+        G, T, masks = shared_prefix[:3]
+        P, Lp = masks[0].shape[0], masks[0].shape[-1]
+        t0 = time.perf_counter()
+        out = real(module, query, key, value, attention_mask, shared_prefix=shared_prefix, **kw)
+        acc["s"] += time.perf_counter() - t0
+        acc["gflop"] += 4 * query.shape[1] * query.shape[-1] * P * (Lp * Lp + G * T * (Lp + T)) / 1e9
+        acc["calls"] += 1
+        return out
+
+    AttentionInterface.register(SHARED_ATTENTION, timed)
+    try:
+        yield acc
+    finally:
+        AttentionInterface.register(SHARED_ATTENTION, real)
+
+
 def _setup(fp32: bool):
     from long_answers import P, batch
 
@@ -88,15 +121,18 @@ def _case(update, rounds: int, warmup: int) -> dict:
         passes["with gradients" if kw.get("backward", True) else "forward only"] += time.perf_counter() - t0
         return out
 
-    times, split = [], collections.defaultdict(list)
+    times, split, attention = [], collections.defaultdict(list), []
     loop._micro_batch_backward = timed
     try:
         for i in range(warmup + rounds):
             passes.clear()
-            t0 = time.perf_counter()
-            update()
+            with attention_forwards() as att:
+                t0 = time.perf_counter()
+                update()
+                t = time.perf_counter() - t0
             if i >= warmup:
-                times.append(time.perf_counter() - t0)
+                times.append(t)
+                attention.append(att)
                 for k in ("with gradients", "forward only"):
                     split[k].append(passes[k])
                 split["the rest"].append(times[-1] - passes["with gradients"] - passes["forward only"])
@@ -113,6 +149,9 @@ def _case(update, rounds: int, warmup: int) -> dict:
     return dict(
         update_s=statistics.median(times),
         split_s={k: statistics.median(v) for k, v in split.items()},
+        attention_forward_s=statistics.median(a["s"] for a in attention),
+        attention_forward_gflop=attention[-1]["gflop"],
+        attention_calls=attention[-1]["calls"],
         in_mode_s=in_mode,
         products_s=products,
         other_ops_s=total - products,
@@ -182,15 +221,17 @@ def main() -> None:
     cap = torch.backends.cpu.get_cpu_capability()
     print(f"{cap}, {torch.get_num_threads()} threads, {precision}: one update of the quickstart's all-17 batch, s")
     print(
-        "| case | update | with gradients | forward only | the rest | products | other ops | outside ops | operators |"
+        "| case | update | with gradients | forward only | the rest | products | other ops | outside ops | operators "
+        "| attention forwards (GFLOP/s) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in rows.items():
-        s = r["split_s"]
+        s, att = r["split_s"], r["attention_forward_s"]
+        rate = r["attention_forward_gflop"] / att if att else 0.0
         print(
             f"| {name} | {r['update_s']:.3f} | {s['with gradients']:.3f} | {s['forward only']:.3f} | "
             f"{s['the rest']:.3f} | {r['products_s']:.3f} | {r['other_ops_s']:.3f} | {r['outside_ops_s']:.3f} | "
-            f"{r['operators']} |"
+            f"{r['operators']} | {att:.3f} ({rate:.0f}) |"
         )
     if ab:
         print("every group forward only: " + "; ".join(f"{k} {v:.3f} s" for k, v in ab.items()))

@@ -53,3 +53,15 @@ def test_the_zeros_comparison_runs_both_sides_and_restores_the_loop():
     assert set(got) == {"one zero per shape, no norm", "a zero per parameter, the norm computed"}
     assert all(t > 0 for t in got.values())
     assert (loop._zero_missing_grads, loop._clip_gradients) == (zero, clip)
+
+
+def test_the_attention_forwards_are_timed_and_the_function_put_back():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from rlvr.models.shared_prefix import SHARED_ATTENTION
+
+    real = ALL_ATTENTION_FUNCTIONS[SHARED_ATTENTION]
+    row = update_ops._case(_update(1), rounds=2, warmup=0)
+    assert row["attention_calls"] > 0 and row["attention_forward_gflop"] > 0
+    assert 0 < row["attention_forward_s"] < row["update_s"]
+    assert ALL_ATTENTION_FUNCTIONS[SHARED_ATTENTION] is real
