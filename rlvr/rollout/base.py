@@ -33,6 +33,10 @@ class RolloutBatch:
     logprobs: Tensor | None = None
     """[B, T] float32 log-probs of the sampled tokens under the engine's own sampling model, at the
     sampling temperature (0 on padding and on tool results); None unless the engine was asked for them (TIS)."""
+    entropy: Tensor | None = None
+    """[B, T] float32 entropy of the engine's sampling distribution (full softmax at the sampling
+    temperature) at each response position (0 on padding); None unless the engine was asked for it
+    (``train.zero_adv_rollout_stats``) and single-turn."""
     tool_calls: list[int] | None = None
     """[B] tool calls run in each response (errors included); None for single-turn rollouts. With tools,
     the response interleaves the model's tokens and the results' (``response_mask`` 0 and
@@ -120,6 +124,7 @@ def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
         truncated=pick(batch.truncated),
         group_size=G,
         logprobs=pick(batch.logprobs),
+        entropy=pick(batch.entropy),
         tool_calls=None if batch.tool_calls is None else [batch.tool_calls[i] for i in rows.tolist()],
         tool_errors=None if batch.tool_errors is None else [batch.tool_errors[i] for i in rows.tolist()],
     )
@@ -141,9 +146,11 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
             )
         return F.pad(t, (0, T - t.shape[1]), value=value)  # [B, T_b] -> [B, T]
 
-    logprobs = None
-    if all(b.logprobs is not None for b in batches):
-        logprobs = torch.cat([pad(b, b.logprobs, 0.0, prompt=False) for b in batches])
+    def responses(name: str) -> Tensor | None:  # a [B, T] record of every batch, or None
+        if any(getattr(b, name) is None for b in batches):
+            return None
+        return torch.cat([pad(b, getattr(b, name), 0.0, prompt=False) for b in batches])
+
     return RolloutBatch(
         input_ids=torch.cat([pad(b, b.input_ids, pad_id, prompt=True) for b in batches]),
         attention_mask=torch.cat([pad(b, b.attention_mask, 0, prompt=True) for b in batches]),
@@ -152,7 +159,8 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         texts=[t for b in batches for t in b.texts],
         truncated=torch.cat([b.truncated for b in batches]),
         group_size=batches[0].group_size,
-        logprobs=logprobs,
+        logprobs=responses("logprobs"),
+        entropy=responses("entropy"),
         tool_calls=_cat_lists([b.tool_calls for b in batches]),
         tool_errors=_cat_lists([b.tool_errors for b in batches]),
     )

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import DynamicLayer
 
+from rlvr.algos import entropy_from_logits
 from rlvr.models.forward import cache_kwargs, output_cache
 from rlvr.rollout.sampling import counter_uniform, draw, warpers
 from rlvr.rollout.sampling import inverse_cdf as inverse_cdf  # re-exported: callers import it from here
@@ -208,6 +209,9 @@ class Decoded:
     """Decode steps run after the prefill (each a forward of one new token per row in the batch)."""
     row_steps: int = 0
     """Rows computed, summed over those steps: the work done, against the tokens kept (``benchmarks/decode.py``)."""
+    entropy: Tensor | None = None
+    """[B, T] entropy of softmax(z / T) at each sampled position (full vocabulary, before top-k/top-p), 0 after
+    the end; None unless asked."""
 
 
 @torch.no_grad()
@@ -223,6 +227,7 @@ def decode(
     pad_id: int,
     stopped: Callable[[Tensor], Tensor] | None = None,
     logprob_temperature: float | None = None,
+    entropy_temperature: float | None = None,
     lean=None,
 ) -> Decoded:
     """Generates ``repeats`` continuations of each of P left-padded prompts.
@@ -235,6 +240,8 @@ def decode(
         eos_ids: tokens that end a row (kept in the response, as ``generate`` keeps them).
         stopped: ``(responses [b, t] so far of the live rows) -> [b] bool``: a stop string completed now.
         logprob_temperature: record log-softmax(z / T) of each picked token (TIS); None = do not.
+        entropy_temperature: record the entropy of softmax(z / T) at each step (the update's
+            ``train/entropy`` of groups it runs no pass for); None = do not.
         lean: a :class:`~rlvr.cpu.lean.LeanDecoder` of ``model`` to run the decode steps with
             (the prefill is the model's own forward); None = the model's forward throughout.
 
@@ -260,6 +267,7 @@ def decode(
     live = torch.arange(B, device=device)  # the live rows' indices in [0, B)
     response = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(B, max_new_tokens, device=device) if logprob_temperature is not None else None
+    entropy = torch.zeros(B, max_new_tokens, device=device) if entropy_temperature is not None else None
     stop_at = torch.full((B,), -1, dtype=torch.long, device=device)
     eos = torch.tensor(eos_ids, device=device)
     T = steps = row_steps = 0
@@ -271,6 +279,8 @@ def decode(
             logprobs[live, t] = torch.log_softmax(logits / logprob_temperature, dim=-1).gather(-1, tokens[:, None])[
                 :, 0
             ]
+        if entropy is not None:
+            entropy[live, t] = entropy_from_logits(logits[None], temperature=entropy_temperature)[0]
         done = torch.isin(tokens, eos)
         if stopped is not None:
             hit = stopped(response[live, : t + 1]) & ~done
@@ -300,4 +310,5 @@ def decode(
         )
         cache = output_cache(out)
         logits = out.logits[:, -1].float()
-    return Decoded(response[:, :T], stop_at, None if logprobs is None else logprobs[:, :T], steps, row_steps)
+    cut = lambda x: None if x is None else x[:, :T]  # noqa: E731 - the recorded columns
+    return Decoded(response[:, :T], stop_at, cut(logprobs), steps, row_steps, cut(entropy))

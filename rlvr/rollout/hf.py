@@ -96,7 +96,10 @@ class HFRolloutEngine:
     with the policy's own dtype the engine shares the policy's weights and syncing is a no-op.
     With ``logprobs=True`` sampled batches carry the engine's own log-probs of the sampled
     tokens (``RolloutBatch.logprobs``: full softmax at the temperature, before top-k/top-p, as
-    vLLM reports them), for truncated importance sampling.
+    vLLM reports them), for truncated importance sampling. With ``entropy=True`` they carry the
+    entropy of that softmax at each sampled position (``RolloutBatch.entropy``), which the update
+    logs for groups it runs no pass for (``train.zero_adv_rollout_stats``); tool rollouts do not
+    record it.
 
     Sampling is exactly softmax(logits / temperature), then top-k / top-p if set: nothing from the
     checkpoint's ``generation_config.json`` applies. With
@@ -134,6 +137,7 @@ class HFRolloutEngine:
         dtype: str = "float32",
         batch_seqs: int = 64,
         logprobs: bool = False,
+        entropy: bool = False,
         stop: list[str] | tuple[str, ...] = (),
         packed_weights: bool | None = None,
         lean_decode: bool | None = None,
@@ -146,6 +150,7 @@ class HFRolloutEngine:
         self.tools = tools
         """The tools a response may call (:class:`~rlvr.tools.Toolbox`), or None: single-turn rollouts."""
         self.logprobs = logprobs
+        self.entropy = entropy
         self.stop = list(stop)
         self.policy = policy
         self.tokenizer = tokenizer
@@ -285,6 +290,7 @@ class HFRolloutEngine:
         prompt_len = input_ids.shape[1]
         temp = how.temperature
         record = self.logprobs and not greedy
+        entropy_temp = temp if self.entropy and not greedy else None
         per_chunk = max(1, self.batch_seqs // G)  # whole groups: a prompt is prefilled once for its G samples
         chunks = []
         if self.static and not greedy and not seeded:  # the global RNG gives the row seeds
@@ -299,7 +305,7 @@ class HFRolloutEngine:
                 stopped=stopper.hits if stopper is not None else None,
             )
             if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
-                sampler = Sampler(greedy, temp, how.top_k, how.top_p, temp if record else None)
+                sampler = Sampler(greedy, temp, how.top_k, how.top_p, temp if record else None, entropy_temp)
                 row_seeds = None if greedy else torch.tensor(seeds[rows], dtype=torch.long)  # cpu: moved by the decoder
                 with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
                     chunks.append(self.decoder.decode(ids, mask, G, how=sampler, seeds=row_seeds, **common))
@@ -316,7 +322,7 @@ class HFRolloutEngine:
                 chunks.append(
                     decode(
                         self.model, ids, mask, G, pick=pick, logprob_temperature=temp if record else None,
-                        lean=self.lean, **common,
+                        entropy_temperature=entropy_temp, lean=self.lean, **common,
                     )
                 )  # fmt: skip
         T = max(c.response.shape[1] for c in chunks)
@@ -327,10 +333,13 @@ class HFRolloutEngine:
             response, self.eos_ids, stop_at=torch.cat([c.stop_at for c in chunks])
         )
         response = torch.where(response_mask.bool(), response, torch.full_like(response, pad))
-        logprobs = None
-        if record:
-            logprobs = torch.cat([F.pad(c.logprobs, (0, T - c.logprobs.shape[1])) for c in chunks])
-            logprobs = torch.where(response_mask.bool(), logprobs, torch.zeros_like(logprobs))
+
+        def recorded(name: str):  # the chunks' [b, T_c] records as one [B, T], 0 past each row's end
+            x = torch.cat([F.pad(getattr(c, name), (0, T - getattr(c, name).shape[1])) for c in chunks])
+            return torch.where(response_mask.bool(), x, torch.zeros_like(x))
+
+        logprobs = recorded("logprobs") if record else None
+        entropy = recorded("entropy") if entropy_temp is not None else None
         self.last_stats = {
             "rows": B,
             "decode_steps": sum(c.steps for c in chunks),
@@ -350,4 +359,5 @@ class HFRolloutEngine:
             truncated=truncated,
             group_size=samples_per_prompt,
             logprobs=logprobs,
+            entropy=entropy,
         )

@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from rlvr.algos import entropy_from_logits
 from rlvr.models.forward import cache_kwargs, output_cache
 from rlvr.rollout.decode import Decoded
 from rlvr.rollout.sampling import counter_uniform, draw
@@ -64,13 +65,15 @@ ATTENTION = ("sdpa", "eager")
 @dataclasses.dataclass(frozen=True)
 class Sampler:
     """How the step picks: greedy (argmax), or the counter-based draw at ``temperature`` after top-k /
-    top-p; ``logprob_temperature`` records log-softmax(z / T) of the picked tokens (None = do not)."""
+    top-p; ``logprob_temperature`` records log-softmax(z / T) of the picked tokens and
+    ``entropy_temperature`` the entropy of softmax(z / T) at each step (None = do not)."""
 
     greedy: bool
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     logprob_temperature: float | None = None
+    entropy_temperature: float | None = None
 
 
 class _WindowLayer(CacheLayerMixin):
@@ -174,13 +177,14 @@ class StaticDecoder:
         self.t = torch.zeros(1, dtype=torch.long, device=device)  # response index of the token picked
         self.out_tokens = torch.zeros(rows + 1, capacity, dtype=torch.long, device=device)  # + the scratch row
         self.out_logprobs = torch.zeros(rows + 1, capacity, device=device)
+        self.out_entropy = torch.zeros(rows + 1, capacity, device=device)
         pin = device.type == "cuda"
         # flat: each copy lands contiguous (a strided destination would not copy asynchronously)
         staging = rows * capacity
         self.staging = [torch.zeros(staging, dtype=torch.long, pin_memory=pin) for _ in range(2)]  # cpu: host copies
         for buf in (*self.keys, *self.values, self.mask, self.tokens, self.plen, self.live, self.row, self.seeds):
             torch._dynamo.mark_static_address(buf)
-        for buf in (self.pos, self.t, self.out_tokens, self.out_logprobs):
+        for buf in (self.pos, self.t, self.out_tokens, self.out_logprobs, self.out_entropy):
             torch._dynamo.mark_static_address(buf)
         self.rows, self.capacity = rows, capacity
         self.views: dict[tuple[int, int], _View] = {}
@@ -193,7 +197,8 @@ class StaticDecoder:
 
     def nbytes(self) -> int:
         """Bytes the decoder holds on its device (keys, values, mask, state, responses)."""
-        bufs = [*self.keys, *self.values, self.mask, self.out_tokens, self.out_logprobs] if self.rows else []
+        bufs = [*self.keys, *self.values, self.mask, self.out_tokens, self.out_logprobs, self.out_entropy]
+        bufs = bufs if self.rows else []
         return sum(b.numel() * b.element_size() for b in bufs)
 
     def _view(self, b: int, W: int) -> _View:
@@ -248,6 +253,9 @@ class StaticDecoder:
         if how.logprob_temperature is not None:
             logp = torch.log_softmax(logits / how.logprob_temperature, dim=-1).gather(-1, picked[:, None])[:, 0]
             self.out_logprobs.index_put_((target, at), logp)
+        if how.entropy_temperature is not None:
+            ent = entropy_from_logits(logits[None], temperature=how.entropy_temperature)[0]
+            self.out_entropy.index_put_((target, at), ent)
         v.live.copy_(v.live & ~torch.isin(picked, eos))
         v.tokens.copy_(picked)
         self.t.add_(1)
@@ -343,6 +351,7 @@ class StaticDecoder:
             self.seeds[:B] = seeds.to(self.seeds.device)
         self.out_tokens[:B, :max_new_tokens] = pad_id
         self.out_logprobs[:B, :max_new_tokens] = 0
+        self.out_entropy[:B, :max_new_tokens] = 0
         self.t.zero_()
         self.pos.fill_(L)
         # token 0 from the prefill's logits, by the step's own picking (eager: once per decode)
@@ -425,10 +434,13 @@ class StaticDecoder:
         end = torch.from_numpy(np.where(ended >= 0, ended, T - 1)).to(self.out_tokens.device)
         keep = torch.arange(T, device=end.device)[None] <= end[:, None]
         response = self.out_tokens[:B, :T].masked_fill(~keep, pad_id)
-        logprobs = None
+        logprobs = entropy = None
         if how.logprob_temperature is not None:
             logprobs = self.out_logprobs[:B, :T].masked_fill(~keep, 0.0)
-        return Decoded(response, torch.from_numpy(stop_at).to(end.device), logprobs, steps, row_steps)
+        if how.entropy_temperature is not None:
+            entropy = self.out_entropy[:B, :T].masked_fill(~keep, 0.0)
+        stop = torch.from_numpy(stop_at).to(end.device)
+        return Decoded(response, stop, logprobs, steps, row_steps, entropy)
 
     def _to_device(self, values: list[int]) -> Tensor:
         """An index tensor on the device without waiting for it: from pinned memory, a host-to-device copy

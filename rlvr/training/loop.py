@@ -331,11 +331,33 @@ def accumulate_gradients(
 @torch.no_grad()
 def _forward_only(policy, observed: ForwardOnly, cfg: Config, autocast, off, agg: dict, stats) -> None:
     """The passes of ``observed`` as :func:`_micro_batch_backward` runs them, without gradients or a
-    backward: their statistics only (their loss is identically 0)."""
+    backward: their statistics only (their loss is identically 0).
+
+    Where the rollout recorded its entropy and nothing else needs these rows' log-probs
+    (:func:`rollout_stats_apply`), no pass runs: without old log-probs the ratio is
+    exp(logp − logp) = 1 exactly whatever the log-probs, so the statistics are those of any
+    log-probs (zeros here) and the sampler's entropy."""
     engine = observed.batch.logprobs if cfg.algo.tis_cap is not None else None
+    sampled = observed.batch.entropy if rollout_stats_apply(cfg) and observed.old_logp is None else None
     for p in observed.passes:
         t = _Targets.cut(p, observed.adv, observed.old_logp, None, engine)
-        _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats, backward=False)
+        if sampled is None:
+            _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats, backward=False)
+        else:
+            with off():
+                _loss_and_stats(t.mask.new_zeros(t.mask.shape), sampled[p.rows, : p.cols], t, cfg, agg, stats)
+
+
+def rollout_stats_apply(cfg: Config) -> bool:
+    """Whether groups that run forward only (:func:`_plan_update`) may take their statistics from
+    the rollout instead (``train.zero_adv_rollout_stats``): an update without old log-probs
+    (``algo.num_iterations=1``, no KL anywhere), without TIS and without an entropy bonus, on
+    single-turn rollouts, in one process or under DDP. The rollout engine records its entropy where
+    this holds (``RolloutBatch.entropy``); a batch without it runs the forward-only passes."""
+    algo, train = cfg.algo, cfg.train
+    plain = algo.num_iterations == 1 and not algo.kl_coef and not algo.entropy_coef and algo.tis_cap is None
+    single_turn = not cfg.rollout.tools
+    return train.zero_adv_forward_only and train.zero_adv_rollout_stats and plain and single_turn
 
 
 def _micro_batch_backward(
@@ -351,14 +373,20 @@ def _micro_batch_backward(
         kw = dict(temperature=cfg.rollout.temperature, entropy=True, entropy_grad=bool(algo.entropy_coef))
         logp, entropy = _pass_logprobs(policy, p, autocast, **kw)
         with off():
-            loss_tok, pg_tok, pg_stats = _micro_batch_loss(logp, entropy, t, cfg, stats)
-            loss = algos.aggregate(loss_tok, t.mask, **agg)
-            if backward:
-                loss.backward()
-    with torch.no_grad(), off():
+            _loss_and_stats(logp, entropy, t, cfg, agg, stats, backward=backward)
+
+
+def _loss_and_stats(logp: Tensor, entropy: Tensor, t: _Targets, cfg: Config, agg: dict, stats, *, backward=False):
+    """One pass's loss from its [b, Tm] log-probs and entropy (its backward when ``backward``), its
+    statistics added to ``stats``."""
+    loss_tok, pg_tok, pg_stats = _micro_batch_loss(logp, entropy, t, cfg, stats)
+    loss = algos.aggregate(loss_tok, t.mask, **agg)
+    if backward:
+        loss.backward()
+    with torch.no_grad():
         stats.add(M.LOSS, loss)
         stats.add(M.PG_LOSS, algos.aggregate(pg_tok.detach(), t.mask, **agg))
-        stats.policy(pg_stats, entropy, dual_clip=algo.dual_clip is not None)
+        stats.policy(pg_stats, entropy, dual_clip=cfg.algo.dual_clip is not None)
         stats.flush(t.mask)
 
 

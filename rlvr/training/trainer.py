@@ -49,7 +49,7 @@ from rlvr.tools import Toolbox
 from rlvr.tracking import MetricsLogger, peak_memory, train_state_bytes
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
-from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, update_policy
+from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, rollout_stats_apply, update_policy
 from rlvr.training.preflight import Checked, preflight, summary_lines
 from rlvr.training.replicas import OneProcess
 from rlvr.training.sampling import Scored, collect, rollout_metrics
@@ -339,6 +339,7 @@ class Trainer:
                 self.policy, self.tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                 top_p=r.top_p, top_k=r.top_k, dtype=r.dtype, batch_seqs=r.batch_seqs,
                 logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
+                entropy=rollout_stats_apply(cfg),  # the statistics of groups the update runs no pass for
                 tools=Toolbox.from_config(r, cfg.reward.workers),  # None without rollout.tools
                 stop=r.stop, packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=r.lean_decode.as_bool(), static_decode=r.static_decode.as_bool(),
@@ -517,6 +518,8 @@ class Trainer:
         batch.response_mask = batch.response_mask.to(self.device)
         if batch.logprobs is not None:
             batch.logprobs = batch.logprobs.to(self.device)
+        if batch.entropy is not None:
+            batch.entropy = batch.entropy.to(self.device)
         return batch
 
     def _fixed_logprobs(self, batch: RolloutBatch, rewards):

@@ -40,6 +40,8 @@ def _same(a, b, logprobs=False):
     assert torch.equal(a.truncated, b.truncated)
     if logprobs:
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=1e-5)
+    if a.entropy is not None or b.entropy is not None:
+        torch.testing.assert_close(a.entropy, b.entropy, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("arch", list(MODELS))
@@ -61,19 +63,21 @@ def test_seeded_samples_stop_strings_and_logprobs_equal_the_dynamic_decode(arch,
     assert (a.response_mask.sum(-1) < 14).any()  # rows ended early: the static decode kept stepping them
 
 
-def _decoder_inputs(model, tok, prompts=PROMPTS, G=2, greedy=True, new=10):
+def _decoder_inputs(model, tok, prompts=PROMPTS, G=2, greedy=True, new=10, entropy=False):
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     seeds = None if greedy else torch.tensor([sample_seed(7, i) for i in range(len(prompts) * G)])
-    how = Sampler(greedy, temperature=0.9)
+    how = Sampler(greedy, temperature=0.9, entropy_temperature=0.9 if entropy else None)
     kw = dict(max_new_tokens=new, how=how, seeds=seeds, eos_ids=eos_token_ids(model, tok), pad_id=tok.pad_token_id)
     return (enc.input_ids, enc.attention_mask, G), kw
 
 
-def test_the_step_compiles_to_one_graph_without_breaks():
-    """CUDA graphs capture a whole step (forward, sampling, bookkeeping) only when dynamo traces it as one graph."""
+@pytest.mark.parametrize("entropy", [False, True], ids=["plain", "entropy"])
+def test_the_step_compiles_to_one_graph_without_breaks(entropy):
+    """CUDA graphs capture a whole step (forward, sampling, bookkeeping, the entropy's record) only when
+    dynamo traces it as one graph."""
     model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
     decoder = StaticDecoder(model)
-    args, kw = _decoder_inputs(model, tok, greedy=False)
+    args, kw = _decoder_inputs(model, tok, greedy=False, entropy=entropy)
     decoder.decode(*args, **kw)  # allocates the buffers
     step, _ = decoder._compiled(kw["how"], kw["eos_ids"])
     decoder.t.fill_(1)  # a token position the response buffer holds
@@ -234,12 +238,13 @@ def test_training_with_the_static_decode_takes_the_steps_the_dynamic_decode_take
 
 @pytest.mark.extended
 def test_the_inductor_compiled_step_samples_what_the_dynamic_decode_samples_with_one_compile():
-    """The code generator a GPU uses (inductor; on a CPU without CUDA graphs): seeded samples, stop strings
-    and log-probs equal to the dynamic decode over batches of 4, 8 and 12 rows, one compiled graph."""
+    """The code generator a GPU uses (inductor; on a CPU without CUDA graphs): seeded samples, stop strings,
+    log-probs and entropies equal to the dynamic decode over batches of 4, 8 and 12 rows, one compiled graph."""
     model, tok = tiny_qwen2().eval(), tiny_tokenizer()
     common = dict(
-        max_new_tokens=60, batch_seqs=12, packed_weights=False, stop=["7"], temperature=0.9, top_k=30, logprobs=True
-    )
+        max_new_tokens=60, batch_seqs=12, packed_weights=False, stop=["7"], temperature=0.9, top_k=30, logprobs=True,
+        entropy=True,
+    )  # fmt: skip
     dynamic = HFRolloutEngine(model, tok, static_decode=False, lean_decode=False, **common)
     static = HFRolloutEngine(model, tok, static_decode=True, **common)
     static.decoder = StaticDecoder(static.model, compile="inductor", rows=12)
