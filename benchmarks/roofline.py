@@ -158,10 +158,12 @@ def step_floors(
     iterations: int,
     rollout_sequences: int | None = None,
     forward_only: float = 0.0,
+    forward_only_pass: bool = True,
 ) -> dict:
     """Cost and floor of each phase of one step. ``rates`` holds the matmul FLOP/s per precision.
     ``forward_only``: the fraction of the sequences the update ran forward only
-    (``train/forward_only_frac``; their responses taken as long as the step's mean)."""
+    (``train/forward_only_frac``; their responses taken as long as the step's mean), or with no pass
+    where not ``forward_only_pass`` (:func:`run_batch`)."""
     B = prompts * G
     train_rate = Rates(rates["bf16" if autocast else "fp32"], bw)
     roll_rate = Rates(rates["bf16" if rollout_dtype == "bfloat16" else "fp32"], bw)
@@ -187,7 +189,14 @@ def step_floors(
         ),
         "reference": (forward_cost(shape, **common, prompt_share=shared_prompt) * reference_passes, train_rate),
         "update": (
-            update_cost(shape, **common, prompt_share=update_share, forward_only=forward_only) * iterations,
+            update_cost(
+                shape,
+                **common,
+                prompt_share=update_share,
+                forward_only=forward_only,
+                forward_only_pass=forward_only_pass,
+            )
+            * iterations,
             train_rate,
         ),
     }
@@ -218,9 +227,12 @@ def run_batch(run: Path, prompt_tokens: float | None) -> tuple[dict, list[dict],
     """The batch settings of a run, its metrics rows and its model spec."""
     from rlvr.config import Switch, load_config
     from rlvr.run_dir import RunDir
+    from rlvr.training.loop import rollout_stats_apply
 
     rd = RunDir(run)
     cfg = load_config(rd.config_file)
+    # a run written before train.zero_adv_rollout_stats existed ran its forward-only groups' passes
+    known = "zero_adv_rollout_stats" in Path(rd.config_file).read_text(encoding="utf-8")
     if prompt_tokens is None:
         from rlvr.data import prepare
         from rlvr.models import load_tokenizer, resolve_model_path
@@ -241,6 +253,7 @@ def run_batch(run: Path, prompt_tokens: float | None) -> tuple[dict, list[dict],
         "update_share": 1 if cfg.model.gradient_checkpointing else share,
         "reference_passes": int(cfg.algo.kl_coef > 0) + int(cfg.algo.num_iterations > 1 or kl_in_reward),
         "iterations": cfg.algo.num_iterations,
+        "forward_only_pass": not (known and rollout_stats_apply(cfg)),
     }
     return batch, rd.read_metrics(), cfg.model.path
 

@@ -218,6 +218,7 @@ def update_cost(
     param_bytes: float = 4,
     trained_params: int | None = None,
     forward_only: float = 0.0,
+    forward_only_pass: bool = True,
 ) -> Cost:
     """One optimizer step over the batch: forward + backward of every micro-batch, then AdamW.
 
@@ -225,6 +226,8 @@ def update_cost(
         trained_params: parameters AdamW updates (default all: full fine-tuning).
         forward_only: the fraction of the sequences that run a forward only (rlvr's
             ``train.zero_adv_forward_only``): their FLOPs are a forward's, not three times it.
+        forward_only_pass: False where those sequences run no pass at all (their statistics from
+            the rollout, rlvr's ``train.zero_adv_rollout_stats``): no FLOPs.
     """
     trained = shape.num_params() if trained_params is None else trained_params
     fwd = forward_cost(
@@ -238,7 +241,7 @@ def update_cost(
     )
     per_micro_batch = (2 * streamed_params(shape) + 2 * trained) * param_bytes  # weights twice; gradient read + write
     memory = micro_batches * per_micro_batch + ADAMW_VALUES * trained * param_bytes
-    if not forward_only:
+    if not forward_only or not forward_only_pass:
         return Cost(3 * fwd.flops, memory)
     frozen = forward_cost(
         shape,

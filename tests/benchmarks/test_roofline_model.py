@@ -86,6 +86,9 @@ def test_forward_and_update_by_hand():
     # half the sequences forward only: 3 x half the forward + one more half = 2 x 429568; the same bytes
     assert update_cost(TINY, **shared, forward_only=0.5) == Cost(2 * 429568, 363008 + 635264)
     assert update_cost(TINY, **shared, forward_only=1.0) == Cost(429568, 363008 + 635264)
+    # with no pass for them (their statistics from the rollout): only the trained half's 3 forwards
+    assert update_cost(TINY, **shared, forward_only=0.5, forward_only_pass=False) == Cost(1.5 * 429568, 363008 + 635264)
+    assert update_cost(TINY, **shared, forward_only=1.0, forward_only_pass=False).flops == 0
 
 
 def test_floor_takes_the_larger_term_and_phases_add():
@@ -108,3 +111,25 @@ def test_device_rates_floor_uses_the_faster_of_reading_and_copying():
     rates = workload.device_rates("cpu", "float32")
     assert rates["read_bytes_per_s"] > 0 and rates["copy_bytes_per_s"] > 0
     assert rates["bytes_per_s"] == max(rates["read_bytes_per_s"], rates["copy_bytes_per_s"])
+
+
+@pytest.mark.parametrize(
+    "lines, passes",
+    [((), True), (("train.zero_adv_rollout_stats=true",), False), (("train.zero_adv_rollout_stats=false",), True)],
+    ids=["written-before-the-key", "rollout-stats", "switched-off"],
+)
+def test_a_runs_forward_only_groups_cost_a_pass_unless_the_rollout_gave_their_statistics(tmp_path, lines, passes):
+    """roofline.py --run: a config.yaml written before train.zero_adv_rollout_stats existed ran the
+    forward-only passes; a later one ran them only with the switch off."""
+    import roofline
+
+    from rlvr.config import load_config, to_yaml
+
+    text = to_yaml(load_config("quickstart", list(lines)))
+    if not lines:  # as an older rlvr wrote it: no such key
+        text = "\n".join(line for line in text.splitlines() if "zero_adv_rollout_stats" not in line) + "\n"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(text, encoding="utf-8")
+    batch, _, _ = roofline.run_batch(run, prompt_tokens=100.0)
+    assert batch["forward_only_pass"] is passes
