@@ -227,12 +227,12 @@ def run_batch(run: Path, prompt_tokens: float | None) -> tuple[dict, list[dict],
     """The batch settings of a run, its metrics rows and its model spec."""
     from rlvr.config import Switch, load_config
     from rlvr.run_dir import RunDir
-    from rlvr.training.loop import rollout_stats_apply
+    from rlvr.training.loop import rollout_entropy_applies
 
     rd = RunDir(run)
     cfg = load_config(rd.config_file)
-    # a run written before train.zero_adv_rollout_stats existed ran its forward-only groups' passes
-    known = "zero_adv_rollout_stats" in Path(rd.config_file).read_text(encoding="utf-8")
+    # a run written before train.rollout_entropy existed ran its forward-only groups' passes
+    known = "rollout_entropy" in Path(rd.config_file).read_text(encoding="utf-8")
     if prompt_tokens is None:
         from rlvr.data import prepare
         from rlvr.models import load_tokenizer, resolve_model_path
@@ -253,7 +253,7 @@ def run_batch(run: Path, prompt_tokens: float | None) -> tuple[dict, list[dict],
         "update_share": 1 if cfg.model.gradient_checkpointing else share,
         "reference_passes": int(cfg.algo.kl_coef > 0) + int(cfg.algo.num_iterations > 1 or kl_in_reward),
         "iterations": cfg.algo.num_iterations,
-        "forward_only_pass": not (known and rollout_stats_apply(cfg)),
+        "forward_only_pass": not (known and rollout_entropy_applies(cfg)),
     }
     return batch, rd.read_metrics(), cfg.model.path
 

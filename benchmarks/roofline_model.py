@@ -227,7 +227,7 @@ def update_cost(
         forward_only: the fraction of the sequences that run a forward only (rlvr's
             ``train.zero_adv_forward_only``): their FLOPs are a forward's, not three times it.
         forward_only_pass: False where those sequences run no pass at all (their statistics from
-            the rollout, rlvr's ``train.zero_adv_rollout_stats``): no FLOPs.
+            the rollout, rlvr's ``train.rollout_entropy``): no FLOPs.
     """
     trained = shape.num_params() if trained_params is None else trained_params
     fwd = forward_cost(

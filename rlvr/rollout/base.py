@@ -36,7 +36,7 @@ class RolloutBatch:
     entropy: Tensor | None = None
     """[B, T] float32 entropy of the engine's sampling distribution (full softmax at the sampling
     temperature) at each response position (0 on padding); None unless the engine was asked for it
-    (``train.zero_adv_rollout_stats``) and single-turn."""
+    (``train.rollout_entropy``) and single-turn."""
     tool_calls: list[int] | None = None
     """[B] tool calls run in each response (errors included); None for single-turn rollouts. With tools,
     the response interleaves the model's tokens and the results' (``response_mask`` 0 and

@@ -204,19 +204,21 @@ class _UpdateStats:
 @dataclass(frozen=True)
 class _Targets:
     """What one pass's loss compares its log-probs with, cut before the loop: mask [b, Tm], adv [b],
-    and the old, reference and engine log-probs [b, Tm] (each None when unused)."""
+    the old, reference and engine log-probs [b, Tm], and the rollout's entropy [b, Tm] for the
+    statistics (each None when unused)."""
 
     mask: Tensor
     adv: Tensor
     old: Tensor | None
     ref: Tensor | None
     engine: Tensor | None
+    entropy: Tensor | None = None
 
     @staticmethod
-    def cut(p: microbatch.Slice, adv: Tensor, old_logp, ref_logp, engine_logp) -> _Targets:
+    def cut(p: microbatch.Slice, adv: Tensor, old_logp, ref_logp, engine_logp, entropy=None) -> _Targets:
         cols = slice(0, p.cols)
-        rows = lambda t: None if t is None else t[p.rows, cols]  # noqa: E731 - one cut for four tensors
-        return _Targets(p.mask.float(), adv[p.rows], rows(old_logp), rows(ref_logp), rows(engine_logp))
+        rows = lambda t: None if t is None else t[p.rows, cols]  # noqa: E731 - one cut for five tensors
+        return _Targets(p.mask.float(), adv[p.rows], rows(old_logp), rows(ref_logp), rows(engine_logp), rows(entropy))
 
 
 def _micro_batch_loss(logp: Tensor, entropy: Tensor | None, t: _Targets, cfg: Config, stats: _UpdateStats):
@@ -314,7 +316,8 @@ def accumulate_gradients(
     agg = dict(mode=algo.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs, max_len=cfg.rollout.max_new_tokens)
     passes = update_passes(batch, cfg, policy) if passes is None else passes
     engine_logp = batch.logprobs if algo.tis_cap is not None else None
-    targets = [_Targets.cut(p, adv, old_logp, ref_logp, engine_logp) for p in passes]
+    entropy = batch.entropy if rollout_entropy_applies(cfg) else None
+    targets = [_Targets.cut(p, adv, old_logp, ref_logp, engine_logp, entropy) for p in passes]
     stats = _UpdateStats()
     # One autocast region spans all micro-batches, so its cache casts each weight to bf16 once per
     # update instead of once per micro-batch; the loss and the backward run with autocast off, as
@@ -333,31 +336,32 @@ def _forward_only(policy, observed: ForwardOnly, cfg: Config, autocast, off, agg
     """The passes of ``observed`` as :func:`_micro_batch_backward` runs them, without gradients or a
     backward: their statistics only (their loss is identically 0).
 
-    Where the rollout recorded its entropy and nothing else needs these rows' log-probs
-    (:func:`rollout_stats_apply`), no pass runs: without old log-probs the ratio is
-    exp(logp − logp) = 1 exactly whatever the log-probs, so the statistics are those of any
-    log-probs (zeros here) and the sampler's entropy."""
-    engine = observed.batch.logprobs if cfg.algo.tis_cap is not None else None
-    sampled = observed.batch.entropy if rollout_stats_apply(cfg) and observed.old_logp is None else None
+    Where the rollout recorded its entropy (:func:`rollout_entropy_applies`) and nothing needs
+    these rows' log-probs (no old log-probs, no TIS), no pass runs: the ratio is exp(logp − logp)
+    = 1 exactly whatever the log-probs, so the statistics are those of any log-probs (zeros here)
+    and the rollout's entropy."""
+    tis = cfg.algo.tis_cap is not None
+    engine = observed.batch.logprobs if tis else None
+    entropy = observed.batch.entropy if rollout_entropy_applies(cfg) else None
     for p in observed.passes:
-        t = _Targets.cut(p, observed.adv, observed.old_logp, None, engine)
-        if sampled is None:
+        t = _Targets.cut(p, observed.adv, observed.old_logp, None, engine, entropy)
+        if t.entropy is None or t.old is not None or tis:
             _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats, backward=False)
         else:
             with off():
-                _loss_and_stats(t.mask.new_zeros(t.mask.shape), sampled[p.rows, : p.cols], t, cfg, agg, stats)
+                _loss_and_stats(t.mask.new_zeros(t.mask.shape), None, t, cfg, agg, stats)
 
 
-def rollout_stats_apply(cfg: Config) -> bool:
-    """Whether groups that run forward only (:func:`_plan_update`) may take their statistics from
-    the rollout instead (``train.zero_adv_rollout_stats``): an update without old log-probs
-    (``algo.num_iterations=1``, no KL anywhere), without TIS and without an entropy bonus, on
-    single-turn rollouts, in one process or under DDP. The rollout engine records its entropy where
-    this holds (``RolloutBatch.entropy``); a batch without it runs the forward-only passes."""
-    algo, train = cfg.algo, cfg.train
-    plain = algo.num_iterations == 1 and not algo.kl_coef and not algo.entropy_coef and algo.tis_cap is None
-    single_turn = not cfg.rollout.tools
-    return train.zero_adv_forward_only and train.zero_adv_rollout_stats and plain and single_turn
+def rollout_entropy_applies(cfg: Config) -> bool:
+    """Whether ``train/entropy`` comes from the rollout's record of its sampling distribution
+    (``train.rollout_entropy``; ``RolloutBatch.entropy``) rather than from the update's passes: the
+    policy the update starts from is the one that sampled (``algo.num_iterations=1``), the entropy
+    is not in the loss (no ``algo.entropy_coef``), and the rollout is single-turn (tool rollouts record
+    none). The rollout engine records it where this holds; a batch without the record falls back
+    to the update's passes."""
+    algo = cfg.algo
+    plain = algo.num_iterations == 1 and not algo.entropy_coef and not cfg.rollout.tools
+    return cfg.train.rollout_entropy and plain
 
 
 def _micro_batch_backward(
@@ -369,16 +373,17 @@ def _micro_batch_backward(
     algo = cfg.algo
     # packed: the rows' own attention through the backward too (checkpointed layers run again there)
     with packing.row_attention(policy) if p.unpad is not None else contextlib.nullcontext():
-        # the entropy is a metric (one pass with the log-probs) unless algo.entropy_coef puts it in the loss
-        kw = dict(temperature=cfg.rollout.temperature, entropy=True, entropy_grad=bool(algo.entropy_coef))
+        # the entropy is a metric (one pass with the log-probs; none where the rollout recorded it) unless
+        # algo.entropy_coef puts it in the loss
+        kw = dict(temperature=cfg.rollout.temperature, entropy=t.entropy is None, entropy_grad=bool(algo.entropy_coef))
         logp, entropy = _pass_logprobs(policy, p, autocast, **kw)
         with off():
             _loss_and_stats(logp, entropy, t, cfg, agg, stats, backward=backward)
 
 
-def _loss_and_stats(logp: Tensor, entropy: Tensor, t: _Targets, cfg: Config, agg: dict, stats, *, backward=False):
+def _loss_and_stats(logp: Tensor, entropy, t: _Targets, cfg: Config, agg: dict, stats, *, backward=False):
     """One pass's loss from its [b, Tm] log-probs and entropy (its backward when ``backward``), its
-    statistics added to ``stats``."""
+    statistics added to ``stats``: the entropy's from the rollout's record where ``t`` has it."""
     loss_tok, pg_tok, pg_stats = _micro_batch_loss(logp, entropy, t, cfg, stats)
     loss = algos.aggregate(loss_tok, t.mask, **agg)
     if backward:
@@ -386,7 +391,7 @@ def _loss_and_stats(logp: Tensor, entropy: Tensor, t: _Targets, cfg: Config, agg
     with torch.no_grad():
         stats.add(M.LOSS, loss)
         stats.add(M.PG_LOSS, algos.aggregate(pg_tok.detach(), t.mask, **agg))
-        stats.policy(pg_stats, entropy, dual_clip=cfg.algo.dual_clip is not None)
+        stats.policy(pg_stats, entropy if t.entropy is None else t.entropy, dual_clip=cfg.algo.dual_clip is not None)
         stats.flush(t.mask)
 
 

@@ -49,7 +49,7 @@ from rlvr.tools import Toolbox
 from rlvr.tracking import MetricsLogger, peak_memory, train_state_bytes
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
-from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, rollout_stats_apply, update_policy
+from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, rollout_entropy_applies, update_policy
 from rlvr.training.preflight import Checked, preflight, summary_lines
 from rlvr.training.replicas import OneProcess
 from rlvr.training.sampling import Scored, collect, rollout_metrics
@@ -339,7 +339,7 @@ class Trainer:
                 self.policy, self.tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                 top_p=r.top_p, top_k=r.top_k, dtype=r.dtype, batch_seqs=r.batch_seqs,
                 logprobs=cfg.algo.tis_cap is not None,  # TIS weighs by trainer / engine probabilities
-                entropy=rollout_stats_apply(cfg),  # the statistics of groups the update runs no pass for
+                entropy=rollout_entropy_applies(cfg),  # train/entropy; no pass for groups of all-zero advantages
                 tools=Toolbox.from_config(r, cfg.reward.workers),  # None without rollout.tools
                 stop=r.stop, packed_weights=cfg.model.packed_weights.as_bool(),
                 lean_decode=r.lean_decode.as_bool(), static_decode=r.static_decode.as_bool(),

@@ -115,11 +115,11 @@ def test_device_rates_floor_uses_the_faster_of_reading_and_copying():
 
 @pytest.mark.parametrize(
     "lines, passes",
-    [((), True), (("train.zero_adv_rollout_stats=true",), False), (("train.zero_adv_rollout_stats=false",), True)],
+    [((), True), (("train.rollout_entropy=true",), False), (("train.rollout_entropy=false",), True)],
     ids=["written-before-the-key", "rollout-stats", "switched-off"],
 )
 def test_a_runs_forward_only_groups_cost_a_pass_unless_the_rollout_gave_their_statistics(tmp_path, lines, passes):
-    """roofline.py --run: a config.yaml written before train.zero_adv_rollout_stats existed ran the
+    """roofline.py --run: a config.yaml written before train.rollout_entropy existed ran the
     forward-only passes; a later one ran them only with the switch off."""
     import roofline
 
@@ -127,7 +127,7 @@ def test_a_runs_forward_only_groups_cost_a_pass_unless_the_rollout_gave_their_st
 
     text = to_yaml(load_config("quickstart", list(lines)))
     if not lines:  # as an older rlvr wrote it: no such key
-        text = "\n".join(line for line in text.splitlines() if "zero_adv_rollout_stats" not in line) + "\n"
+        text = "\n".join(line for line in text.splitlines() if "rollout_entropy" not in line) + "\n"
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text(text, encoding="utf-8")

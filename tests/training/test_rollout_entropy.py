@@ -1,6 +1,7 @@
-"""Groups that run forward only take their statistics from the rollout (train.zero_adv_rollout_stats):
-the rollout's entropy is the update's, no pass runs for those groups, and the weights and the other
-statistics are those of their forward-only passes."""
+"""train/entropy from the rollout's record (train.rollout_entropy): the rollout's entropy is a full
+forward's, the update takes it for every group and runs no pass for groups of all-zero advantages
+where nothing needs their log-probs, and the weights and the other statistics are those of the
+update's own passes."""
 
 from __future__ import annotations
 
@@ -18,15 +19,15 @@ from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
 from rlvr.rollout.hf import sample_seed
 from rlvr.training import loop
-from rlvr.training.loop import adamw, lr_scheduler, rollout_stats_apply, update_policy
+from rlvr.training.loop import adamw, lr_scheduler, rollout_entropy_applies, update_policy
 
 PROMPTS = ["what is 3 + 4 ?", "what is the answer", "2 + 2 = ?"]
 
 
-def _generate(model, *, entropy=True, static=False, greedy=False, temperature=1.0):
+def _generate(model, *, entropy=True, static=False, greedy=False, temperature=1.0, logprobs=False):
     engine = HFRolloutEngine(
         model, tiny_tokenizer(), max_new_tokens=16, dtype="float32", stop=["7"], entropy=entropy,
-        static_decode=static, temperature=temperature,
+        static_decode=static, temperature=temperature, logprobs=logprobs,
     )  # fmt: skip
     return engine.generate(PROMPTS, 4, seeds=None if greedy else [sample_seed(9, i) for i in range(12)], greedy=greedy)
 
@@ -94,24 +95,28 @@ def _train(model, advs, cfg, **generate):
     sched = lr_scheduler(opt, schedule="constant", warmup_steps=0, total_steps=10, min_lr_ratio=0.1)
     metrics = []
     for adv in advs:
-        batch = _generate(model, temperature=cfg.rollout.temperature, **generate)  # the trainer's engine samples so
+        batch = _generate(model, temperature=cfg.rollout.temperature, logprobs=cfg.algo.tis_cap is not None, **generate)
         metrics.append(update_policy(model, opt, sched, batch, adv, None, None, cfg, contextlib.nullcontext))
     return torch.cat([p.detach().flatten() for p in model.parameters()]), metrics
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["shared-prompt", "packed"])
-def test_statistics_from_the_rollout_keep_the_weights_and_run_no_pass(packed, passes):
+PACKED = ("train.micro_batch_tokens=96", "train.shared_prompt_forward=false")
+
+
+@pytest.mark.parametrize(
+    "extra, frozen_pass", [((), False), (PACKED, False), (("algo.tis_cap=2.0",), True)], ids=["shared", "packed", "tis"]
+)
+def test_the_rollouts_entropy_keeps_the_weights_and_spares_the_forward_only_passes(extra, frozen_pass, passes):
     """A middle group of all-zero advantages, then a step of only such groups: bit for bit the same
-    weights as their forward-only passes, the same statistics (the entropy within float rounding), and
-    no pass for those groups."""
+    weights as with the update's entropy, the same statistics (the entropy within float rounding), and
+    no pass for the all-zero groups, except under TIS, whose weights need their log-probs."""
     model = tiny_model(seed=3)
     adv = torch.randn(12, generator=torch.Generator().manual_seed(1))
     adv[4:8] = 0
-    extra = ("train.micro_batch_tokens=96", "train.shared_prompt_forward=false") if packed else ()
     runs = {}
     for on in (True, False):
         start = len(passes)
-        runs[on] = (*_train(model, [adv, torch.zeros(12)], _cfg(f"train.zero_adv_rollout_stats={on}", *extra)),
+        runs[on] = (*_train(model, [adv, torch.zeros(12)], _cfg(f"train.rollout_entropy={on}", *extra)),
                     passes[start:])  # fmt: skip
     (w_on, m_on, rows_on), (w_off, m_off, rows_off) = runs[True], runs[False]
     assert torch.equal(w_on, w_off)
@@ -122,7 +127,21 @@ def test_statistics_from_the_rollout_keep_the_weights_and_run_no_pass(packed, pa
         torch.testing.assert_close(torch.as_tensor(a[M.ENTROPY]), torch.as_tensor(b[M.ENTROPY]), rtol=1e-4, atol=1e-5)
     assert float(m_on[1][M.ENTROPY]) > 0 and float(m_on[1][M.FORWARD_ONLY_FRAC]) == 1.0
     assert sum(rows_off) == 12 + 12  # the trained groups and the forward-only one, then every group forward only
-    assert sum(rows_on) == 8  # the first step's trained groups only
+    assert sum(rows_on) == (24 if frozen_pass else 8)  # else the first step's trained groups only
+
+
+def test_the_update_computes_no_entropy_of_its_own_where_the_rollout_gave_it(monkeypatch):
+    asked, real = [], loop._pass_logprobs
+
+    def spy(model, p, autocast, **kw):
+        asked.append(kw["entropy"])
+        return real(model, p, autocast, **kw)
+
+    monkeypatch.setattr(loop, "_pass_logprobs", spy)
+    adv = torch.randn(12, generator=torch.Generator().manual_seed(1))
+    _train(tiny_model(seed=3), [adv], _cfg())
+    _train(tiny_model(seed=3), [adv], _cfg("train.rollout_entropy=false"))
+    assert asked == [False] * 3 + [True] * 3  # three passes of 4 rows each run
 
 
 def test_a_batch_without_the_rollouts_entropy_runs_the_forward_only_passes(passes):
@@ -134,17 +153,17 @@ def test_a_batch_without_the_rollouts_entropy_runs_the_forward_only_passes(passe
     "extra, applies",
     [
         ((), True),
-        (("train.zero_adv_rollout_stats=false",), False),
-        (("train.zero_adv_forward_only=false",), False),
+        (("train.rollout_entropy=false",), False),
+        (("train.zero_adv_forward_only=false",), True),
+        (("algo.tis_cap=2.0",), True),
+        (("algo.kl_coef=0.01", "algo.kl_placement=reward"), True),
         (("algo.num_iterations=2",), False),
-        (("algo.tis_cap=2.0",), False),
-        (("algo.kl_coef=0.01", "algo.kl_placement=reward"), False),
         (("algo.entropy_coef=0.01",), False),
         (("rollout.tools=[calculator]",), False),
     ],
 )
-def test_statistics_come_from_the_rollout_only_where_no_log_prob_is_needed(extra, applies):
-    assert rollout_stats_apply(_cfg(*extra)) is applies
+def test_the_entropy_comes_from_the_rollout_where_the_rollouts_policy_is_the_updates(extra, applies):
+    assert rollout_entropy_applies(_cfg(*extra)) is applies
 
 
 @pytest.mark.slow
@@ -160,7 +179,7 @@ def test_a_run_takes_its_frozen_groups_statistics_from_the_rollout(tiny_dir, tmp
     runs = {}
     for on in (True, False):
         start, run_dir = len(passes), tmp_path / f"on-{on}"
-        train(tiny_config(tiny_dir, run_dir, "train.steps=4", f"train.zero_adv_rollout_stats={on}"))
+        train(tiny_config(tiny_dir, run_dir, "train.steps=4", f"train.rollout_entropy={on}"))
         runs[on] = metrics(run_dir), sum(passes[start:]), load_file(run_dir / "checkpoints/last/model.safetensors")
     (m_on, rows_on, w_on), (m_off, rows_off, w_off) = runs[True], runs[False]
     assert [m["rollout/reward_mean"] for m in m_on] == [m["rollout/reward_mean"] for m in m_off]
