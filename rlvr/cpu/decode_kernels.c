@@ -432,8 +432,11 @@ static inline vf scaled(const float *p, int cols, float T) {
  * sums of `block` tokens, then the chosen block's own cumsum). logits [b, V] float32, u [b] in [0, 1);
  * out [b]. Rows in parallel. w is exp by vexp (within 2 ulp of torch.exp), so a target within a few
  * ulp of a CDF step could pick the neighbouring token (tests/cpu/test_lean.py: none in 30,000 draws).
- * A row whose weights do not sum to a positive number (a NaN logit, or all -inf) gets -1. */
-void lean_pick(const float *logits, int b, int V, float T, const double *u, int block, int64_t *out) {
+ * A row whose weights do not sum to a positive number (a NaN logit, or all -inf) gets -1.
+ * moments: NULL, or [b, 2] that get each row's S = sum of w and E = sum of w * (z - max z) in float64,
+ * from the same pass: the entropy of softmax(z) is log S - E / S (a -inf logit adds nothing to E). */
+void lean_pick(const float *logits, int b, int V, float T, const double *u, int block, int64_t *out,
+               double *moments) {
     const vi lanes = LANES;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < b; r++) {
@@ -448,17 +451,30 @@ void lean_pick(const float *logits, int b, int V, float T, const double *u, int 
         }
         const float mx = hmax(mv);
         double run = 0;
+        vd elo = {0}, ehi = {0};
         for (int k = 0; k < nb; k++) { /* block is a multiple of VL */
             vd lo = {0}, hi = {0};
             for (int l = k * block; l < (k + 1) * block && l < V; l += VL) {
                 const int cols = V - l < VL ? V - l : VL;
-                const vf w = vselect(lanes < cols, vexp(scaled(z + l, cols, T) - mx), splat(0));
+                const vf d = scaled(z + l, cols, T) - mx;
+                const vf w = vselect(lanes < cols, vexp(d), splat(0));
                 lo += __builtin_convertvector(low_half(w), vd);
                 hi += __builtin_convertvector(high_half(w), vd);
+                if (moments) {
+                    const vf wd = vselect(w > 0, w * d, splat(0));
+                    elo += __builtin_convertvector(low_half(wd), vd);
+                    ehi += __builtin_convertvector(high_half(wd), vd);
+                }
             }
             double s = 0;
             for (int i = 0; i < VL / 2; i++) s += lo[i] + hi[i];
             csum[k] = run += s;
+        }
+        if (moments) {
+            double e = 0;
+            for (int i = 0; i < VL / 2; i++) e += elo[i] + ehi[i];
+            moments[2 * r] = run;
+            moments[2 * r + 1] = e;
         }
         if (!(csum[nb - 1] > 0)) { /* a NaN logit, or every logit -inf: nothing to sample */
             out[r] = -1;

@@ -111,7 +111,7 @@ class DecodeKernels:
         lib.lean_linear.argtypes = [_P, _I, _I, _P, _I, _P, _I, _P, _P, _P]
         lib.lean_vector_width.restype = _I
         lib.lean_exp.argtypes = [_P, _I, _P]
-        lib.lean_pick.argtypes = [_P, _I, _I, _F, _P, _I, _P]
+        lib.lean_pick.argtypes = [_P, _I, _I, _F, _P, _I, _P, _P]
         lib.lean_panels.argtypes = [_P, _I, _I, _I, _P]
         self.width = lib.lean_vector_width()
         """Output columns per weight panel (the CPU's float vector width)."""
@@ -181,11 +181,15 @@ class DecodeKernels:
         self.lib.lean_exp(x.data_ptr(), x.numel(), y.data_ptr())
         return y
 
-    def pick(self, logits: Tensor, u: Tensor, temperature: float = 1.0, block: int = 256) -> Tensor:
+    def pick(
+        self, logits: Tensor, u: Tensor, temperature: float = 1.0, block: int = 256, *, entropy: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """[b] tokens sampled by inverse CDF from ``logits`` [b, V] (float32) at ``temperature``, with the
         uniform draws ``u`` [b] (float64): what :func:`rlvr.rollout.sampling.inverse_cdf` picks on
         ``logits / temperature``, up to the exp's rounding (``decode_kernels.c``'s ``lean_pick``).
-        Raises ValueError for a row with a NaN logit or no finite one, as ``torch.multinomial`` does."""
+        With ``entropy``, (tokens, [b] float32 entropy of softmax(logits / temperature)), its sums taken
+        in the same pass over the logits. Raises ValueError for a row with a NaN logit or no finite
+        one, as ``torch.multinomial`` does."""
         if block % self.width or block <= 0:
             raise ValueError(f"the block ({block}) must be a positive multiple of the vector width ({self.width})")
         if not temperature > 0:
@@ -195,13 +199,18 @@ class DecodeKernels:
         if u.shape != (logits.shape[0],) or u.device.type != "cpu":
             raise ValueError(f"u must be [{logits.shape[0]}] on the CPU, got {tuple(u.shape)} on {u.device}")
         out = torch.empty(logits.shape[0], dtype=torch.int64)
+        moments = torch.empty(logits.shape[0], 2, dtype=torch.float64) if entropy else None  # [S, E] a row
         self.lib.lean_pick(
-            logits.data_ptr(), logits.shape[0], logits.shape[1], temperature, u.data_ptr(), block, out.data_ptr()
-        )
+            logits.data_ptr(), logits.shape[0], logits.shape[1], temperature, u.data_ptr(), block, out.data_ptr(),
+            None if moments is None else moments.data_ptr(),
+        )  # fmt: skip
         if (out < 0).any():
             bad = (out < 0).nonzero().flatten().tolist()
             raise ValueError(f"logits of rows {bad[:8]} contain NaN, or no finite value: nothing to sample")
-        return out
+        if moments is None:
+            return out
+        S, E = moments.unbind(1)
+        return out, (S.log() - E / S).float()
 
     def supports(self, heads: int, kv_heads: int, head_dim: int) -> bool:
         """Whether the file has a kernel for this attention shape."""

@@ -82,7 +82,7 @@ class SeededPicker:
     BLOCK = 256
 
     def __init__(
-        self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0, *, kernel=None
+        self, seeds: list[int], temperature: float, top_k: int = 0, top_p: float = 1.0, *, kernel=None, entropy=False
     ) -> None:
         bad = [s for s in seeds if not 0 <= s < 2**63]
         if bad:
@@ -95,6 +95,10 @@ class SeededPicker:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.kernel = kernel if not top_k and top_p >= 1.0 else None
         self._seeds_on = {self.seeds.device: self.seeds}
+        self.want_entropy = entropy
+        self.entropy: Tensor | None = None
+        """[b] entropy of softmax(logits / temperature) of the last call's rows, where ``entropy`` asked
+        for it and the kernel sampled them (its sums are the kernel's own); else None."""
 
     def uniform(self, rows: Tensor, t: Tensor | int) -> Tensor:
         """[b] float64 on ``rows``' device: counter_uniform(seeds[rows], t), the draws of those rows at
@@ -106,8 +110,12 @@ class SeededPicker:
     def __call__(self, logits: Tensor, rows: Tensor) -> Tensor:
         u = self.uniform(rows, self.position)
         self.position += 1
+        self.entropy = None
         if self.kernel is not None and logits.device.type == "cpu" and logits.dtype == torch.float32:
-            return self.kernel.pick(logits, u, self.temperature, self.BLOCK)
+            if not self.want_entropy:
+                return self.kernel.pick(logits, u, self.temperature, self.BLOCK)
+            tokens, self.entropy = self.kernel.pick(logits, u, self.temperature, self.BLOCK, entropy=True)
+            return tokens
         return draw(logits, u, self.temperature, self.top_k, self.top_p, self.BLOCK)
 
 
@@ -279,8 +287,11 @@ def decode(
             logprobs[live, t] = torch.log_softmax(logits / logprob_temperature, dim=-1).gather(-1, tokens[:, None])[
                 :, 0
             ]
-        if entropy is not None:
-            entropy[live, t] = entropy_from_logits(logits[None], temperature=entropy_temperature)[0]
+        if entropy is not None:  # the picker's own sums where it computed them at this temperature
+            own = getattr(pick, "entropy", None) if getattr(pick, "temperature", None) == entropy_temperature else None
+            entropy[live, t] = (
+                own if own is not None else entropy_from_logits(logits[None], temperature=entropy_temperature)[0]
+            )
         done = torch.isin(tokens, eos)
         if stopped is not None:
             hit = stopped(response[live, : t + 1]) & ~done

@@ -314,8 +314,9 @@ class HFRolloutEngine:
                 pick = GreedyPicker()
             elif seeded:
                 pick = SeededPicker(
-                    seeds[rows], temp, how.top_k, how.top_p, kernel=self.lean.kernel if self.lean is not None else None
-                )
+                    seeds[rows], temp, how.top_k, how.top_p, kernel=self.lean.kernel if self.lean is not None else None,
+                    entropy=entropy_temp is not None,
+                )  # fmt: skip
             else:
                 pick = GlobalRNGPicker(temp, how.top_k, how.top_p)
             with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():

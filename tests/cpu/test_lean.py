@@ -377,16 +377,45 @@ def test_compiled_sampler_picks_what_inverse_cdf_picks():
 
 
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the torch sampler runs")
+def test_compiled_sampler_gives_the_entropy_with_the_same_tokens():
+    """lean_pick's entropy from its own sums (log S - E / S) against entropy_from_logits at the
+    temperature, on peaked and flat rows with a partial last block; the tokens as without it, and a
+    -inf logit adding nothing (where torch's 0 * -inf would be NaN)."""
+    from rlvr.algos import entropy_from_logits
+    from rlvr.cpu import kernels
+
+    k = kernels.load()
+    assert k is not None, kernels.why_not
+    g = torch.Generator().manual_seed(1)
+    V, rows = 5003, 64
+    for T in (1.0, 0.7):
+        logits = torch.randn(rows, V, generator=g) * torch.rand(rows, 1, generator=g) * 6
+        logits[: rows // 2, :50] += 8  # peaked rows: entropy far below log V
+        u = torch.rand(rows, generator=g, dtype=torch.float64)
+        tokens, ent = k.pick(logits, u, T, entropy=True)
+        assert torch.equal(tokens, k.pick(logits, u, T)) and ent.dtype == torch.float32
+        torch.testing.assert_close(ent, entropy_from_logits(logits[None], temperature=T)[0], rtol=1e-5, atol=1e-5)
+    cut = logits[:2].clone()
+    cut[:, 100:200] = float("-inf")
+    _, ent = k.pick(cut, u[:2], entropy=True)
+    assert torch.isfinite(ent).all()
+    kept = torch.cat([cut[:, :100], cut[:, 200:]], 1)  # the same distribution without the cut tokens
+    torch.testing.assert_close(ent, entropy_from_logits(kept[None])[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler: the torch sampler runs")
 def test_engine_samples_with_the_compiled_sampler_what_the_torch_sampler_samples():
-    """Without top-k / top-p the lean engine samples by lean_pick; the plain engine by inverse_cdf."""
+    """Without top-k / top-p the lean engine samples by lean_pick, and records the entropy from its
+    sums; the plain engine by inverse_cdf, its entropy from a log-softmax."""
     model, tok = _eos(MODELS["llama-gqa-d64"]()), tiny_tokenizer()
     G, seeds = 4, [sample_seed(5, i) for i in range(len(PROMPTS) * 4)]
-    kwargs = dict(max_new_tokens=12, temperature=0.8, batch_seqs=8)
+    kwargs = dict(max_new_tokens=12, temperature=0.8, batch_seqs=8, entropy=True)
     lean_engine = HFRolloutEngine(model, tok, **kwargs)
     assert lean_engine.lean is not None and lean_engine.lean.kernel is not None
     got = lean_engine.generate(PROMPTS, G, seeds=seeds)
     want = HFRolloutEngine(model, tok, **kwargs, lean_decode=False).generate(PROMPTS, G, seeds=seeds)
     assert torch.equal(got.input_ids, want.input_ids) and got.texts == want.texts
+    torch.testing.assert_close(got.entropy, want.entropy, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not HAVE_CC or platform.machine() != "x86_64", reason="needs a C compiler on x86-64")
