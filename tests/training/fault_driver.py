@@ -6,8 +6,9 @@ The N-th time this process reaches POINT, it sends itself SIGNAL (SIGKILL or SIG
 MARKER first, so the test knows the fault fired. Points:
 
 - ``rollout``: entering ``HFRolloutEngine.generate`` (mid-rollout)
-- ``update``: entering an update pass, forward and backward or forward only (mid-update, between
-  micro-batches)
+- ``update``: entering an update pass's loss and statistics, for every planned pass: forward and
+  backward, forward only, or a group whose statistics come from the rollout with no pass
+  (mid-update, between micro-batches)
 - ``checkpoint``: writing ``trainer_state.pt`` (mid-checkpoint: weights written, state not yet)
 - ``last``: after the step directory's rename, before ``last`` is swapped to it
 """
@@ -35,7 +36,7 @@ from rlvr.training import loop  # noqa: E402
 def arm(point: str, n: int, sig: signal.Signals, marker: Path) -> None:
     owner, name = {
         "rollout": (HFRolloutEngine, "generate"),
-        "update": (loop, "_micro_batch_backward"),
+        "update": (loop, "_loss_and_stats"),
         "checkpoint": (torch, "save"),
         "last": (os, "symlink"),
     }[point]
