@@ -248,8 +248,9 @@ def decode(
         eos_ids: tokens that end a row (kept in the response, as ``generate`` keeps them).
         stopped: ``(responses [b, t] so far of the live rows) -> [b] bool``: a stop string completed now.
         logprob_temperature: record log-softmax(z / T) of each picked token (TIS); None = do not.
-        entropy_temperature: record the entropy of softmax(z / T) at each step (the update's
-            ``train/entropy`` of groups it runs no pass for); None = do not.
+        entropy_temperature: record the entropy of softmax(z / T) at each step (``train/entropy``,
+            ``train.rollout_entropy``): ``pick``'s own where it computed it at this temperature
+            (:class:`SeededPicker` on the compiled kernels), else a log-softmax; None = do not.
         lean: a :class:`~rlvr.cpu.lean.LeanDecoder` of ``model`` to run the decode steps with
             (the prefill is the model's own forward); None = the model's forward throughout.
 

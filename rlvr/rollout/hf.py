@@ -98,8 +98,7 @@ class HFRolloutEngine:
     tokens (``RolloutBatch.logprobs``: full softmax at the temperature, before top-k/top-p, as
     vLLM reports them), for truncated importance sampling. With ``entropy=True`` they carry the
     entropy of that softmax at each sampled position (``RolloutBatch.entropy``), which the update
-    logs for groups it runs no pass for (``train.rollout_entropy``); tool rollouts do not
-    record it.
+    logs as ``train/entropy`` (``train.rollout_entropy``); tool rollouts do not record it.
 
     Sampling is exactly softmax(logits / temperature), then top-k / top-p if set: nothing from the
     checkpoint's ``generation_config.json`` applies. With
