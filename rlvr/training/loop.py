@@ -343,13 +343,14 @@ def _forward_only(policy, observed: ForwardOnly, cfg: Config, autocast, off, agg
     tis = cfg.algo.tis_cap is not None
     engine = observed.batch.logprobs if tis else None
     entropy = observed.batch.entropy if rollout_entropy_applies(cfg) else None
+    no_pass = entropy is not None and observed.old_logp is None and not tis  # the same for every pass
     for p in observed.passes:
         t = _Targets.cut(p, observed.adv, observed.old_logp, None, engine, entropy)
-        if t.entropy is None or t.old is not None or tis:
-            _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats, backward=False)
-        else:
+        if no_pass:
             with off():
                 _loss_and_stats(t.mask.new_zeros(t.mask.shape), None, t, cfg, agg, stats)
+        else:
+            _micro_batch_backward(policy, p, t, cfg, autocast, off, agg, stats, backward=False)
 
 
 def rollout_entropy_applies(cfg: Config) -> bool:
