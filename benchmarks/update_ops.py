@@ -7,6 +7,9 @@ on this kind of CPU, see ``benchmarks/NOTES.md``), and splits the update into it
 gradients, its forward-only passes and the rest (the optimizer step, the norm, the zero gradients).
 It also times the shared-prompt attention's forward calls (their products' FLOPs counted from each
 call's shape, for their rate against the products of the rest of the layer).
+The compiled attention (``train.fused_attention``) is installed as the trainer installs it, where it
+applies; ``--kernel off`` leaves it out, and ``--kernel-ab`` also times, interleaved in one process,
+each case with and without it.
 ``--zeros-ab`` also times, interleaved in one process, an update whose groups all ran forward only
 with one zero gradient per parameter shape and no norm pass (the default in one process) against a
 zero tensor per parameter and a computed norm (what several ranks do).
@@ -24,6 +27,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import statistics
 import time
@@ -188,26 +192,59 @@ def _zeros_ab(update, rounds: int, warmup: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def _kernel_ab(update, rounds: int, warmup: int, kernel) -> dict:
+    """The update with the compiled attention installed and without, interleaved (the order swapped
+    every round)."""
+    from rlvr.models.shared_prefix import use_kernel
+
+    sides = {"compiled attention": kernel, "torch attention": None}
+    times = {k: [] for k in sides}
+    try:
+        for i in range(warmup + rounds):
+            for name in list(sides) if i % 2 else list(sides)[::-1]:
+                use_kernel(sides[name])
+                t0 = time.perf_counter()
+                update()
+                if i >= warmup:
+                    times[name].append(time.perf_counter() - t0)
+    finally:
+        use_kernel(kernel)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _install_kernel(want: bool, fp32: bool):
+    """The compiled attention installed as the trainer does (bf16 autocast only), or None with why."""
+    from rlvr.cpu import update_attention_kernel
+    from rlvr.models.shared_prefix import use_kernel
+
+    fn, why = (None, "--kernel off") if not want else (None, "float32") if fp32 else update_attention_kernel()
+    use_kernel(fn)
+    print(f"compiled attention: {'on' if fn is not None else f'off ({why})'}")
+    return fn
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8, help="timed updates per case")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--fp32", action="store_true", help="float32 (default: bf16 autocast, as `auto` on AVX-512)")
     ap.add_argument("--zeros-ab", action="store_true", help="also time shared zeros against a zero per parameter")
+    ap.add_argument("--kernel", choices=("on", "off"), default="on", help="the compiled attention, where it applies")
+    ap.add_argument("--kernel-ab", action="store_true", help="also time each case with and without it, interleaved")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
 
     from rlvr.training.loop import update_policy
 
     model, cfg, opt, sched, autocast, batch = _setup(args.fp32)
-    rows = {}
+    kernel = _install_kernel(args.kernel == "on", args.fp32)
+    rows, kernel_ab = {}, {}
     for name, frozen in CASES.items():
         adv = _advantages(frozen)
-        rows[name] = _case(
-            lambda adv=adv: update_policy(model, opt, sched, batch, adv, None, None, cfg, autocast),
-            args.rounds,
-            args.warmup,
-        )
+        update = functools.partial(update_policy, model, opt, sched, batch, adv, None, None, cfg, autocast)
+        rows[name] = _case(update, args.rounds, args.warmup)
+        if args.kernel_ab and kernel is not None:
+            kernel_ab[name] = _kernel_ab(update, args.rounds, args.warmup, kernel)
     adv = _advantages(4)
     ab = (
         _zeros_ab(
@@ -235,6 +272,9 @@ def main() -> None:
         )
     if ab:
         print("every group forward only: " + "; ".join(f"{k} {v:.3f} s" for k, v in ab.items()))
+    for name, r in kernel_ab.items():
+        ratio = r["compiled attention"] / r["torch attention"]
+        print(f"{name}: " + "; ".join(f"{k} {v:.3f} s" for k, v in r.items()) + f" (ratio {ratio:.3f})")
     tag = f"-{args.tag}" if args.tag else ""
     out = RESULTS / f"update_ops-{cap}-{precision}{tag}-{datetime.date.today()}.json"
     body = dict(
@@ -245,6 +285,8 @@ def main() -> None:
         rounds=args.rounds,
         cases=rows,
         zeros_ab=ab,
+        compiled_attention=kernel is not None,
+        kernel_ab=kernel_ab or None,
     )
     out.write_text(json.dumps(body, indent=1))
     print(f"wrote {out}")

@@ -5,11 +5,14 @@
 - ``kernels`` + ``decode_kernels.c``: the compiled decode step, built with the C compiler at first
   use and self-checked against the torch step before it is used;
 - ``lean``: the lean decode step (``rollout.lean_decode``) that runs on them;
+- ``update_attention`` + ``update_attention.c``: the update's shared-prompt attention compiled
+  (``train.fused_attention``), forward and backward, on AVX512-BF16;
 - ``runtime_env`` + ``mkl_intel_cpu.c``: the command line's process environment: glibc's malloc on
   transparent huge pages, keeping its freed heap, and oneMKL's AVX-512 kernels on AMD CPUs with AVX-512.
 
 One switch turns all of it off: ``RLVR_CPU_ACCEL=0`` in the environment (the finer switches stay:
-``model.packed_weights``, ``rollout.lean_decode``, ``RLVR_DECODE_KERNELS``, ``RLVR_HUGE_PAGES``,
+``model.packed_weights``, ``rollout.lean_decode``, ``train.fused_attention``, ``RLVR_DECODE_KERNELS``,
+``RLVR_UPDATE_ATTENTION``, ``RLVR_HUGE_PAGES``,
 ``RLVR_MKL_AVX512``).
 
 The rest of rlvr imports only the names in ``__all__`` from this package, never its modules
@@ -40,6 +43,7 @@ _EXPORTS = {
     "LeanUnavailable": ("lean", "LeanUnavailable"),
     "lean_unsupported": ("lean", "unsupported"),
     "decode_kernels": ("kernels", "load"),
+    "update_attention_kernel": ("update_attention", "kernel"),
     "reexec_with_runtime_env": ("runtime_env", "reexec_with_runtime_env"),
     "huge_pages_env": ("runtime_env", "huge_pages_env"),
     "keep_freed_env": ("runtime_env", "keep_freed_env"),

@@ -356,18 +356,24 @@ def build(cc: str | list[str], march: str = "native") -> DecodeKernels:
     multiply and an add, and F16C, AVX512-BF16 and AMX are not used. Raises
     ``subprocess.CalledProcessError`` / ``OSError`` / ``subprocess.TimeoutExpired`` when it cannot build,
     and whatever loading raises (``AttributeError`` for a missing symbol)."""
+    return DecodeKernels(compile_library(cc, SOURCE, march))
+
+
+def compile_library(cc: str | list[str], source: Path, march: str = "native") -> ctypes.CDLL:
+    """``source`` compiled with ``cc`` (:data:`FLAGS`, ``-march=march``) into a temporary directory and
+    loaded; the library stays loaded after the directory is removed. Raises as :func:`build`."""
     cmd = shlex.split(cc) if isinstance(cc, str) else list(cc)
     flags = [f for f in FLAGS if not f.startswith("-march=")] + [f"-march={march}"]
     with tempfile.TemporaryDirectory(prefix="rlvr-kernel-") as tmp:
-        so = Path(tmp) / "decode_kernels.so"
+        so = Path(tmp) / f"{source.stem}.so"
         subprocess.run(
-            [*cmd, *flags, "-o", str(so), "-x", "c", str(SOURCE)],
+            [*cmd, *flags, "-o", str(so), "-x", "c", str(source)],
             check=True,
             capture_output=True,
             text=True,
             timeout=300,
         )
-        return DecodeKernels(ctypes.CDLL(str(so)))  # stays loaded after the directory is removed
+        return ctypes.CDLL(str(so))
 
 
 def default_on() -> bool:
@@ -380,40 +386,44 @@ def load() -> DecodeKernels | None:
     """The compiled kernels, built once per process for this CPU; None (and :data:`why_not` set to one
     line) when they are off or cannot be built or loaded here (see the module docstring's fences)."""
     global why_not
-    setting = os.environ.get("RLVR_DECODE_KERNELS", "")
+    kernels, why_not = fenced_build("RLVR_DECODE_KERNELS", SOURCE, build)
+    return kernels
+
+
+def fenced_build(switch: str, source: Path, make):
+    """``(make(cc), None)`` for the C compiler found here, or ``(None, why)`` with one line saying why
+    not: ``RLVR_CPU_ACCEL=0`` or ``switch=0``, off by default off x86-64 Linux (``switch=1`` turns it
+    on there), no compiler, a failed build (the compiler's first error), a library that does not load,
+    or a second OpenMP runtime in the process."""
+    setting = os.environ.get(switch, "")
     if os.environ.get("RLVR_CPU_ACCEL", "1") == "0":
-        why_not = "RLVR_CPU_ACCEL=0"
-    elif setting == "0":
-        why_not = "RLVR_DECODE_KERNELS=0"
-    elif setting != "1" and not default_on():
-        why_not = (
+        return None, "RLVR_CPU_ACCEL=0"
+    if setting == "0":
+        return None, f"{switch}=0"
+    if setting != "1" and not default_on():
+        return None, (
             f"off by default on {sys.platform}/{platform.machine()} (measured on x86-64 Linux only); "
-            "RLVR_DECODE_KERNELS=1 turns them on"
+            f"{switch}=1 turns them on"
         )
-    elif (cc := c_compiler()) is None:
-        why_not = "no C compiler (cc or gcc, or $CC) on PATH"
-    else:
-        name = " ".join(cc)
-        try:
-            kernels = build(cc)
-        except subprocess.CalledProcessError as e:
-            why_not = (
-                f"{name} failed to build {SOURCE.name}: {_first_error(e.stderr or e.stdout or f'exit {e.returncode}')}"
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            why_not = f"could not build {SOURCE.name} with {name}: {e}"
-        except Exception as e:  # noqa: BLE001 - a library that loads but is not ours (a missing symbol): fall back
-            why_not = (
-                f"could not load {SOURCE.name} built by {name}: "
-                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
-            )
-        else:
-            runtimes = openmp_runtimes()
-            if len(runtimes) > 1:
-                why_not = (
-                    f"two OpenMP runtimes are loaded ({', '.join(runtimes)}); the kernels' threads would not "
-                    "follow torch.set_num_threads"
-                )
-            else:
-                return kernels
-    return None
+    if (cc := c_compiler()) is None:
+        return None, "no C compiler (cc or gcc, or $CC) on PATH"
+    name = " ".join(cc)
+    try:
+        built = make(cc)
+    except subprocess.CalledProcessError as e:
+        return (
+            None,
+            f"{name} failed to build {source.name}: {_first_error(e.stderr or e.stdout or f'exit {e.returncode}')}",
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"could not build {source.name} with {name}: {e}"
+    except Exception as e:  # noqa: BLE001 - a library that loads but is not ours (a missing symbol): fall back
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return None, f"could not load {source.name} built by {name}: {first}"
+    runtimes = openmp_runtimes()
+    if len(runtimes) > 1:
+        return None, (
+            f"two OpenMP runtimes are loaded ({', '.join(runtimes)}); the kernels' threads would not "
+            "follow torch.set_num_threads"
+        )
+    return built, None

@@ -199,6 +199,12 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     :func:`_by_segment` says so, else padded to the core's length with the longer segments' tails
     apart (:func:`_core_attention`), else padded to T."""
     G, T, masks, unpadded = shared_prefix
+    if _kernel_applies(module, query, key, kwargs):
+        P, Lp = masks[0].shape[0], masks[0].shape[-1]
+        lengths = (T,) * (P * G) if unpadded is None else unpadded[2]
+        real = masks[1][::G, 0, 0, :Lp]  # [P, Lp]: the prompt keys that are not padding
+        scale = query.shape[-1] ** -0.5 if kwargs.get("scaling") is None else kwargs["scaling"]
+        return _KERNEL[0](query, key, value, real, lengths, scale), None
     if unpadded is None:
         return _padded_attention(module, query, key, value, G, T, masks, kwargs)
     into, back, lengths, core = unpadded
@@ -210,6 +216,35 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, *, share
     query, key, value = (_rows(x.transpose(1, 2), into, P).transpose(1, 2) for x in (query, key, value))
     out = _padded_attention(module, query, key, value, G, T, masks, kwargs)[0]  # [P, Lp + G*T, heads, d]
     return _rows(out, back, 1), None
+
+
+_KERNEL: list = [None]
+"""The compiled kernel the trainer installed (:func:`use_kernel`), or None."""
+
+
+def use_kernel(kernel) -> None:
+    """Install ``kernel`` (or None to remove it) for the CPU passes under bf16 autocast that
+    :func:`_kernel_applies` takes: ``kernel(query, key, value, real, lengths, scale)`` with ``query``
+    [B, h, L, d], ``key`` and ``value`` [B, kv, L, d] (B·L positions: the groups end to end, each its
+    prompt of Lp and its segments of ``lengths``), ``real`` [P, Lp] bool (the prompt keys that are
+    not padding) returns the attention as [B, L, h, d] in bf16, with gradients
+    (:func:`rlvr.cpu.update_attention.attention`). Set by the trainer (``train.fused_attention``):
+    this package cannot import :mod:`rlvr.cpu`, which builds on it."""
+    _KERNEL[0] = kernel
+
+
+KERNEL_HEAD_DIM = 64
+"""The compiled kernel's head sizes: multiples of this, up to 4 of them."""
+
+
+def _kernel_applies(module, query: Tensor, key: Tensor, kwargs: dict) -> bool:
+    """Whether the installed kernel (:func:`use_kernel`) computes this call: a plain CPU call under bf16
+    autocast without dropout, with head sizes and a head grouping the kernel has."""
+    if _KERNEL[0] is None or not _plain_cpu_call(query, key, kwargs) or (module.training and kwargs.get("dropout")):
+        return False
+    d = query.shape[-1]
+    bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    return bf16 and d % KERNEL_HEAD_DIM == 0 and d <= 4 * KERNEL_HEAD_DIM and query.shape[1] // key.shape[1] <= 16
 
 
 class Core(NamedTuple):

@@ -23,7 +23,7 @@ from rlvr import metric_names as M
 from rlvr.analysis.report import build_report
 from rlvr.choices import Backend
 from rlvr.config import Config, Switch, to_yaml
-from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable
+from rlvr.cpu import LeanUnavailable, PackedLinears, dtype_unpackable, packable, update_attention_kernel
 from rlvr.data import PromptStream, prepare_rows
 from rlvr.errors import UserError
 from rlvr.estimate import (
@@ -42,7 +42,7 @@ from rlvr.models import load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
 from rlvr.models.loading import cast_copy, empty_model, set_checkpointing
 from rlvr.models.precision import reference_dtype
-from rlvr.models.shared_prefix import one_pass_applies
+from rlvr.models.shared_prefix import KERNEL_HEAD_DIM, one_pass_applies, use_kernel
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
 from rlvr.tools import Toolbox
@@ -284,7 +284,41 @@ class Trainer:
             self.ref = self._load_reference()
             self.engine = self._build_engine()
         self.packed = self._training_packs()
+        self._install_attention_kernel()
         return state
+
+    def _install_attention_kernel(self) -> None:
+        """The update's compiled shared-prompt attention (``train.fused_attention``,
+        :mod:`rlvr.cpu.update_attention`) for this process's passes where it applies; with ``auto`` a
+        note on a CPU under bf16 autocast where it cannot run, with ``true`` an error saying why."""
+        want = self.cfg.train.fused_attention.as_bool()
+        use_kernel(None)
+        if want is False:
+            return
+        why, fn = self._why_no_attention_kernel(), None
+        if why is None:
+            fn, why = update_attention_kernel()
+        if fn is not None:
+            use_kernel(fn)
+        elif want:
+            raise UserError(f"train.fused_attention=true, but {why}; set train.fused_attention=auto (or false)")
+        elif self.logs and self.device.type == "cpu" and self.cfg.model.autocast_bf16 == Switch.ON:
+            self.printer.note(f"train.fused_attention=auto: the update's attention runs in torch ({why})")
+
+    def _why_no_attention_kernel(self) -> str | None:
+        """Why the compiled update attention cannot run this policy here (before building it), or None."""
+        config = self.policy.config
+        heads, kv = config.num_attention_heads, config.num_key_value_heads
+        d = getattr(config, "head_dim", None) or config.hidden_size // heads
+        if self.device.type != "cpu":
+            return f"it runs on a CPU and the update runs on {self.device}"
+        if self.cfg.model.autocast_bf16 != Switch.ON:
+            return "it runs under bf16 autocast and model.autocast_bf16 is off"
+        if not one_pass_applies(self.policy):
+            return "the model's attention is not sdpa without sliding windows (the one-pass shared prompt)"
+        if d % KERNEL_HEAD_DIM or d > 4 * KERNEL_HEAD_DIM or heads % kv or heads // kv > 16:
+            return f"it has no kernel for head size {d} with {heads} query heads over {kv} key/value heads"
+        return None
 
     def _load_reference(self):
         """The reference model, or None: none is loaded with kl_coef == 0, nor with LoRA (the base with

@@ -1,0 +1,574 @@
+/* The update's shared-prompt attention in one call a direction, on bf16 products (AVX512-BF16).
+ *
+ * The rows are rlvr.models.shared_prefix's unpadded layout: P groups end to end, each its prompt part
+ * (Lp positions, left padding included) and its G segments (lens[p*G + g] positions each). A prompt
+ * query attends causally to the prompt's real keys (and a padding query to itself); a segment query
+ * to the prompt's real keys and to its own segment up to itself. Query head n reads key/value head
+ * n / r (r = h / kv). q [N, h, d], k and v [N, kv, d], out [N, h, d] are bf16, row-major.
+ *
+ * How: for each (group, key/value head) its keys and values are rewritten once into the layouts
+ * AVX512-BF16's dot product reads (pairs of channels for the scores, pairs of keys for the values),
+ * 16 keys a block; then each query position's r heads take their scores block by block in float32,
+ * the softmax in float32 (probabilities rounded to bf16 once, as the torch kernels' are), and the
+ * value product. The forward keeps each query's log-sum-exp; the backward recomputes the
+ * probabilities from it (no score-sized tensor is kept), and sums the keys' and values' gradients
+ * per thread in float32. Only the blocks a query's mask reaches are computed.
+ *
+ * ua_forward and ua_backward return 0, or an error code for a shape without a kernel (d not a
+ * multiple of 64 or above 256: 1; h not a multiple of kv: 2; r above RMAX: 3; no memory: 4; built
+ * without AVX512-BF16: 5).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define UA_OK 1
+#else
+#define UA_OK 0
+#endif
+
+int ua_supported(void) { return UA_OK; }
+
+typedef uint16_t bf16;
+#define RMAX 16
+#define DMAX 256
+
+typedef struct {
+    int P, G, Lp, h, kv, d, r;
+    const int32_t *lens;
+    const uint8_t *real;
+    size_t *row0;   /* [P] each group's first row */
+    int *np;        /* [P] each group's rows */
+    size_t *pack0;  /* [P] each group's offset in a packed buffer, in bf16 per key/value head (np32 * d each) */
+    uint16_t *bits; /* [P][nbmax] each 16-key block's real prompt keys */
+    int nbmax;      /* blocks of the longest group, rounded up to even */
+} shape_t;
+
+typedef struct {
+    int p, i, x0, x1, s; /* group, key/value head, local positions [x0, x1), segment start (-1: prompt) */
+} task_t;
+
+static int np32(int n) { return (n + 31) & ~31; }
+
+/* The groups' offsets, the real-key bits and the task list (chunks of up to 16 query positions). */
+__attribute__((unused)) static int setup(shape_t *S, task_t **tasks, int *ntasks) {
+    int P = S->P, G = S->G;
+    S->row0 = malloc(sizeof(size_t) * P);
+    S->np = malloc(sizeof(int) * P);
+    S->pack0 = malloc(sizeof(size_t) * P);
+    if (!S->row0 || !S->np || !S->pack0) return 4;
+    size_t row = 0, pk = 0;
+    int n_tasks = 0, nb = 0;
+    for (int p = 0; p < P; p++) {
+        int n = S->Lp;
+        n_tasks += (S->Lp + 15) / 16;
+        for (int g = 0; g < G; g++) {
+            n += S->lens[p * G + g];
+            n_tasks += (S->lens[p * G + g] + 15) / 16;
+        }
+        S->row0[p] = row, S->np[p] = n, S->pack0[p] = pk;
+        row += n, pk += (size_t)np32(n) * S->d * S->kv;
+        if (np32(n) / 16 > nb) nb = np32(n) / 16;
+    }
+    S->nbmax = nb;
+    S->bits = calloc((size_t)P * nb, sizeof(uint16_t));
+    *tasks = malloc(sizeof(task_t) * (size_t)n_tasks * S->kv);
+    if (!S->bits || !*tasks) return 4;
+    for (int p = 0; p < P; p++)
+        for (int j = 0; j < S->Lp; j++)
+            if (S->real[(size_t)p * S->Lp + j]) S->bits[(size_t)p * nb + j / 16] |= (uint16_t)(1u << (j % 16));
+    int t = 0;
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < S->kv; i++) {
+            for (int x = 0; x < S->Lp; x += 16)
+                (*tasks)[t++] = (task_t){p, i, x, x + 16 < S->Lp ? x + 16 : S->Lp, -1};
+            int s = S->Lp;
+            for (int g = 0; g < G; g++) {
+                int l = S->lens[p * G + g];
+                for (int x = 0; x < l; x += 16) (*tasks)[t++] = (task_t){p, i, s + x, s + (x + 16 < l ? x + 16 : l), s};
+                s += l;
+            }
+        }
+    *ntasks = t;
+    return 0;
+}
+
+__attribute__((unused)) static void release(shape_t *S, task_t *tasks) {
+    free(S->row0), free(S->np), free(S->pack0), free(S->bits), free(tasks);
+}
+
+static int check(int h, int kv, int d) {
+    if (d % 64 || d > DMAX || d <= 0) return 1;
+    if (kv <= 0 || h % kv) return 2;
+    if (h / kv > RMAX) return 3;
+    return UA_OK ? 0 : 5;
+}
+
+#if UA_OK
+
+/* A group's key/value head's rows (src, row stride `stride` bf16) as score operands: per block of 16
+ * keys, for each pair of channels, 16 (key, channel pair) words; keys past n are zero. */
+static void pack_pairs_of_channels(const bf16 *src, size_t stride, int n, int d, bf16 *dst) {
+    int n32 = np32(n), d2 = d / 2;
+    uint32_t *out = (uint32_t *)dst;
+    for (int j = 0; j < n32; j++)
+        for (int c2 = 0; c2 < d2; c2++) {
+            uint32_t w = 0;
+            if (j < n) memcpy(&w, src + j * stride + 2 * c2, 4);
+            out[((size_t)(j / 16) * d2 + c2) * 16 + j % 16] = w;
+        }
+}
+
+/* The same rows as value operands: per pair of keys, per block of 16 channels, 16 (channel, key pair)
+ * words; keys past n are zero. */
+static void pack_pairs_of_keys(const bf16 *src, size_t stride, int n, int d, bf16 *dst) {
+    int n32 = np32(n), dc = d / 16;
+    for (int j = 0; j < n32; j++)
+        for (int c = 0; c < d; c++)
+            dst[((size_t)(j / 2) * dc + c / 16) * 32 + (c % 16) * 2 + j % 2] = j < n ? src[j * stride + c] : 0;
+}
+
+static inline __m512bh pair_of(const bf16 *p) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    return (__m512bh)_mm512_set1_epi32(w);
+}
+
+static inline __m512bh load_bh(const void *p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+static inline __m512 load_bf16(const bf16 *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+static inline void store_bf16(bf16 *p, __m512 x) { _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh(x)); }
+
+/* exp(x) within 2 ulp for x in [-87.3, 88] (Cephes' expf, as decode_kernels.c's vexp). */
+static inline __m512 vexp(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+/* Bits of the lanes of block b whose keys are in [lo, hi]. */
+static inline uint16_t span(int b, int lo, int hi) {
+    int l0 = lo - 16 * b, l1 = hi - 16 * b;
+    if (l0 < 0) l0 = 0;
+    if (l1 > 15) l1 = 15;
+    if (l0 > l1) return 0;
+    return (uint16_t)((0xFFFFu >> (15 - l1)) & (0xFFFFu << l0));
+}
+
+/* The blocks a query reaches, as two even-aligned intervals [0, a) and [b0, b1), and each block's mask. */
+typedef struct {
+    int a, b0, b1;
+} reach_t;
+
+static reach_t reach(const shape_t *S, int p, int x, int s) {
+    int nb = np32(S->np[p]) / 16, last = x / 16 + 1;
+    reach_t R;
+    if (s < 0) {
+        R.a = (last + 1) & ~1, R.b0 = R.b1 = R.a;
+    } else {
+        R.a = ((S->Lp + 15) / 16 + 1) & ~1;
+        R.b0 = (s / 16) & ~1, R.b1 = (last + 1) & ~1;
+        if (R.b0 < R.a) R.b0 = R.a;
+        if (R.b1 < R.b0) R.b1 = R.b0;
+    }
+    if (R.a > nb) R.a = nb;
+    if (R.b1 > nb) R.b1 = nb;
+    return R;
+}
+
+static inline uint16_t mask_of(const shape_t *S, int p, int x, int s, int b) {
+    const uint16_t real = S->bits[(size_t)p * S->nbmax + b];
+    if (s < 0) return (uint16_t)((real & span(b, 0, x)) | span(b, x, x));
+    return (uint16_t)(real | span(b, s, x));
+}
+
+/* sc[a][16b + l] = scale * (q_a . key 16b + l) for NH heads (rows q + a * d, bf16) and the block pairs
+ * [b0, b1); kp: pack_pairs_of_channels' layout. */
+#define DOTS(NH)                                                                                        \
+    static void dots_##NH(const bf16 *q, int d, const bf16 *kp, int b0, int b1, float *sc, int ld,      \
+                          float scale) {                                                                \
+        const int d2 = d / 2;                                                                           \
+        const __m512 sv = _mm512_set1_ps(scale);                                                        \
+        for (int b = b0; b < b1; b += 2) {                                                              \
+            __m512 acc[NH][2];                                                                          \
+            for (int a = 0; a < NH; a++) acc[a][0] = acc[a][1] = _mm512_setzero_ps();                   \
+            const uint32_t *k0 = (const uint32_t *)kp + (size_t)b * d2 * 16, *k1 = k0 + (size_t)d2 * 16; \
+            for (int c2 = 0; c2 < d2; c2++) {                                                           \
+                const __m512bh x0 = load_bh(k0 + c2 * 16), x1 = load_bh(k1 + c2 * 16);                  \
+                for (int a = 0; a < NH; a++) {                                                          \
+                    const __m512bh qa = pair_of(q + (size_t)a * d + 2 * c2);                            \
+                    acc[a][0] = _mm512_dpbf16_ps(acc[a][0], x0, qa);                                    \
+                    acc[a][1] = _mm512_dpbf16_ps(acc[a][1], x1, qa);                                    \
+                }                                                                                       \
+            }                                                                                           \
+            for (int a = 0; a < NH; a++) {                                                              \
+                _mm512_storeu_ps(sc + (size_t)a * ld + 16 * b, _mm512_mul_ps(acc[a][0], sv));           \
+                _mm512_storeu_ps(sc + (size_t)a * ld + 16 * b + 16, _mm512_mul_ps(acc[a][1], sv));      \
+            }                                                                                           \
+        }                                                                                               \
+    }
+DOTS(1)
+DOTS(2)
+DOTS(3)
+DOTS(4)
+
+/* For r heads, in chunks of up to 4: the scores of both reach intervals. */
+static void dots(const bf16 *q, int r, int d, const bf16 *kp, reach_t R, float *sc, int ld, float scale) {
+    for (int a = 0; a < r; a += 4) {
+        const int nh = r - a < 4 ? r - a : 4;
+        const bf16 *qa = q + (size_t)a * d;
+        float *sa = sc + (size_t)a * ld;
+        for (int part = 0; part < 2; part++) {
+            const int b0 = part ? R.b0 : 0, b1 = part ? R.b1 : R.a;
+            if (b0 >= b1) continue;
+            switch (nh) {
+            case 1: dots_1(qa, d, kp, b0, b1, sa, ld, scale); break;
+            case 2: dots_2(qa, d, kp, b0, b1, sa, ld, scale); break;
+            case 3: dots_3(qa, d, kp, b0, b1, sa, ld, scale); break;
+            default: dots_4(qa, d, kp, b0, b1, sa, ld, scale); break;
+            }
+        }
+    }
+}
+
+/* out[a][c] = scale * sum_j w[a][j] v[j][c] (bf16 weights, rows of ld) over the block pairs [b0, b1),
+ * for NH heads and 64 channels from c0; vp: pack_pairs_of_keys' layout. Accumulates into acc. */
+#define COMBINE(NH)                                                                                     \
+    static void combine_##NH(const bf16 *w, int ld, const bf16 *vp, int d, int c0, int b0, int b1,     \
+                             __m512 acc[][4]) {                                                         \
+        const int dc = d / 16;                                                                          \
+        __m512 s[NH][4];                                                                                \
+        for (int a = 0; a < NH; a++)                                                                    \
+            for (int c = 0; c < 4; c++) s[a][c] = acc[a][c];                                            \
+        for (int j2 = b0 * 8; j2 < b1 * 8; j2++) {                                                      \
+            const bf16 *row = vp + ((size_t)j2 * dc + c0 / 16) * 32;                                    \
+            const __m512bh v0 = load_bh(row), v1 = load_bh(row + 32), v2 = load_bh(row + 64),           \
+                           v3 = load_bh(row + 96);                                                      \
+            for (int a = 0; a < NH; a++) {                                                              \
+                const __m512bh wa = pair_of(w + (size_t)a * ld + 2 * j2);                               \
+                s[a][0] = _mm512_dpbf16_ps(s[a][0], v0, wa);                                            \
+                s[a][1] = _mm512_dpbf16_ps(s[a][1], v1, wa);                                            \
+                s[a][2] = _mm512_dpbf16_ps(s[a][2], v2, wa);                                            \
+                s[a][3] = _mm512_dpbf16_ps(s[a][3], v3, wa);                                            \
+            }                                                                                           \
+        }                                                                                               \
+        for (int a = 0; a < NH; a++)                                                                    \
+            for (int c = 0; c < 4; c++) acc[a][c] = s[a][c];                                            \
+    }
+COMBINE(1)
+COMBINE(2)
+COMBINE(3)
+COMBINE(4)
+
+/* out[a][:] (float32, rows of d) = sum_j w[a][j] v[j][:] for r heads over both reach intervals. */
+static void combine(const bf16 *w, int ld, int r, const bf16 *vp, int d, reach_t R, float *out) {
+    for (int a = 0; a < r; a += 4) {
+        const int nh = r - a < 4 ? r - a : 4;
+        for (int c0 = 0; c0 < d; c0 += 64) {
+            __m512 acc[4][4];
+            for (int x = 0; x < 4; x++)
+                for (int c = 0; c < 4; c++) acc[x][c] = _mm512_setzero_ps();
+            for (int part = 0; part < 2; part++) {
+                const int b0 = part ? R.b0 : 0, b1 = part ? R.b1 : R.a;
+                if (b0 >= b1) continue;
+                const bf16 *wa = w + (size_t)a * ld;
+                switch (nh) {
+                case 1: combine_1(wa, ld, vp, d, c0, b0, b1, acc); break;
+                case 2: combine_2(wa, ld, vp, d, c0, b0, b1, acc); break;
+                case 3: combine_3(wa, ld, vp, d, c0, b0, b1, acc); break;
+                default: combine_4(wa, ld, vp, d, c0, b0, b1, acc); break;
+                }
+            }
+            for (int x = 0; x < nh; x++)
+                for (int c = 0; c < 4; c++) _mm512_storeu_ps(out + (size_t)(a + x) * d + c0 + 16 * c, acc[x][c]);
+        }
+    }
+}
+
+#define FOR_BLOCKS(R, b) \
+    for (int part_ = 0; part_ < 2; part_++) \
+        for (int b = part_ ? (R).b0 : 0; b < (part_ ? (R).b1 : (R).a); b++)
+
+/* Every (group, key/value head)'s rows of chan_src as score operands (into chan) and of key_src as
+ * value operands (into keys); a NULL source is skipped. In parallel; ends at the for's barrier. */
+static void pack_all(const shape_t *S, const bf16 *chan_src, const bf16 *key_src, bf16 *chan, bf16 *keys) {
+    const int kv = S->kv, d = S->d;
+#pragma omp for schedule(dynamic, 1) collapse(2)
+    for (int p = 0; p < S->P; p++)
+        for (int i = 0; i < kv; i++) {
+            const size_t at = S->pack0[p] + (size_t)i * np32(S->np[p]) * d, src = (S->row0[p] * kv + i) * d;
+            if (chan_src) pack_pairs_of_channels(chan_src + src, (size_t)kv * d, S->np[p], d, chan + at);
+            if (key_src) pack_pairs_of_keys(key_src + src, (size_t)kv * d, S->np[p], d, keys + at);
+        }
+}
+
+/* One query position's forward: probabilities into pr (bf16, rows of ld), out rows and lse. */
+static void forward_row(const shape_t *S, const task_t *t, int x, const bf16 *q, const bf16 *kp, const bf16 *vp,
+                        float scale, float *sc, bf16 *pr, float *o, int ld, bf16 *out, float *lse) {
+    const int r = S->r, d = S->d;
+    const size_t row = S->row0[t->p] + x, h0 = (size_t)t->i * r;
+    const reach_t R = reach(S, t->p, x, t->s);
+    dots(q + (row * S->h + h0) * d, r, d, kp, R, sc, ld, scale);
+    for (int a = 0; a < r; a++) {
+        float *s = sc + (size_t)a * ld;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        FOR_BLOCKS(R, b) mx = _mm512_mask_max_ps(mx, mask_of(S, t->p, x, t->s, b), mx, _mm512_loadu_ps(s + 16 * b));
+        const float m = _mm512_reduce_max_ps(mx);
+        __m512 sum = _mm512_setzero_ps();
+        FOR_BLOCKS(R, b) {
+            const __m512 e = _mm512_maskz_mov_ps(mask_of(S, t->p, x, t->s, b),
+                                                 vexp(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * b), _mm512_set1_ps(m))));
+            _mm512_storeu_ps(s + 16 * b, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        const float total = _mm512_reduce_add_ps(sum);
+        const __m512 inv = _mm512_set1_ps(1.0f / total);
+        FOR_BLOCKS(R, b) store_bf16(pr + (size_t)a * ld + 16 * b, _mm512_mul_ps(_mm512_loadu_ps(s + 16 * b), inv));
+        lse[row * S->h + h0 + a] = m + logf(total);
+    }
+    combine(pr, ld, r, vp, d, R, o);
+    for (int a = 0; a < r; a++)
+        for (int c = 0; c < d; c += 16)
+            store_bf16(out + (row * S->h + h0 + a) * d + c, _mm512_loadu_ps(o + (size_t)a * d + c));
+}
+
+
+/* Thread-local buffers of a backward: p, dP/dS (float32), dS (bf16), rows of ld; q in float32, dq. */
+typedef struct {
+    float *p, *dp, *qf, *o;
+    bf16 *ds;
+    int *js; /* the keys one query position reaches */
+    float *dk, *dv; /* [N, kv, d] this thread's sums */
+} bwork_t;
+
+/* acc[j] (rows of stride, 64 channels from c0) += sum_a f * coef[a][j] * z[a] for the keys js[0..nj),
+ * NH heads of float32 rows z (rows of d): the rank-NH update of one query position, z in registers. */
+#define KEYS(NH)                                                                                        \
+    static void keys_##NH(const float *coef, int ld, const float *z, int d, int c0, float f,             \
+                          const int *js, int nj, float *acc, size_t stride) {                           \
+        __m512 zr[NH][4];                                                                               \
+        for (int a = 0; a < NH; a++)                                                                    \
+            for (int c = 0; c < 4; c++) zr[a][c] = _mm512_loadu_ps(z + (size_t)a * d + c0 + 16 * c);    \
+        for (int n = 0; n < nj; n++) {                                                                  \
+            const int j = js[n];                                                                        \
+            float *dst = acc + (size_t)j * stride + c0;                                                 \
+            __m512 s0 = _mm512_loadu_ps(dst), s1 = _mm512_loadu_ps(dst + 16), s2 = _mm512_loadu_ps(dst + 32), \
+                   s3 = _mm512_loadu_ps(dst + 48);                                                      \
+            for (int a = 0; a < NH; a++) {                                                              \
+                const __m512 y = _mm512_set1_ps(f * coef[(size_t)a * ld + j]);                          \
+                s0 = _mm512_fmadd_ps(y, zr[a][0], s0);                                                  \
+                s1 = _mm512_fmadd_ps(y, zr[a][1], s1);                                                  \
+                s2 = _mm512_fmadd_ps(y, zr[a][2], s2);                                                  \
+                s3 = _mm512_fmadd_ps(y, zr[a][3], s3);                                                  \
+            }                                                                                           \
+            _mm512_storeu_ps(dst, s0), _mm512_storeu_ps(dst + 16, s1);                                  \
+            _mm512_storeu_ps(dst + 32, s2), _mm512_storeu_ps(dst + 48, s3);                             \
+        }                                                                                               \
+    }
+KEYS(1)
+KEYS(2)
+KEYS(3)
+KEYS(4)
+
+/* dK and dV rows of the keys one query position reaches: dk[j] += scale sum_a ds[a][j] q[a],
+ * dv[j] += sum_a p[a][j] dout[a], in float32 on this thread's sums. */
+static void key_grads(const shape_t *S, const task_t *t, int x, reach_t R, const bf16 *q, const bf16 *dout,
+                      float scale, int ld, bwork_t *w) {
+    const int r = S->r, d = S->d, kv = S->kv;
+    const size_t row = S->row0[t->p] + x, h0 = (size_t)t->i * r, stride = (size_t)kv * d;
+    int nj = 0;
+    FOR_BLOCKS(R, b) {
+        for (uint32_t m = mask_of(S, t->p, x, t->s, b); m; m &= m - 1) w->js[nj++] = 16 * b + __builtin_ctz(m);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const bf16 *src = pass ? dout : q;
+        const float *coef = pass ? w->p : w->dp;
+        const float f = pass ? 1.0f : scale;
+        float *acc = (pass ? w->dv : w->dk) + (S->row0[t->p] * kv + t->i) * d;
+        for (int a = 0; a < r; a++)
+            for (int c = 0; c < d; c += 16)
+                _mm512_storeu_ps(w->qf + (size_t)a * d + c, load_bf16(src + (row * S->h + h0 + a) * d + c));
+        for (int a = 0; a < r; a += 4)
+            for (int c0 = 0; c0 < d; c0 += 64) {
+                const float *cf = coef + (size_t)a * ld, *z = w->qf + (size_t)a * d;
+                switch (r - a < 4 ? r - a : 4) {
+                case 1: keys_1(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
+                case 2: keys_2(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
+                case 3: keys_3(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
+                default: keys_4(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
+                }
+            }
+    }
+}
+
+/* One query position's backward: dq rows written, its keys' and values' gradients summed into w. */
+static void backward_row(const shape_t *S, const task_t *t, int x, const bf16 *q, const bf16 *dout,
+                         const bf16 *kp, const bf16 *vkp, const bf16 *kvp, const float *lse, float scale, int ld,
+                         bwork_t *w, bf16 *dq) {
+    const int r = S->r, d = S->d;
+    const size_t row = S->row0[t->p] + x, h0 = (size_t)t->i * r;
+    const reach_t R = reach(S, t->p, x, t->s);
+    dots(q + (row * S->h + h0) * d, r, d, kp, R, w->p, ld, scale);
+    dots(dout + (row * S->h + h0) * d, r, d, vkp, R, w->dp, ld, 1.0f);
+    for (int a = 0; a < r; a++) {
+        float *p = w->p + (size_t)a * ld, *dp = w->dp + (size_t)a * ld;
+        const __m512 l = _mm512_set1_ps(lse[row * S->h + h0 + a]);
+        __m512 D = _mm512_setzero_ps();
+        FOR_BLOCKS(R, b) {
+            const __m512 e = _mm512_maskz_mov_ps(mask_of(S, t->p, x, t->s, b),
+                                                 vexp(_mm512_sub_ps(_mm512_loadu_ps(p + 16 * b), l)));
+            _mm512_storeu_ps(p + 16 * b, e);
+            D = _mm512_fmadd_ps(e, _mm512_loadu_ps(dp + 16 * b), D);
+        }
+        const __m512 Dv = _mm512_set1_ps(_mm512_reduce_add_ps(D));
+        FOR_BLOCKS(R, b) {
+            const __m512 ds = _mm512_mul_ps(_mm512_loadu_ps(p + 16 * b), _mm512_sub_ps(_mm512_loadu_ps(dp + 16 * b), Dv));
+            _mm512_storeu_ps(dp + 16 * b, ds);
+            store_bf16(w->ds + (size_t)a * ld + 16 * b, ds);
+        }
+    }
+    combine(w->ds, ld, r, kvp, d, R, w->o);
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (int a = 0; a < r; a++)
+        for (int c = 0; c < d; c += 16)
+            store_bf16(dq + (row * S->h + h0 + a) * d + c, _mm512_mul_ps(_mm512_loadu_ps(w->o + (size_t)a * d + c), sv));
+    key_grads(S, t, x, R, q, dout, scale, ld, w);
+}
+
+static void free_work(bwork_t *w) {
+    free(w->p), free(w->dp), free(w->qf), free(w->o), free(w->ds), free(w->js), free(w->dk), free(w->dv);
+}
+
+/* The threads' float32 sums of dk or dv (parts[n], each [count]) as one bf16 tensor. In parallel. */
+static void sum_parts(float **parts, int n, size_t count, bf16 *out) {
+#pragma omp for schedule(static)
+    for (size_t e = 0; e < count; e += 16) {
+        __m512 s = _mm512_loadu_ps(parts[0] + e);
+        for (int t = 1; t < n; t++) s = _mm512_add_ps(s, _mm512_loadu_ps(parts[t] + e));
+        store_bf16(out + e, s);
+    }
+}
+
+#endif /* UA_OK */
+
+int ua_forward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real, const int32_t *lens, int P, int G,
+               int Lp, int h, int kv, int d, float scale, bf16 *out, float *lse) {
+    int rc = check(h, kv, d);
+    if (rc) return rc;
+#if UA_OK
+    shape_t S = {P, G, Lp, h, kv, d, h / kv, lens, real, 0, 0, 0, 0, 0};
+    task_t *tasks = NULL;
+    int ntasks = 0;
+    if ((rc = setup(&S, &tasks, &ntasks))) return release(&S, tasks), rc;
+    const size_t packed = S.pack0[P - 1] + (size_t)np32(S.np[P - 1]) * d * kv;
+    bf16 *kp = aligned_alloc(64, packed * 2 + 64), *vp = aligned_alloc(64, packed * 2 + 64);
+    if (!kp || !vp) return free(kp), free(vp), release(&S, tasks), 4;
+    const int ld = S.nbmax * 16;
+    int failed = 0;
+#pragma omp parallel
+    {
+        pack_all(&S, k, v, kp, vp); /* ends with the for's barrier */
+        float *sc = malloc(sizeof(float) * ((size_t)S.r * ld + (size_t)S.r * d));
+        bf16 *pr = malloc(sizeof(bf16) * (size_t)S.r * ld);
+        if (!sc || !pr) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp barrier
+        if (!failed) {
+#pragma omp for schedule(dynamic, 1)
+            for (int n = 0; n < ntasks; n++) {
+                const task_t *t = &tasks[n];
+                const size_t at = S.pack0[t->p] + (size_t)t->i * np32(S.np[t->p]) * d;
+                for (int x = t->x0; x < t->x1; x++)
+                    forward_row(&S, t, x, q, kp + at, vp + at, scale, sc, pr, sc + (size_t)S.r * ld, ld, out, lse);
+            }
+        }
+        free(sc), free(pr);
+    }
+    free(kp), free(vp), release(&S, tasks);
+    return failed ? 4 : 0;
+#else
+    (void)q, (void)k, (void)v, (void)real, (void)lens, (void)P, (void)G, (void)Lp, (void)scale, (void)out, (void)lse;
+    return 5;
+#endif
+}
+
+int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real, const int32_t *lens, int P, int G,
+                int Lp, int h, int kv, int d, float scale, const bf16 *dout, const float *lse, bf16 *dq, bf16 *dk,
+                bf16 *dv) {
+    int rc = check(h, kv, d);
+    if (rc) return rc;
+#if UA_OK
+    shape_t S = {P, G, Lp, h, kv, d, h / kv, lens, real, 0, 0, 0, 0, 0};
+    task_t *tasks = NULL;
+    int ntasks = 0;
+    if ((rc = setup(&S, &tasks, &ntasks))) return release(&S, tasks), rc;
+    const size_t packed = S.pack0[P - 1] + (size_t)np32(S.np[P - 1]) * d * kv;
+    const size_t rows = S.row0[P - 1] + S.np[P - 1], count = rows * kv * d;
+    bf16 *kp = aligned_alloc(64, packed * 2 + 64), *vkp = aligned_alloc(64, packed * 2 + 64),
+         *kvp = aligned_alloc(64, packed * 2 + 64);
+    const int threads = omp_get_max_threads();
+    float **dks = calloc(threads, sizeof(float *)), **dvs = calloc(threads, sizeof(float *));
+    if (!kp || !vkp || !kvp || !dks || !dvs) {
+        free(kp), free(vkp), free(kvp), free(dks), free(dvs), release(&S, tasks);
+        return 4;
+    }
+    const int ld = S.nbmax * 16;
+    int failed = 0, team = 1;
+#pragma omp parallel
+    {
+        pack_all(&S, k, k, kp, kvp);
+        pack_all(&S, v, NULL, vkp, NULL);
+        const int me = omp_get_thread_num();
+        bwork_t w = {malloc(sizeof(float) * (size_t)S.r * ld), malloc(sizeof(float) * (size_t)S.r * ld),
+                     malloc(sizeof(float) * (size_t)S.r * d), malloc(sizeof(float) * (size_t)S.r * d),
+                     malloc(sizeof(bf16) * (size_t)S.r * ld), malloc(sizeof(int) * (size_t)ld),
+                     calloc(count, sizeof(float)), calloc(count, sizeof(float))};
+        if (!w.p || !w.dp || !w.qf || !w.o || !w.ds || !w.js || !w.dk || !w.dv) {
+#pragma omp atomic write
+            failed = 1;
+        }
+        dks[me] = w.dk, dvs[me] = w.dv;
+#pragma omp single
+        team = omp_get_num_threads();
+        /* the single's barrier: every thread's sums are in dks/dvs, and failed is final */
+        if (!failed) {
+#pragma omp for schedule(dynamic, 1)
+            for (int n = 0; n < ntasks; n++) {
+                const task_t *t = &tasks[n];
+                const size_t at = S.pack0[t->p] + (size_t)t->i * np32(S.np[t->p]) * d;
+                for (int x = t->x0; x < t->x1; x++)
+                    backward_row(&S, t, x, q, dout, kp + at, vkp + at, kvp + at, lse, scale, ld, &w, dq);
+            }
+            sum_parts(dks, team, count, dk);
+            sum_parts(dvs, team, count, dv);
+        }
+#pragma omp barrier
+        free_work(&w);
+    }
+    free(kp), free(vkp), free(kvp), free(dks), free(dvs), release(&S, tasks);
+    return failed ? 4 : 0;
+#else
+    (void)q, (void)k, (void)v, (void)real, (void)lens, (void)P, (void)G, (void)Lp, (void)scale, (void)dout, (void)lse;
+    (void)dq, (void)dk, (void)dv;
+    return 5;
+#endif
+}
