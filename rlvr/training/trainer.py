@@ -300,6 +300,8 @@ class Trainer:
             fn, why = update_attention_kernel()
         if fn is not None:
             use_kernel(fn)
+            if self.logs:
+                self.printer.note("update attention: compiled for AVX512-BF16 (train.fused_attention)")
         elif want:
             raise UserError(f"train.fused_attention=true, but {why}; set train.fused_attention=auto (or false)")
         elif self.logs and self.device.type == "cpu" and self.cfg.model.autocast_bf16 == Switch.ON:
