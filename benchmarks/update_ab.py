@@ -8,7 +8,8 @@ the fused head), ``accumulate_gradients`` then one fused AdamW step, on the buil
 side runs in its own process (the revision's ``rlvr`` first on ``PYTHONPATH``, from a temporary
 ``git worktree``), the sides alternate ``--rounds`` times, and each process times ``--updates``
 updates after ``--warmup`` untimed ones; so a slow spell of a shared VM hits both sides alike. Each
-side's processes run in the environment its own ``rlvr`` command gives itself (:func:`tree_env`).
+side's processes run in the environment its own ``rlvr`` command gives itself (:func:`tree_env`),
+and under ``--bf16`` with the compiled update attention where its tree has it (as its trainer would).
 
     python benchmarks/update_ab.py --base b6df056                # fp32
     python benchmarks/update_ab.py --base b6df056 --bf16         # under bf16 autocast
@@ -66,6 +67,14 @@ def child(args) -> None:
     autocast = bf16 if args.bf16 else contextlib.nullcontext
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.bf16:  # the compiled update attention, as the trainer installs it, where the tree has it
+        try:
+            from rlvr.cpu import update_attention_kernel
+            from rlvr.models.shared_prefix import use_kernel
+        except ImportError:
+            pass
+        else:
+            use_kernel(update_attention_kernel()[0])
     times, cpu = [], []
     for i in range(args.warmup + args.updates):
         model.train()
