@@ -350,76 +350,99 @@ static void forward_row(const shape_t *S, const task_t *t, int x, const bf16 *q,
 }
 
 
-/* Thread-local buffers of a backward: p, dP/dS (float32), dS (bf16), rows of ld; q in float32, dq. */
+/* Thread-local buffers of a backward, rows of ld: the scores then p and dP then dS (float32) of the
+ * position in hand; p and dS in bf16 for each of a pair of positions (slot 0, 1); the pairs'
+ * interleaved coefficients; dq's float32 row; the keys a pair reaches; this thread's dk, dv sums. */
 typedef struct {
-    float *p, *dp, *qf, *o;
-    bf16 *ds;
-    int *js; /* the keys one query position reaches */
-    float *dk, *dv; /* [N, kv, d] this thread's sums */
+    float *p, *dp, *o;
+    bf16 *pb[2], *ds[2];
+    uint32_t *pair;
+    int *js;
+    float *dk, *dv; /* [N, kv, d], dk without the scale (applied once, in sum_parts) */
 } bwork_t;
 
-/* acc[j] (rows of stride, 64 channels from c0) += sum_a f * coef[a][j] * z[a] for the keys js[0..nj),
- * NH heads of float32 rows z (rows of d): the rank-NH update of one query position, z in registers. */
-#define KEYS(NH)                                                                                        \
-    static void keys_##NH(const float *coef, int ld, const float *z, int d, int c0, float f,             \
-                          const int *js, int nj, float *acc, size_t stride) {                           \
-        __m512 zr[NH][4];                                                                               \
+/* 16 bf16 of a and 16 of b (either NULL: zeros) interleaved: a0 b0 a1 b1 ... */
+static inline __m512i interleave(const bf16 *a, const bf16 *b) {
+    static const uint16_t idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m256i lo = a ? _mm256_loadu_si256((const __m256i *)a) : _mm256_setzero_si256();
+    const __m256i hi = b ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+}
+
+static inline int in_reach(reach_t R, int b) { return b < R.a || (b >= R.b0 && b < R.b1); }
+
+/* acc[j] (rows of stride, 64 channels from c0) += sum over NH heads a of the pair (c[a][j]) . z[a]:
+ * two query positions' rank-NH updates in one bf16 dot product a channel block, z in registers. */
+#define PAIRS(NH)                                                                                       \
+    static void pairs_##NH(const uint32_t *c, int ld, const __m512i *z, const int *js, int nj,         \
+                           float *acc, size_t stride, int c0) {                                        \
+        __m512bh zr[NH][4];                                                                             \
         for (int a = 0; a < NH; a++)                                                                    \
-            for (int c = 0; c < 4; c++) zr[a][c] = _mm512_loadu_ps(z + (size_t)a * d + c0 + 16 * c);    \
+            for (int x = 0; x < 4; x++) zr[a][x] = (__m512bh)z[a * 16 + c0 / 16 + x];                   \
         for (int n = 0; n < nj; n++) {                                                                  \
             const int j = js[n];                                                                        \
             float *dst = acc + (size_t)j * stride + c0;                                                 \
             __m512 s0 = _mm512_loadu_ps(dst), s1 = _mm512_loadu_ps(dst + 16), s2 = _mm512_loadu_ps(dst + 32), \
                    s3 = _mm512_loadu_ps(dst + 48);                                                      \
             for (int a = 0; a < NH; a++) {                                                              \
-                const __m512 y = _mm512_set1_ps(f * coef[(size_t)a * ld + j]);                          \
-                s0 = _mm512_fmadd_ps(y, zr[a][0], s0);                                                  \
-                s1 = _mm512_fmadd_ps(y, zr[a][1], s1);                                                  \
-                s2 = _mm512_fmadd_ps(y, zr[a][2], s2);                                                  \
-                s3 = _mm512_fmadd_ps(y, zr[a][3], s3);                                                  \
+                const __m512bh y = (__m512bh)_mm512_set1_epi32((int)c[(size_t)a * ld + j]);             \
+                s0 = _mm512_dpbf16_ps(s0, zr[a][0], y);                                                 \
+                s1 = _mm512_dpbf16_ps(s1, zr[a][1], y);                                                 \
+                s2 = _mm512_dpbf16_ps(s2, zr[a][2], y);                                                 \
+                s3 = _mm512_dpbf16_ps(s3, zr[a][3], y);                                                 \
             }                                                                                           \
             _mm512_storeu_ps(dst, s0), _mm512_storeu_ps(dst + 16, s1);                                  \
             _mm512_storeu_ps(dst + 32, s2), _mm512_storeu_ps(dst + 48, s3);                             \
         }                                                                                               \
     }
-KEYS(1)
-KEYS(2)
-KEYS(3)
-KEYS(4)
+PAIRS(1)
+PAIRS(2)
+PAIRS(3)
+PAIRS(4)
 
-/* dK and dV rows of the keys one query position reaches: dk[j] += scale sum_a ds[a][j] q[a],
- * dv[j] += sum_a p[a][j] dout[a], in float32 on this thread's sums. */
-static void key_grads(const shape_t *S, const task_t *t, int x, reach_t R, const bf16 *q, const bf16 *dout,
-                      float scale, int ld, bwork_t *w) {
+/* The keys' and values' gradients of query positions x and x + 1 (nx = 1: x alone), whose p and dS
+ * are in slots 0 and 1: dk[j] += sum_a dS[a][j] q[a], dv[j] += sum_a p[a][j] dout[a] over both
+ * positions, as bf16 pairs (one position per half of each pair) into this thread's float32 sums. */
+static void key_grads(const shape_t *S, const task_t *t, int x, int nx, const bf16 *q, const bf16 *dout, int ld,
+                      bwork_t *w) {
     const int r = S->r, d = S->d, kv = S->kv;
-    const size_t row = S->row0[t->p] + x, h0 = (size_t)t->i * r, stride = (size_t)kv * d;
+    const size_t h0 = (size_t)t->i * r, stride = (size_t)kv * d;
+    const reach_t R0 = reach(S, t->p, x, t->s), R = reach(S, t->p, x + nx - 1, t->s);
     int nj = 0;
     FOR_BLOCKS(R, b) {
-        for (uint32_t m = mask_of(S, t->p, x, t->s, b); m; m &= m - 1) w->js[nj++] = 16 * b + __builtin_ctz(m);
+        uint32_t m = mask_of(S, t->p, x, t->s, b) | (nx > 1 ? mask_of(S, t->p, x + 1, t->s, b) : 0);
+        for (; m; m &= m - 1) w->js[nj++] = 16 * b + __builtin_ctz(m);
     }
+    __m512i z[RMAX * 16]; /* [head][channel block]: the two positions' rows interleaved */
     for (int pass = 0; pass < 2; pass++) {
         const bf16 *src = pass ? dout : q;
-        const float *coef = pass ? w->p : w->dp;
-        const float f = pass ? 1.0f : scale;
+        bf16 *const *coef = pass ? w->pb : w->ds;
         float *acc = (pass ? w->dv : w->dk) + (S->row0[t->p] * kv + t->i) * d;
-        for (int a = 0; a < r; a++)
-            for (int c = 0; c < d; c += 16)
-                _mm512_storeu_ps(w->qf + (size_t)a * d + c, load_bf16(src + (row * S->h + h0 + a) * d + c));
+        for (int a = 0; a < r; a++) {
+            const bf16 *r0 = src + ((S->row0[t->p] + x) * S->h + h0 + a) * d, *r1 = nx > 1 ? r0 + (size_t)S->h * d : NULL;
+            for (int c = 0; c < d; c += 16) z[a * 16 + c / 16] = interleave(r0 + c, r1 ? r1 + c : NULL);
+            FOR_BLOCKS(R, b) {
+                const size_t at = (size_t)a * ld + 16 * b;
+                const __m512i v = interleave(in_reach(R0, b) ? coef[0] + at : NULL, nx > 1 ? coef[1] + at : NULL);
+                _mm512_storeu_si512(w->pair + at, v);
+            }
+        }
         for (int a = 0; a < r; a += 4)
             for (int c0 = 0; c0 < d; c0 += 64) {
-                const float *cf = coef + (size_t)a * ld, *z = w->qf + (size_t)a * d;
+                const uint32_t *cf = w->pair + (size_t)a * ld;
                 switch (r - a < 4 ? r - a : 4) {
-                case 1: keys_1(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
-                case 2: keys_2(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
-                case 3: keys_3(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
-                default: keys_4(cf, ld, z, d, c0, f, w->js, nj, acc, stride); break;
+                case 1: pairs_1(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
+                case 2: pairs_2(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
+                case 3: pairs_3(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
+                default: pairs_4(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
                 }
             }
     }
 }
 
-/* One query position's backward: dq rows written, its keys' and values' gradients summed into w. */
-static void backward_row(const shape_t *S, const task_t *t, int x, const bf16 *q, const bf16 *dout,
+/* One query position's backward up to its keys: dq rows written; p and dS (bf16) into slot u. */
+static void backward_row(const shape_t *S, const task_t *t, int x, int u, const bf16 *q, const bf16 *dout,
                          const bf16 *kp, const bf16 *vkp, const bf16 *kvp, const float *lse, float scale, int ld,
                          bwork_t *w, bf16 *dq) {
     const int r = S->r, d = S->d;
@@ -435,34 +458,35 @@ static void backward_row(const shape_t *S, const task_t *t, int x, const bf16 *q
             const __m512 e = _mm512_maskz_mov_ps(mask_of(S, t->p, x, t->s, b),
                                                  vexp(_mm512_sub_ps(_mm512_loadu_ps(p + 16 * b), l)));
             _mm512_storeu_ps(p + 16 * b, e);
+            store_bf16(w->pb[u] + (size_t)a * ld + 16 * b, e);
             D = _mm512_fmadd_ps(e, _mm512_loadu_ps(dp + 16 * b), D);
         }
         const __m512 Dv = _mm512_set1_ps(_mm512_reduce_add_ps(D));
         FOR_BLOCKS(R, b) {
             const __m512 ds = _mm512_mul_ps(_mm512_loadu_ps(p + 16 * b), _mm512_sub_ps(_mm512_loadu_ps(dp + 16 * b), Dv));
-            _mm512_storeu_ps(dp + 16 * b, ds);
-            store_bf16(w->ds + (size_t)a * ld + 16 * b, ds);
+            store_bf16(w->ds[u] + (size_t)a * ld + 16 * b, ds);
         }
     }
-    combine(w->ds, ld, r, kvp, d, R, w->o);
+    combine(w->ds[u], ld, r, kvp, d, R, w->o);
     const __m512 sv = _mm512_set1_ps(scale);
     for (int a = 0; a < r; a++)
         for (int c = 0; c < d; c += 16)
             store_bf16(dq + (row * S->h + h0 + a) * d + c, _mm512_mul_ps(_mm512_loadu_ps(w->o + (size_t)a * d + c), sv));
-    key_grads(S, t, x, R, q, dout, scale, ld, w);
 }
 
 static void free_work(bwork_t *w) {
-    free(w->p), free(w->dp), free(w->qf), free(w->o), free(w->ds), free(w->js), free(w->dk), free(w->dv);
+    free(w->p), free(w->dp), free(w->o), free(w->pb[0]), free(w->pb[1]), free(w->ds[0]), free(w->ds[1]);
+    free(w->pair), free(w->js), free(w->dk), free(w->dv);
 }
 
-/* The threads' float32 sums of dk or dv (parts[n], each [count]) as one bf16 tensor. In parallel. */
-static void sum_parts(float **parts, int n, size_t count, bf16 *out) {
+/* The threads' float32 sums of dk or dv (parts[n], each [count]) times f as one bf16 tensor. In parallel. */
+static void sum_parts(float **parts, int n, size_t count, float f, bf16 *out) {
+    const __m512 fv = _mm512_set1_ps(f);
 #pragma omp for schedule(static)
     for (size_t e = 0; e < count; e += 16) {
         __m512 s = _mm512_loadu_ps(parts[0] + e);
         for (int t = 1; t < n; t++) s = _mm512_add_ps(s, _mm512_loadu_ps(parts[t] + e));
-        store_bf16(out + e, s);
+        store_bf16(out + e, _mm512_mul_ps(s, fv));
     }
 }
 
@@ -538,11 +562,13 @@ int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real
         pack_all(&S, k, k, kp, kvp);
         pack_all(&S, v, NULL, vkp, NULL);
         const int me = omp_get_thread_num();
-        bwork_t w = {malloc(sizeof(float) * (size_t)S.r * ld), malloc(sizeof(float) * (size_t)S.r * ld),
-                     malloc(sizeof(float) * (size_t)S.r * d), malloc(sizeof(float) * (size_t)S.r * d),
-                     malloc(sizeof(bf16) * (size_t)S.r * ld), malloc(sizeof(int) * (size_t)ld),
+        const size_t rows_ld = (size_t)S.r * ld;
+        bwork_t w = {malloc(sizeof(float) * rows_ld), malloc(sizeof(float) * rows_ld), malloc(sizeof(float) * (size_t)S.r * d),
+                     {malloc(sizeof(bf16) * rows_ld), malloc(sizeof(bf16) * rows_ld)},
+                     {malloc(sizeof(bf16) * rows_ld), malloc(sizeof(bf16) * rows_ld)},
+                     malloc(sizeof(uint32_t) * rows_ld), malloc(sizeof(int) * (size_t)ld),
                      calloc(count, sizeof(float)), calloc(count, sizeof(float))};
-        if (!w.p || !w.dp || !w.qf || !w.o || !w.ds || !w.js || !w.dk || !w.dv) {
+        if (!w.p || !w.dp || !w.o || !w.pb[0] || !w.pb[1] || !w.ds[0] || !w.ds[1] || !w.pair || !w.js || !w.dk || !w.dv) {
 #pragma omp atomic write
             failed = 1;
         }
@@ -555,11 +581,15 @@ int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real
             for (int n = 0; n < ntasks; n++) {
                 const task_t *t = &tasks[n];
                 const size_t at = S.pack0[t->p] + (size_t)t->i * np32(S.np[t->p]) * d;
-                for (int x = t->x0; x < t->x1; x++)
-                    backward_row(&S, t, x, q, dout, kp + at, vkp + at, kvp + at, lse, scale, ld, &w, dq);
+                for (int x = t->x0; x < t->x1; x += 2) {
+                    const int nx = x + 1 < t->x1 ? 2 : 1;
+                    for (int u = 0; u < nx; u++)
+                        backward_row(&S, t, x + u, u, q, dout, kp + at, vkp + at, kvp + at, lse, scale, ld, &w, dq);
+                    key_grads(&S, t, x, nx, q, dout, ld, &w);
+                }
             }
-            sum_parts(dks, team, count, dk);
-            sum_parts(dvs, team, count, dv);
+            sum_parts(dks, team, count, scale, dk);
+            sum_parts(dvs, team, count, 1.0f, dv);
         }
 #pragma omp barrier
         free_work(&w);
