@@ -16,7 +16,7 @@
  *
  * ua_forward and ua_backward return 0, or an error code for a shape without a kernel (d not a
  * multiple of 64 or above 256: 1; h not a multiple of kv: 2; r above RMAX: 3; no memory: 4; built
- * without AVX512-BF16: 5).
+ * without AVX512-BF16: 5; no groups, segments or prompt positions: 6).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -54,8 +54,9 @@ typedef struct {
 
 static int np32(int n) { return (n + 31) & ~31; }
 
-/* The groups' offsets, the real-key bits and the task list (chunks of up to 16 query positions). */
-__attribute__((unused)) static int setup(shape_t *S, task_t **tasks, int *ntasks) {
+/* The groups' offsets, the real-key bits, the task list (chunks of up to 16 query positions) and the
+ * size of one packed copy of the keys or values (bf16 elements). */
+__attribute__((unused)) static int setup(shape_t *S, task_t **tasks, int *ntasks, size_t *packed) {
     int P = S->P, G = S->G;
     S->row0 = malloc(sizeof(size_t) * P);
     S->np = malloc(sizeof(int) * P);
@@ -94,6 +95,7 @@ __attribute__((unused)) static int setup(shape_t *S, task_t **tasks, int *ntasks
             }
         }
     *ntasks = t;
+    *packed = pk;
     return 0;
 }
 
@@ -101,7 +103,8 @@ __attribute__((unused)) static void release(shape_t *S, task_t *tasks) {
     free(S->row0), free(S->np), free(S->pack0), free(S->bits), free(tasks);
 }
 
-static int check(int h, int kv, int d) {
+static int check(int P, int G, int Lp, int h, int kv, int d) {
+    if (P <= 0 || G <= 0 || Lp <= 0) return 6;
     if (d % 64 || d > DMAX || d <= 0) return 1;
     if (kv <= 0 || h % kv) return 2;
     if (h / kv > RMAX) return 3;
@@ -494,14 +497,14 @@ static void sum_parts(float **parts, int n, size_t count, float f, bf16 *out) {
 
 int ua_forward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real, const int32_t *lens, int P, int G,
                int Lp, int h, int kv, int d, float scale, bf16 *out, float *lse) {
-    int rc = check(h, kv, d);
+    int rc = check(P, G, Lp, h, kv, d);
     if (rc) return rc;
 #if UA_OK
     shape_t S = {P, G, Lp, h, kv, d, h / kv, lens, real, 0, 0, 0, 0, 0};
     task_t *tasks = NULL;
     int ntasks = 0;
-    if ((rc = setup(&S, &tasks, &ntasks))) return release(&S, tasks), rc;
-    const size_t packed = S.pack0[P - 1] + (size_t)np32(S.np[P - 1]) * d * kv;
+    size_t packed = 0;
+    if ((rc = setup(&S, &tasks, &ntasks, &packed))) return release(&S, tasks), rc;
     bf16 *kp = aligned_alloc(64, packed * 2 + 64), *vp = aligned_alloc(64, packed * 2 + 64);
     if (!kp || !vp) return free(kp), free(vp), release(&S, tasks), 4;
     const int ld = S.nbmax * 16;
@@ -538,14 +541,14 @@ int ua_forward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real,
 int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real, const int32_t *lens, int P, int G,
                 int Lp, int h, int kv, int d, float scale, const bf16 *dout, const float *lse, bf16 *dq, bf16 *dk,
                 bf16 *dv) {
-    int rc = check(h, kv, d);
+    int rc = check(P, G, Lp, h, kv, d);
     if (rc) return rc;
 #if UA_OK
     shape_t S = {P, G, Lp, h, kv, d, h / kv, lens, real, 0, 0, 0, 0, 0};
     task_t *tasks = NULL;
     int ntasks = 0;
-    if ((rc = setup(&S, &tasks, &ntasks))) return release(&S, tasks), rc;
-    const size_t packed = S.pack0[P - 1] + (size_t)np32(S.np[P - 1]) * d * kv;
+    size_t packed = 0;
+    if ((rc = setup(&S, &tasks, &ntasks, &packed))) return release(&S, tasks), rc;
     const size_t rows = S.row0[P - 1] + S.np[P - 1], count = rows * kv * d;
     bf16 *kp = aligned_alloc(64, packed * 2 + 64), *vkp = aligned_alloc(64, packed * 2 + 64),
          *kvp = aligned_alloc(64, packed * 2 + 64);

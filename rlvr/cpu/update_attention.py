@@ -42,6 +42,7 @@ _ERRORS = {
     3: "at most 16 query heads a key/value head",
     4: "out of memory",
     5: "built without AVX512-BF16",
+    6: "no groups, segments or prompt positions",
 }
 
 why_not: str | None = None
