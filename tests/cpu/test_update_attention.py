@@ -116,7 +116,7 @@ def _unpadded(model, ids, mask, T, G):
 def test_the_one_pass_runs_it_and_matches_the_torch_kernels(lib, monkeypatch):
     """The unpadded shared-prompt pass of a Llama of head size 64 under bf16 autocast: every layer's
     attention takes the installed kernel, and the log-probs and gradients agree with the torch
-    kernels' to bf16 rounding."""
+    kernels' to bf16 rounding; so do the padded one pass's log-probs."""
     model = tiny_model(hidden=256, seed=4).train()  # 4 heads of 64 over 2 key/value heads
     G, P, prompt, T = 4, 2, 12, 6
     ids, mask = _batch(G, P, prompt, T, seed=3)
@@ -130,6 +130,11 @@ def test_the_one_pass_runs_it_and_matches_the_torch_kernels(lib, monkeypatch):
     torch.testing.assert_close(got[0][resp], want[0][resp], rtol=0, atol=0.05)
     for n, g in want[1].items():
         assert _rel(got[1][n], g) < 0.05, n
+    calls.clear()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # the padded one pass: segments of T
+        padded = F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=G)[0]
+    assert len(calls) == model.config.num_hidden_layers
+    torch.testing.assert_close(padded[resp], want[0][resp], rtol=0, atol=0.05)
     calls.clear()
     with torch.autocast("cpu", dtype=torch.float16):  # another autocast dtype: the torch kernels
         F.pass_logprobs(model, ids, mask, ids[:, -T:], group_size=G)
