@@ -233,8 +233,11 @@ def use_kernel(kernel) -> None:
     _KERNEL[0] = kernel
 
 
-KERNEL_HEAD_DIM = 64
-"""The compiled kernel's head sizes: multiples of this, up to 4 of them."""
+def kernel_shape(heads: int, kv_heads: int, head_dim: int) -> bool:
+    """Whether the compiled kernel has this attention shape: head sizes that are multiples of 64 up to
+    256, and at most 16 query heads per key/value head, evenly grouped."""
+    grouped = kv_heads > 0 and heads % kv_heads == 0 and heads // kv_heads <= 16
+    return grouped and head_dim % 64 == 0 and 0 < head_dim <= 256
 
 
 def _kernel_applies(module, query: Tensor, key: Tensor, kwargs: dict) -> bool:
@@ -242,9 +245,8 @@ def _kernel_applies(module, query: Tensor, key: Tensor, kwargs: dict) -> bool:
     autocast without dropout, with head sizes and a head grouping the kernel has."""
     if _KERNEL[0] is None or not _plain_cpu_call(query, key, kwargs) or (module.training and kwargs.get("dropout")):
         return False
-    d = query.shape[-1]
     bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
-    return bf16 and d % KERNEL_HEAD_DIM == 0 and d <= 4 * KERNEL_HEAD_DIM and query.shape[1] // key.shape[1] <= 16
+    return bf16 and kernel_shape(query.shape[1], key.shape[1], query.shape[-1])
 
 
 class Core(NamedTuple):

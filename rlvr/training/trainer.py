@@ -42,7 +42,7 @@ from rlvr.models import load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
 from rlvr.models.loading import cast_copy, empty_model, set_checkpointing
 from rlvr.models.precision import reference_dtype
-from rlvr.models.shared_prefix import KERNEL_HEAD_DIM, one_pass_applies, use_kernel
+from rlvr.models.shared_prefix import kernel_shape, one_pass_applies, use_kernel
 from rlvr.rollout import HFRolloutEngine, RolloutBatch
 from rlvr.run_dir import RunDir
 from rlvr.tools import Toolbox
@@ -310,7 +310,8 @@ class Trainer:
     def _why_no_attention_kernel(self) -> str | None:
         """Why the compiled update attention cannot run this policy here (before building it), or None."""
         config = self.policy.config
-        heads, kv = config.num_attention_heads, config.num_key_value_heads
+        heads = config.num_attention_heads
+        kv = getattr(config, "num_key_value_heads", None) or heads
         d = getattr(config, "head_dim", None) or config.hidden_size // heads
         if self.device.type != "cpu":
             return f"it runs on a CPU and the update runs on {self.device}"
@@ -318,7 +319,7 @@ class Trainer:
             return "it runs under bf16 autocast and model.autocast_bf16 is off"
         if not one_pass_applies(self.policy):
             return "the model's attention is not sdpa without sliding windows (the one-pass shared prompt)"
-        if d % KERNEL_HEAD_DIM or d > 4 * KERNEL_HEAD_DIM or heads % kv or heads // kv > 16:
+        if not kernel_shape(heads, kv, d):
             return f"it has no kernel for head size {d} with {heads} query heads over {kv} key/value heads"
         return None
 

@@ -186,3 +186,12 @@ def test_the_trainer_leaves_the_torch_kernels_where_it_cannot_run(tiny_dir, tmp_
         assert shared_prefix._KERNEL[0] is None
     finally:
         trainer.close()
+
+
+def test_the_shapes_the_kernel_takes():
+    assert shared_prefix.kernel_shape(9, 3, 64) and shared_prefix.kernel_shape(28, 4, 128)
+    assert shared_prefix.kernel_shape(16, 1, 256)
+    assert not shared_prefix.kernel_shape(4, 2, 8)  # head size not a multiple of 64
+    assert not shared_prefix.kernel_shape(4, 2, 320)  # above 256
+    assert not shared_prefix.kernel_shape(34, 2, 64)  # 17 query heads a key/value head
+    assert not shared_prefix.kernel_shape(4, 3, 64)  # uneven grouping
