@@ -359,15 +359,17 @@ def build(cc: str | list[str], march: str = "native") -> DecodeKernels:
     return DecodeKernels(compile_library(cc, SOURCE, march))
 
 
-def compile_library(cc: str | list[str], source: Path, march: str = "native") -> ctypes.CDLL:
-    """``source`` compiled with ``cc`` (:data:`FLAGS`, ``-march=march``) into a temporary directory and
-    loaded; the library stays loaded after the directory is removed. Raises as :func:`build`."""
+def compile_library(
+    cc: str | list[str], source: Path, march: str = "native", extra: tuple[str, ...] = ()
+) -> ctypes.CDLL:
+    """``source`` compiled with ``cc`` (:data:`FLAGS`, ``-march=march``, then ``extra``) into a temporary
+    directory and loaded; the library stays loaded after the directory is removed. Raises as :func:`build`."""
     cmd = shlex.split(cc) if isinstance(cc, str) else list(cc)
     flags = [f for f in FLAGS if not f.startswith("-march=")] + [f"-march={march}"]
     with tempfile.TemporaryDirectory(prefix="rlvr-kernel-") as tmp:
         so = Path(tmp) / f"{source.stem}.so"
         subprocess.run(
-            [*cmd, *flags, "-o", str(so), "-x", "c", str(source)],
+            [*cmd, *flags, *extra, "-o", str(so), "-x", "c", str(source)],
             check=True,
             capture_output=True,
             text=True,

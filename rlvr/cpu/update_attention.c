@@ -11,8 +11,16 @@
  * 16 keys a block; then each query position's r heads take their scores block by block in float32,
  * the softmax in float32 (probabilities rounded to bf16 once, as the torch kernels' are), and the
  * value product. The forward keeps each query's log-sum-exp; the backward recomputes the
- * probabilities from it (no score-sized tensor is kept), and sums the keys' and values' gradients
- * per thread in float32. Only the blocks a query's mask reaches are computed.
+ * probabilities from it (no score-sized tensor is kept). Only the blocks a query's mask reaches are
+ * computed.
+ *
+ * Deterministic: every float sum has an order fixed by the shape alone, never by which thread ran
+ * what, so two calls on the same inputs give the same bits at any thread count. The forward and dq
+ * are per query position. The keys' and values' gradients sum over many query positions: each
+ * (group, key/value head)'s query chunks are cut, by the shape, into up to UNITS_MAX contiguous units
+ * of about equal work; a unit sums its chunks in order into a float32 buffer of its own, and the
+ * units' buffers are then added in unit order. Threads take whole units (dynamically, for balance),
+ * which changes who computes a unit but not what it computes.
  *
  * ua_forward and ua_backward return 0, or an error code for a shape without a kernel (d not a
  * multiple of 64 or above 256: 1; h not a multiple of kv: 2; r above RMAX: 3; no memory: 4; built
@@ -24,7 +32,22 @@
 #include <string.h>
 #include <math.h>
 #include <omp.h>
-#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if defined(UA_SIMDE)
+/* The tests' build on CPUs without AVX-512 (tests/cpu/ua_emulated.py): SIMDe's portable versions of
+ * the same intrinsics, so that this file's logic (the masks, the reach, the units' order) runs and is
+ * checked everywhere. Never used to train: it is many times slower than the hardware's. */
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#undef _mm512_reduce_add_ps
+#define _mm512_reduce_add_ps ua_reduce_add /* SIMDe has none */
+static inline float ua_reduce_add(simde__m512 x) {
+    float f[16], s = 0;
+    simde_mm512_storeu_ps(f, x);
+    for (int i = 0; i < 16; i++) s += f[i];
+    return s;
+}
+#define UA_OK 1
+#elif defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define UA_OK 1
 #else
@@ -147,7 +170,20 @@ static inline __m512 load_bf16(const bf16 *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 
+#if defined(UA_SIMDE)
+/* vcvtneps2bf16 by hand (SIMDe has no version of it): round to nearest even, NaNs kept quiet. */
+static inline void store_bf16(bf16 *p, __m512 x) {
+    float f[16];
+    _mm512_storeu_ps(f, x);
+    for (int i = 0; i < 16; i++) {
+        uint32_t u;
+        memcpy(&u, f + i, 4);
+        p[i] = (u & 0x7fffffffu) > 0x7f800000u ? (bf16)((u >> 16) | 0x40u) : (bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+#else
 static inline void store_bf16(bf16 *p, __m512 x) { _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh(x)); }
+#endif
 
 /* exp(x) within 2 ulp for x in [-87.3, 88] (Cephes' expf, as decode_kernels.c's vexp). */
 static inline __m512 vexp(__m512 x) {
@@ -355,14 +391,23 @@ static void forward_row(const shape_t *S, const task_t *t, int x, const bf16 *q,
 
 /* Thread-local buffers of a backward, rows of ld: the scores then p and dP then dS (float32) of the
  * position in hand; p and dS in bf16 for each of a pair of positions (slot 0, 1); the pairs'
- * interleaved coefficients; dq's float32 row; the keys a pair reaches; this thread's dk, dv sums. */
+ * interleaved coefficients; dq's float32 row; the keys a pair reaches. */
 typedef struct {
     float *p, *dp, *o;
     bf16 *pb[2], *ds[2];
     uint32_t *pair;
     int *js;
-    float *dk, *dv; /* [N, kv, d], dk without the scale (applied once, in sum_parts) */
 } bwork_t;
+
+/* A unit of the keys' and values' gradients: tasks [t0, t1) of one (group p, key/value head i), summed
+ * in order into its own float32 rows [0, hi) of the group's keys (row stride d) at off in the units'
+ * dk and dv buffers (dk without the scale, applied once when the units are added). */
+typedef struct {
+    int t0, t1, p, i, hi;
+    size_t off;
+} unit_t;
+
+#define UNITS_MAX 8
 
 /* 16 bf16 of a and 16 of b (either NULL: zeros) interleaved: a0 b0 a1 b1 ... */
 static inline __m512i interleave(const bf16 *a, const bf16 *b) {
@@ -406,11 +451,12 @@ PAIRS(4)
 
 /* The keys' and values' gradients of query positions x and x + 1 (nx = 1: x alone), whose p and dS
  * are in slots 0 and 1: dk[j] += sum_a dS[a][j] q[a], dv[j] += sum_a p[a][j] dout[a] over both
- * positions, as bf16 pairs (one position per half of each pair) into this thread's float32 sums. */
+ * positions, as bf16 pairs (one position per half of each pair) into the unit's float32 sums dk, dv
+ * (the group's key rows, stride d). */
 static void key_grads(const shape_t *S, const task_t *t, int x, int nx, const bf16 *q, const bf16 *dout, int ld,
-                      bwork_t *w) {
-    const int r = S->r, d = S->d, kv = S->kv;
-    const size_t h0 = (size_t)t->i * r, stride = (size_t)kv * d;
+                      bwork_t *w, float *dk, float *dv) {
+    const int r = S->r, d = S->d;
+    const size_t h0 = (size_t)t->i * r, stride = (size_t)d;
     const reach_t R0 = reach(S, t->p, x, t->s), R = reach(S, t->p, x + nx - 1, t->s);
     int nj = 0;
     FOR_BLOCKS(R, b) {
@@ -421,7 +467,7 @@ static void key_grads(const shape_t *S, const task_t *t, int x, int nx, const bf
     for (int pass = 0; pass < 2; pass++) {
         const bf16 *src = pass ? dout : q;
         bf16 *const *coef = pass ? w->pb : w->ds;
-        float *acc = (pass ? w->dv : w->dk) + (S->row0[t->p] * kv + t->i) * d;
+        float *acc = pass ? dv : dk;
         for (int a = 0; a < r; a++) {
             const bf16 *r0 = src + ((S->row0[t->p] + x) * S->h + h0 + a) * d, *r1 = nx > 1 ? r0 + (size_t)S->h * d : NULL;
             for (int c = 0; c < d; c += 16) z[a * 16 + c / 16] = interleave(r0 + c, r1 ? r1 + c : NULL);
@@ -479,17 +525,71 @@ static void backward_row(const shape_t *S, const task_t *t, int x, int u, const 
 
 static void free_work(bwork_t *w) {
     free(w->p), free(w->dp), free(w->o), free(w->pb[0]), free(w->pb[1]), free(w->ds[0]), free(w->ds[1]);
-    free(w->pair), free(w->js), free(w->dk), free(w->dv);
+    free(w->pair), free(w->js);
 }
 
-/* The threads' float32 sums of dk or dv (parts[n], each [count]) times f as one bf16 tensor. In parallel. */
-static void sum_parts(float **parts, int n, size_t count, float f, bf16 *out) {
+/* Each (group, key/value head)'s tasks (consecutive in the task list) cut into up to UNITS_MAX units of
+ * about equal work (a position's work: the keys it reaches), each unit's rows up to the last key its
+ * positions reach, and the buffers' offsets; first[p * kv + i] is that pair's first unit (first[P * kv]:
+ * all of them). Decided by the shape alone. Returns 0 or 4 (no memory). */
+static int split_units(const shape_t *S, const task_t *tasks, int ntasks, unit_t **units, int *nunits, int **first,
+                       size_t *floats) {
+    const int pairs = S->P * S->kv;
+    *units = malloc(sizeof(unit_t) * ((size_t)pairs * UNITS_MAX + 1));
+    *first = malloc(sizeof(int) * ((size_t)pairs + 1));
+    double *cost = malloc(sizeof(double) * ((size_t)ntasks + 1));
+    if (!*units || !*first || !cost) return free(cost), 4;
+    for (int n = 0; n < ntasks; n++) {
+        const task_t *t = &tasks[n];
+        double c = 0;
+        for (int x = t->x0; x < t->x1; x++) c += t->s < 0 ? x + 1 : S->Lp + (x - t->s + 1);
+        cost[n] = c;
+    }
+    int u = 0, n = 0;
+    size_t off = 0;
+    for (int pi = 0; pi < pairs; pi++) {
+        (*first)[pi] = u;
+        const int p = pi / S->kv, i = pi % S->kv;
+        int end = n;
+        double total = 0;
+        while (end < ntasks && tasks[end].p == p && tasks[end].i == i) total += cost[end++];
+        const int parts = end - n < UNITS_MAX ? end - n : UNITS_MAX;
+        double done = 0;
+        for (int k = 0; k < parts && n < end; k++) {
+            const int t0 = n;
+            const double goal = total * (k + 1) / parts;
+            do done += cost[n++];
+            while (n < end && done + 0.5 * cost[n] <= goal && end - n > parts - 1 - k);
+            if (k == parts - 1) n = end, done = total;
+            int hi = 0;
+            for (int m = t0; m < n; m++) hi = tasks[m].x1 > hi ? tasks[m].x1 : hi;
+            (*units)[u++] = (unit_t){t0, n, p, i, hi, off};
+            off += (size_t)hi * S->d;
+        }
+    }
+    (*first)[pairs] = u;
+    *nunits = u, *floats = off;
+    free(cost);
+    return 0;
+}
+
+/* out (dk or dv, [N, kv, d] bf16) = f * the sum of each key row's units' float32 rows (buf), added in
+ * unit order. Work-shared over rows. */
+static void add_units(const shape_t *S, const unit_t *units, const int *first, const int *group, size_t rows,
+                      const float *buf, float f, bf16 *out) {
+    const int kv = S->kv, d = S->d;
     const __m512 fv = _mm512_set1_ps(f);
 #pragma omp for schedule(static)
-    for (size_t e = 0; e < count; e += 16) {
-        __m512 s = _mm512_loadu_ps(parts[0] + e);
-        for (int t = 1; t < n; t++) s = _mm512_add_ps(s, _mm512_loadu_ps(parts[t] + e));
-        store_bf16(out + e, _mm512_mul_ps(s, fv));
+    for (size_t e = 0; e < rows * kv; e++) {
+        const size_t row = e / kv;
+        const int i = (int)(e % kv), p = group[row], j = (int)(row - S->row0[p]);
+        const int u0 = first[p * kv + i], u1 = first[p * kv + i + 1];
+        for (int c = 0; c < d; c += 16) {
+            __m512 s = _mm512_setzero_ps();
+            for (int u = u0; u < u1; u++)
+                if (j < units[u].hi) s = _mm512_add_ps(s, _mm512_loadu_ps(buf + units[u].off + (size_t)j * d + c));
+            store_bf16(out + e * d + c, _mm512_mul_ps(s, fv));
+        }
     }
 }
 
@@ -549,55 +649,64 @@ int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real
     int ntasks = 0;
     size_t packed = 0;
     if ((rc = setup(&S, &tasks, &ntasks, &packed))) return release(&S, tasks), rc;
-    const size_t rows = S.row0[P - 1] + S.np[P - 1], count = rows * kv * d;
+    const size_t rows = S.row0[P - 1] + S.np[P - 1];
+    unit_t *units = NULL;
+    int nunits = 0, *first = NULL;
+    size_t floats = 0;
+    int *group = malloc(sizeof(int) * rows);
     bf16 *kp = aligned_alloc(64, packed * 2 + 64), *vkp = aligned_alloc(64, packed * 2 + 64),
          *kvp = aligned_alloc(64, packed * 2 + 64);
-    const int threads = omp_get_max_threads();
-    float **dks = calloc(threads, sizeof(float *)), **dvs = calloc(threads, sizeof(float *));
-    if (!kp || !vkp || !kvp || !dks || !dvs) {
-        free(kp), free(vkp), free(kvp), free(dks), free(dvs), release(&S, tasks);
+    float *dkb = NULL, *dvb = NULL;
+    if (!(rc = split_units(&S, tasks, ntasks, &units, &nunits, &first, &floats))) {
+        dkb = malloc(sizeof(float) * floats + 64), dvb = malloc(sizeof(float) * floats + 64);
+        if (!dkb || !dvb) rc = 4;
+    }
+    if (rc || !group || !kp || !vkp || !kvp) {
+        free(kp), free(vkp), free(kvp), free(group), free(units), free(first), free(dkb), free(dvb), release(&S, tasks);
         return 4;
     }
+    for (int p = 0; p < P; p++)
+        for (int j = 0; j < S.np[p]; j++) group[S.row0[p] + j] = p;
     const int ld = S.nbmax * 16;
-    int failed = 0, team = 1;
+    int failed = 0;
 #pragma omp parallel
     {
         pack_all(&S, k, k, kp, kvp);
         pack_all(&S, v, NULL, vkp, NULL);
-        const int me = omp_get_thread_num();
         const size_t rows_ld = (size_t)S.r * ld;
         bwork_t w = {malloc(sizeof(float) * rows_ld), malloc(sizeof(float) * rows_ld), malloc(sizeof(float) * (size_t)S.r * d),
                      {malloc(sizeof(bf16) * rows_ld), malloc(sizeof(bf16) * rows_ld)},
                      {malloc(sizeof(bf16) * rows_ld), malloc(sizeof(bf16) * rows_ld)},
-                     malloc(sizeof(uint32_t) * rows_ld), malloc(sizeof(int) * (size_t)ld),
-                     calloc(count, sizeof(float)), calloc(count, sizeof(float))};
-        if (!w.p || !w.dp || !w.o || !w.pb[0] || !w.pb[1] || !w.ds[0] || !w.ds[1] || !w.pair || !w.js || !w.dk || !w.dv) {
+                     malloc(sizeof(uint32_t) * rows_ld), malloc(sizeof(int) * (size_t)ld)};
+        if (!w.p || !w.dp || !w.o || !w.pb[0] || !w.pb[1] || !w.ds[0] || !w.ds[1] || !w.pair || !w.js) {
 #pragma omp atomic write
             failed = 1;
         }
-        dks[me] = w.dk, dvs[me] = w.dv;
-#pragma omp single
-        team = omp_get_num_threads();
-        /* the single's barrier: every thread's sums are in dks/dvs, and failed is final */
+#pragma omp barrier
+        /* failed is final here */
         if (!failed) {
 #pragma omp for schedule(dynamic, 1)
-            for (int n = 0; n < ntasks; n++) {
-                const task_t *t = &tasks[n];
-                const size_t at = S.pack0[t->p] + (size_t)t->i * np32(S.np[t->p]) * d;
-                for (int x = t->x0; x < t->x1; x += 2) {
-                    const int nx = x + 1 < t->x1 ? 2 : 1;
-                    for (int u = 0; u < nx; u++)
-                        backward_row(&S, t, x + u, u, q, dout, kp + at, vkp + at, kvp + at, lse, scale, ld, &w, dq);
-                    key_grads(&S, t, x, nx, q, dout, ld, &w);
+            for (int n = 0; n < nunits; n++) {
+                const unit_t *U = &units[n];
+                float *dku = dkb + U->off, *dvu = dvb + U->off;
+                memset(dku, 0, sizeof(float) * (size_t)U->hi * d), memset(dvu, 0, sizeof(float) * (size_t)U->hi * d);
+                for (int m = U->t0; m < U->t1; m++) {
+                    const task_t *t = &tasks[m];
+                    const size_t at = S.pack0[t->p] + (size_t)t->i * np32(S.np[t->p]) * d;
+                    for (int x = t->x0; x < t->x1; x += 2) {
+                        const int nx = x + 1 < t->x1 ? 2 : 1;
+                        for (int u = 0; u < nx; u++)
+                            backward_row(&S, t, x + u, u, q, dout, kp + at, vkp + at, kvp + at, lse, scale, ld, &w, dq);
+                        key_grads(&S, t, x, nx, q, dout, ld, &w, dku, dvu);
+                    }
                 }
             }
-            sum_parts(dks, team, count, scale, dk);
-            sum_parts(dvs, team, count, 1.0f, dv);
+            add_units(&S, units, first, group, rows, dkb, scale, dk);
+            add_units(&S, units, first, group, rows, dvb, 1.0f, dv);
         }
-#pragma omp barrier
         free_work(&w);
     }
-    free(kp), free(vkp), free(kvp), free(dks), free(dvs), release(&S, tasks);
+    free(kp), free(vkp), free(kvp), free(group), free(units), free(first), free(dkb), free(dvb), release(&S, tasks);
     return failed ? 4 : 0;
 #else
     (void)q, (void)k, (void)v, (void)real, (void)lens, (void)P, (void)G, (void)Lp, (void)scale, (void)dout, (void)lse;

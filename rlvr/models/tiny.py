@@ -76,9 +76,10 @@ def tiny_qwen2(*, seed: int = 6, **config):
     return _seeded(Qwen2ForCausalLM, Qwen2Config(**{**shape, **config}), seed)
 
 
-def save_tiny_model(path: str | Path, *, seed: int = 0) -> Path:
-    """Write a tiny model + tokenizer as a Hugging Face directory (for end-to-end CLI tests)."""
+def save_tiny_model(path: str | Path, *, seed: int = 0, hidden: int = 32) -> Path:
+    """Write a tiny model + tokenizer as a Hugging Face directory (for end-to-end CLI tests); ``hidden``
+    256 gives heads of 64, a size the compiled CPU kernels take (8, the default, is one they refuse)."""
     path = Path(path)
-    tiny_model(seed=seed).save_pretrained(path)
+    tiny_model(seed=seed, hidden=hidden).save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return path
