@@ -114,7 +114,7 @@ class ModelConfig:
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto (cuda when visible)."""
     autocast_bf16: Switch = Switch.AUTO
-    """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on where bf16 is native: a bf16 CUDA device, an AVX-512 CPU with AMX, or an AVX-512 CPU with AVX512-BF16 whose bf16 products run at least 1.5x fp32's rate, measured at start), true or false."""
+    """Run training forward/backward under bf16 autocast (master weights stay in model.dtype): auto (on where bf16 is native: a bf16 CUDA device, an AVX-512 CPU with AMX, or an AVX-512 CPU with AVX512-BF16 whose bf16 products run at least 1.5x fp32's rate, measured once per machine and kept in $RLVR_CACHE/cpu), true or false."""
     packed_weights: Switch = Switch.AUTO
     """Multiply by oneDNN-prepacked copies of the linear weights on a CPU: sampling and the no-grad log-prob passes (faster products, benchmarks/NOTES.md; one more copy of the linear weights in memory, repacked after every optimizer step; the update keeps PyTorch's products, which were as fast, unless RLVR_PACKED_UPDATE=1): auto (on for float32, and for bfloat16 where oneDNN can pack it on this CPU: AVX-512 BW/VL/DQ or AVX-NE-CONVERT; elsewhere unpacked, with a line saying so), true (an error where it cannot pack), false."""
     gradient_checkpointing: bool = False

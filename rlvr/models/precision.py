@@ -10,9 +10,12 @@ CPU, 2x on another (``benchmarks/NOTES.md``, "precision"). So ``auto`` (the defa
   bf16 matmuls ran faster than fp32);
 
 and, on a CPU whose dispatched capability is AVX512 with AVX512-BF16 but no AMX, bf16 autocast in
-training alone where :func:`bf16_speedup` measures bf16 products at least
-:data:`AUTOCAST_MIN_SPEEDUP` times as fast as fp32's (sampling stays fp32 there: its packed weights
-and compiled decode step are float32).
+training alone where bf16 products run at least :data:`AUTOCAST_MIN_SPEEDUP` times as fast as fp32's
+(sampling stays fp32 there: its packed weights and compiled decode step are float32). That rate is
+measured once per machine (:func:`machine_bf16_speedup`) and kept with its figures in the rlvr cache,
+so one machine and one config always train in one precision: a stopwatch at each run's start read
+1.49x to 9.9x on one machine within 20 minutes under other load, and two runs of one config trained
+in different precisions (issue 58).
 
 The dispatched capability (``torch.backends.cpu.get_cpu_capability()``) is what PyTorch's kernels
 actually use, so ``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512 machine reads as AVX2 here, as it
@@ -23,9 +26,16 @@ stays an explicit choice (fp32 by default; ~1e-6 updates vanish in bf16 weights)
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import fcntl
 import functools
+import hashlib
+import json
+import os
+import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -54,13 +64,13 @@ about three quarters of the update's time and autocast adds its casts, so a smal
 little or nothing; the two CPUs of this kind measured so far were far on either side (0.55x, 2x)."""
 
 
-@functools.cache
-def bf16_speedup(rounds: int = 5) -> float:
+def bf16_speedup(rounds: int = 10) -> float:
     """bf16 products' rate over fp32's on this CPU at torch's current thread count: the best of
     ``rounds`` interleaved [512, 1024] x [1024, 1024] products each way, after a warm-up (under a
-    tenth of a second in all), so that a slow spell of a shared machine slows both sides alike.
-    Measured once per process. Written here rather than taken from a library: no library reports
-    a CPU's bf16-over-fp32 product rate, which is the number the choice needs."""
+    fifth of a second in all), so that a slow spell of a shared machine slows both sides alike.
+    The stopwatch alone: :func:`machine_bf16_speedup` runs it once per machine. Written here rather
+    than taken from a library: no library reports a CPU's bf16-over-fp32 product rate, which is the
+    number the choice needs."""
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(512, 1024, generator=gen), torch.randn(1024, 1024, generator=gen)
     sides = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
@@ -74,6 +84,63 @@ def bf16_speedup(rounds: int = 5) -> float:
     return best[torch.float32] / best[torch.bfloat16]
 
 
+def _cpu_identity() -> dict:
+    """What names this CPU as PyTorch runs on it: /proc/cpuinfo's model name, family, model and stepping
+    (Linux; ``platform.processor()`` elsewhere), the dispatched capability and the torch version."""
+    ident = {"capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__.split("+")[0]}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                if key.strip() in ("vendor_id", "model name", "cpu family", "model", "stepping"):
+                    ident[key.strip()] = value.strip()
+    except OSError:
+        ident["processor"] = platform.processor() or platform.machine()
+    return ident
+
+
+def speed_cache_path() -> Path:
+    """Where this machine's bf16-over-fp32 measurement is kept: ``$RLVR_CACHE/cpu/bf16_speed-<key>.json``
+    (default ``~/.cache/rlvr``), the key a hash of :func:`_cpu_identity`."""
+    root = Path(os.environ.get("RLVR_CACHE") or Path.home() / ".cache" / "rlvr")
+    key = hashlib.sha256(json.dumps(_cpu_identity(), sort_keys=True).encode()).hexdigest()[:12]
+    return root / "cpu" / f"bf16_speed-{key}.json"
+
+
+@functools.cache
+def machine_bf16_speedup() -> tuple[float, Path]:
+    """(bf16 products' rate over fp32's on this machine, the file it is kept in): read from
+    :func:`speed_cache_path`, or measured by :func:`bf16_speedup` and written there (atomically, under
+    a lock, so that two runs starting together measure once) with its figures: the CPU, the thread
+    count and the date. Delete the file to measure again. Where the cache cannot be written the
+    measurement is used for this process alone."""
+    path = speed_cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return float(json.loads(path.read_text(encoding="utf-8"))["bf16_over_fp32"]), path
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # none yet, or unreadable: measure
+            speedup = bf16_speedup()
+            figures = {
+                "bf16_over_fp32": round(speedup, 4),
+                "threads": torch.get_num_threads(),
+                "measured": datetime.datetime.now().isoformat(timespec="seconds"),
+                "how": "best of 10 interleaved [512,1024]x[1024,1024] products each way (rlvr.models.precision)",
+                "cpu": _cpu_identity(),
+            }
+            part = path.with_name(f".{path.name}.{os.getpid()}")
+            part.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+            os.replace(part, path)
+            return round(speedup, 4), path
+    except OSError:
+        return round(bf16_speedup(), 4), path
+
+
 @functools.cache
 def cpu_bf16() -> BF16Support:
     """Whether this CPU, as PyTorch dispatches on it, runs bf16 natively."""
@@ -85,7 +152,7 @@ def cpu_bf16() -> BF16Support:
     if hw and not capability.startswith("AVX512"):  # the hardware has it but PyTorch dispatches below AVX-512
         return BF16Support(False, f"this CPU has no native bf16 as PyTorch dispatches: {capability}")
     if hw:
-        speedup = bf16_speedup()
+        speedup, kept = machine_bf16_speedup()
         pays = speedup >= AUTOCAST_MIN_SPEEDUP
         return BF16Support(
             False,
@@ -94,7 +161,8 @@ def cpu_bf16() -> BF16Support:
                 "here, so training autocasts to bf16 and sampling stays float32"
                 if pays
                 else f"here, under the {AUTOCAST_MIN_SPEEDUP}x that bf16 autocast needs to pay"
-            ),
+            )
+            + f"; measured once on this machine and kept in {kept} (delete it to measure again)",
             unsure=not pays,
             autocast=pays,
         )
