@@ -11,6 +11,16 @@ decides as the one pass does (``shared_prefix._shared_prefix_attention``: the to
 with a core length, or padded).
 
     python benchmarks/update_attention.py --rounds 30
+    git show 565f642:rlvr/cpu/update_attention.c > /tmp/before.c   # per-thread sums, not deterministic
+    python benchmarks/update_attention.py --against /tmp/before.c
+
+``--against FILE`` times another version of ``update_attention.c`` as a third side, interleaved
+(what the determinism of issue 58 costs: FILE the version before it). Each compiled side's backward
+also runs twice on the first shape at the machine's thread count and once at one thread, and the
+results say whether the gradients were bit-identical each time. ``--emulated`` builds the C on
+SIMDe's emulation of AVX-512 (the tests' build, tests/ua_emulated.py) where this CPU has no
+AVX512-BF16: it shows the work the code does and whether its bits repeat, not the hardware's speed,
+and its results file says so (``-emulated`` in its name).
 
 Writes benchmarks/results/update_attention-<capability>-<date>.json and prints a table. Nothing else
 should run on the machine meanwhile.
@@ -94,27 +104,76 @@ def _time(run, inputs, backward: bool) -> float:
     return time.perf_counter() - t0
 
 
+def _build(source: Path, emulated: bool):
+    """The kernel function of ``source`` (a version of update_attention.c), native or on SIMDe."""
+    import functools
+
+    from rlvr.cpu import kernels
+    from rlvr.cpu import update_attention as ua
+
+    extra: tuple[str, ...] = ()
+    if emulated:
+        import simde_py  # the test extra
+
+        extra = ("-DUA_SIMDE", f"-I{simde_py.get_include()}", "-Wno-psabi")
+    cc = kernels.c_compiler()
+    if cc is None:
+        raise SystemExit("no C compiler (cc or gcc, or $CC) on PATH")
+    lib = ua.Library(kernels.compile_library(cc, source, extra=extra))
+    if not lib.supported:
+        raise SystemExit(f"{source}: built without AVX512-BF16 here; add --emulated to run it on SIMDe")
+    if (err := ua._self_check(lib)) is not None:
+        raise SystemExit(f"{source}: differs from the float32 reference ({err})")
+    return functools.partial(ua.attention, lib)
+
+
+def _same_bits(kernel, spec: dict) -> dict:
+    """Whether the kernel's gradients repeat bit for bit: twice at the current thread count, then at 1."""
+    from rlvr.models.shared_prefix import use_kernel
+
+    q, k, v, masks, lengths, T = _inputs(spec, seed=1)
+    run = _call(q, k, v, masks, lengths, T, spec["G"])
+    use_kernel(kernel)
+    threads, grads = torch.get_num_threads(), []
+    try:
+        for n in (threads, threads, 1):
+            torch.set_num_threads(n)
+            _time(run, (q, k, v), True)
+            grads.append([x.grad.clone() for x in (q, k, v)])
+    finally:
+        torch.set_num_threads(threads)
+        use_kernel(None)
+    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a, b))  # noqa: E731
+    return {"repeat": same(grads[0], grads[1]), "one_thread": same(grads[0], grads[2])}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--against", type=Path, help="another version of update_attention.c, timed as a third side")
+    ap.add_argument("--emulated", action="store_true", help="build on SIMDe's AVX-512 emulation (see above)")
     args = ap.parse_args()
+    if args.against is not None and not args.against.is_file():
+        raise SystemExit(f"--against {args.against}: no such file; git show REV:rlvr/cpu/update_attention.c > FILE")
 
-    from rlvr.cpu import update_attention_kernel
+    from rlvr.cpu import update_attention as ua
     from rlvr.models.shared_prefix import use_kernel
 
-    kernel, why = update_attention_kernel()
-    if kernel is None:
-        raise SystemExit(f"no compiled update attention here: {why}")
+    sides = {"compiled": _build(ua.SOURCE, args.emulated) if args.emulated else ua.kernel()[0], "torch": None}
+    if sides["compiled"] is None:
+        raise SystemExit(f"no compiled update attention here: {ua.why_not} (--emulated runs its C on SIMDe)")
+    if args.against is not None:
+        sides["against"] = _build(args.against, args.emulated)
+    bits = {side: _same_bits(fn, next(iter(SHAPES.values()))) for side, fn in sides.items() if fn is not None}
     rows = {}
     for name, spec in SHAPES.items():
         q, k, v, masks, lengths, T = _inputs(spec)
         run = _call(q, k, v, masks, lengths, T, spec["G"])
-        times = {(side, bwd): [] for side in ("compiled", "torch") for bwd in (False, True)}
+        times = {(side, bwd): [] for side in sides for bwd in (False, True)}
         for i in range(args.warmup + args.rounds):
-            for side, fn in (
-                (("compiled", kernel), ("torch", None)) if i % 2 else (("torch", None), ("compiled", kernel))
-            ):
+            order = list(sides.items())
+            for side, fn in order[i % len(order) :] + order[: i % len(order)]:
                 use_kernel(fn)
                 for bwd in (False, True):
                     t = _time(run, (q, k, v), bwd)
@@ -127,17 +186,25 @@ def main() -> None:
         }
         rows[name] = dict(positions=q.shape[2], longest=T, **{k: round(v * 1e3, 3) for k, v in med.items()})
     cap = torch.backends.cpu.get_cpu_capability()
-    print(f"{cap}, {torch.get_num_threads()} threads, bf16 autocast: one layer's attention, ms (medians)")
-    print("| shape | positions | torch forward | compiled forward | torch fwd + bwd | compiled fwd + bwd |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    emulated = " (compiled sides on SIMDe's emulation: not the hardware's speed)" if args.emulated else ""
+    print(f"{cap}, {torch.get_num_threads()} threads, bf16 autocast: one layer's attention, ms (medians){emulated}")
+    cols = [f"{side} {part}" for part in ("forward", "forward + backward") for side in sides]
+    print(f"| shape | positions | {' | '.join(cols)} |")
+    print("| --- | --- |" + " --- |" * len(cols))
     for name, r in rows.items():
-        print(
-            f"| {name} | {r['positions']} | {r['torch forward']} | {r['compiled forward']} | "
-            f"{r['torch forward + backward']} | {r['compiled forward + backward']} |"
-        )
-    out = RESULTS / f"update_attention-{cap}-{datetime.date.today()}.json"
+        print(f"| {name} | {r['positions']} | " + " | ".join(str(r[c]) for c in cols) + " |")
+    for side, b in bits.items():
+        print(f"{side}: gradients bit-identical on a repeat: {b['repeat']}, at 1 thread: {b['one_thread']}")
+    tag = "-emulated" if args.emulated else ""
+    out = RESULTS / f"update_attention-{cap}{tag}-{datetime.date.today()}.json"
     body = dict(
-        date=str(datetime.date.today()), cpu_capability=cap, threads=torch.get_num_threads(), rounds=args.rounds
+        date=str(datetime.date.today()),
+        cpu_capability=cap,
+        threads=torch.get_num_threads(),
+        rounds=args.rounds,
+        emulated=args.emulated,
+        against=str(args.against) if args.against else None,
+        same_bits=bits,
     )
     out.write_text(json.dumps(dict(body, shapes=rows), indent=1))
     print(f"wrote {out}")

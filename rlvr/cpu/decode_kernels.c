@@ -12,6 +12,11 @@
  * down (+ the residual); then the final norm and the LM head. No Python between the stages: the step before it made about 20 torch or
  * ctypes calls a layer, each a few microseconds with the other thread idle.
  *
+ * Deterministic (checked for issue 58): every work-shared loop is schedule(static) and each output
+ * element (a panel's columns, a (row, key/value head)'s attention, a row's sampled token) is computed
+ * whole by one thread, its sums in an order fixed by the shape; no per-thread partial sums, atomics or
+ * reductions across threads. So a step's bits depend on its inputs alone, not on the thread count.
+ *
  * Products: y = x W^T + bias, then + or * another tensor, for the few rows of a decode step. W is
  * stored in panels of VL output columns, [ceil(N / VL), K, VL], each read once from memory front to
  * back (prefetched ahead) while up to 16 rows accumulate in registers: the weight stream and the

@@ -18,8 +18,9 @@
  * what, so two calls on the same inputs give the same bits at any thread count. The forward and dq
  * are per query position. The keys' and values' gradients sum over many query positions: each
  * (group, key/value head)'s query chunks are cut, by the shape, into up to UNITS_MAX contiguous units
- * of about equal work; a unit sums its chunks in order into a float32 buffer of its own, and the
- * units' buffers are then added in unit order. Threads take whole units (dynamically, for balance),
+ * of about equal work; a unit sums its chunks in order into a float32 buffer of its own (the rows of
+ * the keys it reaches: the prompt's and its own segments'), and the units' buffers are then added in
+ * unit order. Threads take whole units (dynamically, for balance),
  * which changes who computes a unit but not what it computes.
  *
  * ua_forward and ua_backward return 0, or an error code for a shape without a kernel (d not a
@@ -396,18 +397,21 @@ typedef struct {
     float *p, *dp, *o;
     bf16 *pb[2], *ds[2];
     uint32_t *pair;
-    int *js;
+    int *js, *rows;
 } bwork_t;
 
 /* A unit of the keys' and values' gradients: tasks [t0, t1) of one (group p, key/value head i), summed
- * in order into its own float32 rows [0, hi) of the group's keys (row stride d) at off in the units'
- * dk and dv buffers (dk without the scale, applied once when the units are added). */
+ * in order into float32 rows of its own at off in the units' dk and dv buffers (row stride d; dk
+ * without the scale, applied once when the units are added): the group's keys [0, prompt), then
+ * [s_lo, hi) (its segments' keys; s_lo = hi where it has none) at rows prompt.. (key j at j - shift). */
 typedef struct {
-    int t0, t1, p, i, hi;
+    int t0, t1, p, i, prompt, s_lo, hi, shift;
     size_t off;
 } unit_t;
 
-#define UNITS_MAX 8
+/* At most this many units a (group, key/value head): enough for dynamic scheduling to balance a few
+ * threads, few enough that the prompt's rows, which every unit holds, stay a small share of the sums. */
+#define UNITS_MAX 4
 
 /* 16 bf16 of a and 16 of b (either NULL: zeros) interleaved: a0 b0 a1 b1 ... */
 static inline __m512i interleave(const bf16 *a, const bf16 *b) {
@@ -423,14 +427,14 @@ static inline int in_reach(reach_t R, int b) { return b < R.a || (b >= R.b0 && b
 /* acc[j] (rows of stride, 64 channels from c0) += sum over NH heads a of the pair (c[a][j]) . z[a]:
  * two query positions' rank-NH updates in one bf16 dot product a channel block, z in registers. */
 #define PAIRS(NH)                                                                                       \
-    static void pairs_##NH(const uint32_t *c, int ld, const __m512i *z, const int *js, int nj,         \
-                           float *acc, size_t stride, int c0) {                                        \
+    static void pairs_##NH(const uint32_t *c, int ld, const __m512i *z, const int *js, const int *rows, \
+                           int nj, float *acc, size_t stride, int c0) {                                \
         __m512bh zr[NH][4];                                                                             \
         for (int a = 0; a < NH; a++)                                                                    \
             for (int x = 0; x < 4; x++) zr[a][x] = (__m512bh)z[a * 16 + c0 / 16 + x];                   \
         for (int n = 0; n < nj; n++) {                                                                  \
             const int j = js[n];                                                                        \
-            float *dst = acc + (size_t)j * stride + c0;                                                 \
+            float *dst = acc + (size_t)rows[n] * stride + c0;                                           \
             __m512 s0 = _mm512_loadu_ps(dst), s1 = _mm512_loadu_ps(dst + 16), s2 = _mm512_loadu_ps(dst + 32), \
                    s3 = _mm512_loadu_ps(dst + 48);                                                      \
             for (int a = 0; a < NH; a++) {                                                              \
@@ -454,14 +458,18 @@ PAIRS(4)
  * positions, as bf16 pairs (one position per half of each pair) into the unit's float32 sums dk, dv
  * (the group's key rows, stride d). */
 static void key_grads(const shape_t *S, const task_t *t, int x, int nx, const bf16 *q, const bf16 *dout, int ld,
-                      bwork_t *w, float *dk, float *dv) {
+                      bwork_t *w, const unit_t *U, float *dk, float *dv) {
     const int r = S->r, d = S->d;
     const size_t h0 = (size_t)t->i * r, stride = (size_t)d;
     const reach_t R0 = reach(S, t->p, x, t->s), R = reach(S, t->p, x + nx - 1, t->s);
     int nj = 0;
     FOR_BLOCKS(R, b) {
         uint32_t m = mask_of(S, t->p, x, t->s, b) | (nx > 1 ? mask_of(S, t->p, x + 1, t->s, b) : 0);
-        for (; m; m &= m - 1) w->js[nj++] = 16 * b + __builtin_ctz(m);
+        for (; m; m &= m - 1) {
+            const int j = 16 * b + __builtin_ctz(m);
+            w->rows[nj] = j < U->prompt ? j : j - U->shift;
+            w->js[nj++] = j;
+        }
     }
     __m512i z[RMAX * 16]; /* [head][channel block]: the two positions' rows interleaved */
     for (int pass = 0; pass < 2; pass++) {
@@ -481,10 +489,10 @@ static void key_grads(const shape_t *S, const task_t *t, int x, int nx, const bf
             for (int c0 = 0; c0 < d; c0 += 64) {
                 const uint32_t *cf = w->pair + (size_t)a * ld;
                 switch (r - a < 4 ? r - a : 4) {
-                case 1: pairs_1(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
-                case 2: pairs_2(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
-                case 3: pairs_3(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
-                default: pairs_4(cf, ld, z + a * 16, w->js, nj, acc, stride, c0); break;
+                case 1: pairs_1(cf, ld, z + a * 16, w->js, w->rows, nj, acc, stride, c0); break;
+                case 2: pairs_2(cf, ld, z + a * 16, w->js, w->rows, nj, acc, stride, c0); break;
+                case 3: pairs_3(cf, ld, z + a * 16, w->js, w->rows, nj, acc, stride, c0); break;
+                default: pairs_4(cf, ld, z + a * 16, w->js, w->rows, nj, acc, stride, c0); break;
                 }
             }
     }
@@ -525,7 +533,7 @@ static void backward_row(const shape_t *S, const task_t *t, int x, int u, const 
 
 static void free_work(bwork_t *w) {
     free(w->p), free(w->dp), free(w->o), free(w->pb[0]), free(w->pb[1]), free(w->ds[0]), free(w->ds[1]);
-    free(w->pair), free(w->js);
+    free(w->pair), free(w->js), free(w->rows);
 }
 
 /* Each (group, key/value head)'s tasks (consecutive in the task list) cut into up to UNITS_MAX units of
@@ -561,10 +569,15 @@ static int split_units(const shape_t *S, const task_t *tasks, int ntasks, unit_t
             do done += cost[n++];
             while (n < end && done + 0.5 * cost[n] <= goal && end - n > parts - 1 - k);
             if (k == parts - 1) n = end, done = total;
-            int hi = 0;
-            for (int m = t0; m < n; m++) hi = tasks[m].x1 > hi ? tasks[m].x1 : hi;
-            (*units)[u++] = (unit_t){t0, n, p, i, hi, off};
-            off += (size_t)hi * S->d;
+            int hi = 0, s_lo = -1;
+            for (int m = t0; m < n; m++) {
+                hi = tasks[m].x1 > hi ? tasks[m].x1 : hi;
+                if (tasks[m].s >= 0 && s_lo < 0) s_lo = tasks[m].s;
+            }
+            const int prompt = s_lo < 0 ? hi : S->Lp; /* a segment's queries reach every prompt key */
+            if (s_lo < 0) s_lo = hi;
+            (*units)[u++] = (unit_t){t0, n, p, i, prompt, s_lo, hi, s_lo - prompt, off};
+            off += (size_t)(prompt + hi - s_lo) * S->d;
         }
     }
     (*first)[pairs] = u;
@@ -586,8 +599,11 @@ static void add_units(const shape_t *S, const unit_t *units, const int *first, c
         const int u0 = first[p * kv + i], u1 = first[p * kv + i + 1];
         for (int c = 0; c < d; c += 16) {
             __m512 s = _mm512_setzero_ps();
-            for (int u = u0; u < u1; u++)
-                if (j < units[u].hi) s = _mm512_add_ps(s, _mm512_loadu_ps(buf + units[u].off + (size_t)j * d + c));
+            for (int u = u0; u < u1; u++) {
+                const unit_t *U = &units[u];
+                const int at = j < U->prompt ? j : (j >= U->s_lo && j < U->hi ? j - U->shift : -1);
+                if (at >= 0) s = _mm512_add_ps(s, _mm512_loadu_ps(buf + U->off + (size_t)at * d + c));
+            }
             store_bf16(out + e * d + c, _mm512_mul_ps(s, fv));
         }
     }
@@ -677,8 +693,8 @@ int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real
         bwork_t w = {malloc(sizeof(float) * rows_ld), malloc(sizeof(float) * rows_ld), malloc(sizeof(float) * (size_t)S.r * d),
                      {malloc(sizeof(bf16) * rows_ld), malloc(sizeof(bf16) * rows_ld)},
                      {malloc(sizeof(bf16) * rows_ld), malloc(sizeof(bf16) * rows_ld)},
-                     malloc(sizeof(uint32_t) * rows_ld), malloc(sizeof(int) * (size_t)ld)};
-        if (!w.p || !w.dp || !w.o || !w.pb[0] || !w.pb[1] || !w.ds[0] || !w.ds[1] || !w.pair || !w.js) {
+                     malloc(sizeof(uint32_t) * rows_ld), malloc(sizeof(int) * (size_t)ld), malloc(sizeof(int) * (size_t)ld)};
+        if (!w.p || !w.dp || !w.o || !w.pb[0] || !w.pb[1] || !w.ds[0] || !w.ds[1] || !w.pair || !w.js || !w.rows) {
 #pragma omp atomic write
             failed = 1;
         }
@@ -689,7 +705,8 @@ int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real
             for (int n = 0; n < nunits; n++) {
                 const unit_t *U = &units[n];
                 float *dku = dkb + U->off, *dvu = dvb + U->off;
-                memset(dku, 0, sizeof(float) * (size_t)U->hi * d), memset(dvu, 0, sizeof(float) * (size_t)U->hi * d);
+                const size_t n_rows = (size_t)(U->prompt + U->hi - U->s_lo);
+                memset(dku, 0, sizeof(float) * n_rows * d), memset(dvu, 0, sizeof(float) * n_rows * d);
                 for (int m = U->t0; m < U->t1; m++) {
                     const task_t *t = &tasks[m];
                     const size_t at = S.pack0[t->p] + (size_t)t->i * np32(S.np[t->p]) * d;
@@ -697,7 +714,7 @@ int ua_backward(const bf16 *q, const bf16 *k, const bf16 *v, const uint8_t *real
                         const int nx = x + 1 < t->x1 ? 2 : 1;
                         for (int u = 0; u < nx; u++)
                             backward_row(&S, t, x + u, u, q, dout, kp + at, vkp + at, kvp + at, lse, scale, ld, &w, dq);
-                        key_grads(&S, t, x, nx, q, dout, ld, &w, dku, dvu);
+                        key_grads(&S, t, x, nx, q, dout, ld, &w, U, dku, dvu);
                     }
                 }
             }
