@@ -81,6 +81,28 @@ def unknown_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | N
     return None
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed, with ``key.sub=value`` overrides accepted before and after the options in any mix
+    (``rlvr train a=1 --config grpo b=2``, as Hydra and TRL users type them), in the order given.
+
+    argparse fills a ``nargs="*"`` positional once, so the overrides after an option come back as
+    unrecognised; they join the command's overrides here (``parse_intermixed_args`` does not support
+    subcommands). Anything else unrecognised is a usage error from the subcommand's own parser, whose
+    usage it prints."""
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        leaf = parser
+        for word in argv:  # the deepest subcommand named: its usage, not the top level's
+            choices = _subcommands(leaf)
+            if word.startswith("-") or word not in choices:
+                break
+            leaf = choices[word]
+        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # a process of its own (not a call from Python): huge pages for malloc first
         cpu.reexec_with_runtime_env()
@@ -88,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if message := unknown_command(parser, sys.argv[1:] if argv is None else argv):
         print(f"error: {message}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args = parse(parser, sys.argv[1:] if argv is None else argv)
     if args.command is None:
         parser.print_help()
         return 2

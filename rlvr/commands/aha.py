@@ -15,7 +15,6 @@ EXAMPLES = """examples:
 def cmd_aha(args) -> int:
     from pathlib import Path
 
-    from rich.console import Console
     from rich.text import Text
 
     from rlvr.analysis import aha
@@ -23,6 +22,7 @@ def cmd_aha(args) -> int:
     from rlvr.analysis.report import accuracy_rule, aha_hits
     from rlvr.analysis.run import load_run
     from rlvr.errors import UserError
+    from rlvr.tracking.console import make_console
 
     if args.top < 0:
         raise UserError(f"--top {args.top}: must be >= 0")
@@ -40,7 +40,7 @@ def cmd_aha(args) -> int:
     except OSError as e:
         raise UserError(f"cannot write {out / 'aha_curve.png'}: {e.strerror}") from None
 
-    console = Console(highlight=False)
+    console = make_console(highlight=False)
     tty = console.is_terminal
     tiers = {t: sum(h.tier == t for h in hits) for t in (1, 2, 3)}
     console.print(

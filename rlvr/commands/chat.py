@@ -209,10 +209,9 @@ def _command(chat: Chat, line: str, console) -> bool:
 
 
 def cmd_chat(args) -> int:
-    from rich.console import Console
-
     from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
     from rlvr.evaluation import loading as eval_models
+    from rlvr.tracking.console import make_console
 
     if args.temperature < 0:
         raise UserError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
@@ -230,7 +229,7 @@ def cmd_chat(args) -> int:
     if args.once is not None:
         print(chat.reply(args.once), flush=True)
         return 0
-    console = Console(highlight=False)
+    console = make_console(highlight=False)
     console.print(f"[bold]rlvr chat[/bold] with {resolved.label}  [dim]{HELP}[/dim]")
     console.print(dtype_line, style="dim", markup=False)  # --once stays quiet: its stdout is the answer
     if tools is not None:

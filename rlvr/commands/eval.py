@@ -71,12 +71,11 @@ def comparison_table(labels: list[str], summaries: list[dict]):
 
 
 def cmd_eval(args) -> int:
-    from rich.console import Console
-
     from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
     from rlvr.data.files import pin
     from rlvr.evaluation import evaluate, load_eval_rows, write_result
     from rlvr.evaluation import loading as eval_models
+    from rlvr.tracking.console import make_console
 
     if args.samples < 1:
         raise UserError(f"--samples {args.samples}: must be >= 1 (1 = greedy accuracy only)")
@@ -95,7 +94,7 @@ def cmd_eval(args) -> int:
     quiet_libraries()
     from rlvr.rollout import HFRolloutEngine
 
-    console, err = Console(), Console(stderr=True)
+    console, err = make_console(), make_console(stderr=True)
     labels, summaries = [], []
     for r in resolved:
         model, tokenizer = eval_models.load(r, dtype=dtype, device=args.device)

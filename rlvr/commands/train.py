@@ -11,7 +11,7 @@ from rlvr.config import config_markdown, field_docs, to_yaml
 
 def cmd_train(args) -> int:
     # torch, transformers and rich load only when training starts: `rlvr --help` imports this module
-    from rich.console import Console
+    from rlvr.tracking.console import make_console
 
     if args.print_config:
         args.overrides = [*args.overrides, "log.print_config=true"]
@@ -19,7 +19,7 @@ def cmd_train(args) -> int:
     # the trainer checks everything that can fail before it prints the run's summary (the full
     # config goes to RUN/config.yaml, and to the screen with --print-config)
     quiet_libraries()  # before the trainer loads, so that nothing it loads logs unsilenced
-    run_training(cfg, console=Console(stderr=True))
+    run_training(cfg, console=make_console(stderr=True))
     return 0
 
 

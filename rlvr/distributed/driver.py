@@ -17,7 +17,6 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-from rich.console import Console
 
 from rlvr.choices import Strategy
 from rlvr.config import Config
@@ -26,7 +25,7 @@ from rlvr.distributed.versions import require_fsdp
 from rlvr.distributed.worker import Worker
 from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
-from rlvr.tracking.console import StepPrinter
+from rlvr.tracking.console import StepPrinter, make_console
 from rlvr.training.preflight import preflight
 
 PLACEMENT_TIMEOUT_S = 120
@@ -44,7 +43,7 @@ class RayTrainer:
 
     def __init__(self, cfg: Config, console=None) -> None:
         self.cfg = absolute_paths(cfg, Path.cwd())  # a worker on another node starts in another directory
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console(stderr=True)
         self.printer = StepPrinter(cfg.train.steps, enabled=False, console=self.console)
         self.workers: list = []
         self.pgs: list = []

@@ -20,9 +20,17 @@ STEP_FIELDS = [
 ]
 
 
+def make_console(*, stderr: bool = False, **kwargs) -> Console:
+    """A rich Console that never breaks a printed line: rich wraps at the terminal's width, or at 80
+    columns into a file or pipe, which split the commands rlvr tells the user to run (``continue with:
+    rlvr train resume=...``) across two lines. With ``soft_wrap`` a long line stays one line; a
+    terminal folds it on screen and copies it whole."""
+    return Console(stderr=stderr, soft_wrap=True, **kwargs)
+
+
 class StepPrinter:
     def __init__(self, total_steps: int, *, enabled: bool = True, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console(stderr=True)
         self.total = total_steps
         self.progress = None
         if enabled and self.console.is_terminal:

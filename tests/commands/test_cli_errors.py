@@ -279,3 +279,17 @@ def test_a_closed_pipe_is_no_traceback():
         f"{sys.executable} -m rlvr.cli reward list | true", shell=True, capture_output=True, text=True, timeout=120
     )
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_long_lines_stay_whole_into_a_file_or_pipe():
+    """rich wraps at 80 columns when the output is not a terminal; a command rlvr tells the user to
+    run (``continue with: rlvr train resume=...``) must paste as one line."""
+    import io
+
+    from rlvr.tracking.console import StepPrinter, make_console
+
+    out = io.StringIO()
+    command = "continue with: rlvr train resume=" + "/a-long-folder-name" * 12
+    StepPrinter(3, console=make_console(file=out)).note(command)
+    make_console(file=out).print(command, highlight=False)
+    assert out.getvalue().splitlines() == [command, command]

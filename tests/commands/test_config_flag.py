@@ -65,3 +65,30 @@ def test_a_missing_config_is_the_same_error_as_train(cwd, capsys):
     assert main(["data", "preview", "--config", "missing.yaml"]) == 2
     assert capsys.readouterr().err == train_err
     assert "missing.yaml not found" in train_err
+
+
+@pytest.mark.parametrize("command", CONFIG_COMMANDS, ids=" ".join)
+def test_overrides_before_and_after_the_config_flag_in_any_mix(command):
+    """As Hydra and TRL users type them: overrides on either side of --config, in the order given (the
+    last of a key wins later), where argparse alone said "unrecognized arguments"."""
+    from rlvr.cli import parse
+
+    args = parse(build_parser(), [*command, "train.steps=2", "--config", "grpo", "rollout.max_new_tokens=16", "a=3"])
+    assert args.config == "grpo" and args.overrides == ["train.steps=2", "rollout.max_new_tokens=16", "a=3"]
+
+
+def test_mixed_overrides_reach_the_config(capsys):
+    assert main(["config", "train.steps=2", "--config", "grpo", "rollout.max_new_tokens=16", "train.steps=5"]) == 0
+    out = capsys.readouterr().out
+    assert "max_new_tokens: 16" in out and "steps: 5" in out  # the last one of a key wins
+
+
+def test_a_real_usage_error_shows_the_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "train.steps=2", "--config", "grpo", "--bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: rlvr train ") and "unrecognized arguments: --bogus" in err
+    with pytest.raises(SystemExit):
+        main(["data", "preview", "--config", "grpo", "x=1", "--nope"])
+    assert capsys.readouterr().err.startswith("usage: rlvr data preview ")

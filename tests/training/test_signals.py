@@ -39,7 +39,10 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_exact(sig, tiny_dir, tmp
     assert train(tiny_config(tiny_dir, stopped, "train.steps=4")) == stopped  # returns: exit status 0
     assert len(metrics(stopped)) == 2  # step 2 was finished, step 3 never started
     assert (stopped / "checkpoints" / "last").resolve().name == "step_000002"
-    assert f"continue with: rlvr train resume={stopped}" in " ".join(capsys.readouterr().err.split())
+    err = capsys.readouterr().err
+    assert f"continue with: rlvr train resume={stopped}" in " ".join(err.split())
+    # one line, into a pipe as on a terminal (rich wrapped it at 80 columns)
+    assert any(line.endswith(f"continue with: rlvr train resume={stopped}") for line in err.splitlines())
     assert signal.getsignal(sig) == before  # handlers restored
     monkeypatch.setattr(loop, "accumulate_gradients", real)
     train(tiny_config(tiny_dir, stopped, "train.steps=4", f"resume={stopped}"))
@@ -82,7 +85,10 @@ def test_signal_during_the_first_evaluation_saves_step_0_and_resumes_bit_exact(t
     assert not (stopped / "metrics.jsonl").read_text()  # no step ran
     assert (stopped / "checkpoints" / "last").resolve().name == "step_000000"
     assert (stopped / "eval" / "step_000000").is_dir()  # the before-evaluation finished
-    assert f"continue with: rlvr train resume={stopped}" in " ".join(capsys.readouterr().err.split())
+    err = capsys.readouterr().err
+    assert f"continue with: rlvr train resume={stopped}" in " ".join(err.split())
+    # one line, into a pipe as on a terminal (rich wrapped it at 80 columns)
+    assert any(line.endswith(f"continue with: rlvr train resume={stopped}") for line in err.splitlines())
     monkeypatch.setattr(TrainingEval, "run", real)
     calls = []
     monkeypatch.setattr(TrainingEval, "run", lambda self, *a, **k: calls.append(a[-1]) or real(self, *a, **k))
