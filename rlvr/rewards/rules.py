@@ -12,7 +12,12 @@ worker pool). Format-type rules are pure ``(completion) -> float`` functions app
 
 Reward-hacking guards: only the *last* answer counts (several boxes: the last wins, so a model
 cannot list candidates); ``strict_format`` needs the ``\\boxed{}`` inside ``<answer>`` (a box
-only in ``<think>`` fails it); truncated completions can be scored ``reward.truncated_score``.
+only in ``<think>`` fails it); rlvr's own format rules (``format``, ``strict_format``,
+``format_partial``, ``tag_count``) pay nothing for the R1 template's example text copied back
+(``<think> reasoning process here </think><answer> answer here </answer>``) or for an empty think
+(:func:`hollow`); truncated completions can be scored ``reward.truncated_score``. The MindSpeed-RL
+and MindRLHF replicas (``ms_*`` and the rest of their names) keep their originals' behaviour,
+placeholders included.
 """
 
 from __future__ import annotations
@@ -43,13 +48,39 @@ _STEPS = re.compile(_MS_STEPS.pattern, re.MULTILINE)
 
 # -- per-item format helpers: (completion) -> float ----------------------------------------------
 
+PLACEHOLDERS = ("reasoning process here", "answer here")
+"""The R1 instruction's example contents (``rlvr.data.templates.R1_INSTRUCTION``): a model copies
+them back within a few steps where a format rule pays for them (2 -> 16 of 32 completions in 3 steps
+on GSM8K-style data, accuracy 0 throughout)."""
+_BLOCK = {
+    "think": re.compile(r"<think>(.*?)</think>", re.DOTALL),
+    "answer": re.compile(r"<answer>(.*?)</answer>", re.DOTALL),
+}
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def hollow(completion: str, block: str) -> bool:
+    """Whether the completion's first ``<block>..</block>`` (``think`` or ``answer``) holds nothing of its
+    own: only whitespace and punctuation, or the R1 template's example text for it (:data:`PLACEHOLDERS`,
+    compared word for word, case and punctuation aside). False where the block is missing."""
+    m = _BLOCK[block].search(completion)
+    if m is None:
+        return False
+    said = _words(m.group(1))
+    return not said or said in PLACEHOLDERS
+
 
 def format_r1(completion: str, answer: str = "") -> float:
     """1 if the text is <think>..</think> then <answer>..</answer>, each tag once, whitespace allowed; else 0.
 
-    Whitespace is allowed around and between the two blocks; nothing else is."""
+    Whitespace is allowed around and between the two blocks; nothing else is. Neither block may be
+    hollow (:func:`hollow`: empty, or the template's example text)."""
     once = all(completion.count(t) == 1 for t in _TAGS)
-    return float(once and _R1.fullmatch(completion) is not None)
+    shaped = once and _R1.fullmatch(completion) is not None
+    return float(shaped and not hollow(completion, "think") and not hollow(completion, "answer"))
 
 
 def strict_format(completion: str, answer: str = "") -> float:
@@ -66,24 +97,29 @@ def format_partial(completion: str, answer: str = "") -> float:
     a non-empty ``\\boxed{}`` inside the answer. A 135M base model never emits the full
     format by itself, so a 0/1 format reward is 0 for every sample, has zero variance in
     every group and gives no gradient; the ladder rewards getting closer.
+
+    A hollow think (:func:`hollow`: empty, or the template's example text) stops the ladder at 0.25,
+    a hollow answer at 0.5.
     """
     think = completion.find("<think>")
     if think < 0:
         return 0.0
     think_end = completion.find("</think>", think)
-    if think_end < 0:
+    if think_end < 0 or hollow(completion[think:], "think"):
         return 0.25
     tag = answer_tag(completion[think_end:])
-    if tag is None:
+    if tag is None or hollow(completion[think_end:], "answer"):
         return 0.5
     return 1.0 if last_boxed(tag) else 0.75
 
 
 def tag_count(completion: str, answer: str = "") -> float:
-    """0.25 for each of <think>, </think>, <answer>, </answer> that occurs exactly once.
+    """0.25 for each of <think>, </think>, <answer>, </answer> that occurs exactly once; a hollow block's
+    two tags (:func:`hollow`: empty, or the template's example text) count nothing.
 
     open-r1's ``tag_count_reward``, without its newline requirements around the tags."""
-    return sum(0.25 for t in _TAGS if completion.count(t) == 1)
+    void = {t for b, tags in (("think", _TAGS[:2]), ("answer", _TAGS[2:])) if hollow(completion, b) for t in tags}
+    return float(sum(0.25 for t in _TAGS if completion.count(t) == 1 and t not in void))
 
 
 def reasoning_steps(completion: str, answer: str = "") -> float:

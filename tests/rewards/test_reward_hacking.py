@@ -100,3 +100,37 @@ def test_countdown_grades_the_expression_not_the_target():
     for rule in ("accuracy", "accuracy_lenient", "countdown"):
         assert get(rule)([good, target], [row["answer"]] * 2, fields=[f, f]) == [1.0, 0.0], rule
     assert get("countdown")([good], [row["answer"]], numbers=[f["numbers"]]) == [1.0]  # `rlvr reward score` shape
+
+
+# -- the R1 template's example text copied back (issue 59) ---------------------------------------------
+
+TEMPLATE = "<think> reasoning process here </think><answer> answer here </answer>"
+WORKED = "<think>7 and 5 make 12</think><answer>\\boxed{12}</answer>"
+
+
+@pytest.mark.parametrize(
+    "completion, scores",
+    [
+        # completion: (format, strict_format, format_partial, tag_count)
+        (TEMPLATE, (0.0, 0.0, 0.25, 0.0)),  # the instruction's example, word for word
+        ("<think>Reasoning process here.</think>\n<answer>Answer here.</answer>", (0.0, 0.0, 0.25, 0.0)),
+        ("<think></think><answer>\\boxed{12}</answer>", (0.0, 0.0, 0.25, 0.5)),  # an empty think
+        ("<think> \n ... </think><answer>\\boxed{12}</answer>", (0.0, 0.0, 0.25, 0.5)),  # punctuation only
+        ("<think>7 and 5 make 12</think><answer> answer here </answer>", (0.0, 0.0, 0.5, 0.5)),
+        ("<think>7 and 5 make 12</think><answer></answer>", (0.0, 0.0, 0.5, 0.5)),
+        (WORKED, (1.0, 1.0, 1.0, 1.0)),  # real text in both blocks pays as before
+        ("<think>the reasoning process here is short</think><answer>\\boxed{12}</answer>", (1.0, 1.0, 1.0, 1.0)),
+    ],
+)
+def test_rlvrs_format_rules_pay_nothing_for_the_templates_placeholders(completion, scores):
+    got = tuple(
+        get(rule)([completion], ["12"])[0] for rule in ("format", "strict_format", "format_partial", "tag_count")
+    )
+    assert got == scores
+
+
+@pytest.mark.parametrize("rule, pays", [("format_reward", 1.0), ("ms_strict_format", -0.5)])
+def test_the_replicas_keep_their_originals_behaviour(rule, pays):
+    """MindRLHF's format_reward (= MindSpeed-RL's format) pays for the template's text as its original
+    does; MindSpeed-RL's strict_format wants a box, so it never did."""
+    assert get(rule)([TEMPLATE], ["12"]) == [pays]
