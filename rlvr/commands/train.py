@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from pathlib import Path
 
 from rlvr.commands.common import EXAMPLES, add_config_args, load_cli_config, quiet_libraries
 from rlvr.config import config_markdown, field_docs, to_yaml
@@ -16,14 +17,66 @@ def cmd_train(args) -> int:
     if args.print_config:
         args.overrides = [*args.overrides, "log.print_config=true"]
     cfg = load_cli_config(args)
+    cfg, note = own_run_dir(cfg, args)
+    console = make_console(stderr=True)
     # the trainer checks everything that can fail before it prints the run's summary (the full
     # config goes to RUN/config.yaml, and to the screen with --print-config)
     quiet_libraries()  # before the trainer loads, so that nothing it loads logs unsilenced
-    run_training(cfg, console=make_console(stderr=True))
+    run_training(cfg, console=console, notes=(note,) if note else ())
     return 0
 
 
-def run_training(cfg, *, console=None):
+def _run_dir_chosen(args) -> bool:
+    """Whether the user named the run directory: ``run_dir=``/``resume=`` on the command line, or a
+    ``run_dir`` key in a config file of their own (a built-in preset's is a default)."""
+    import yaml
+
+    from rlvr.config import PRESETS_DIR, parse_override
+
+    if any(parse_override(o)[0] in ("run_dir", "resume") for o in args.overrides):
+        return True
+    path = Path(args.config) if args.config else None
+    if path is None or (not path.is_file() and (PRESETS_DIR / f"{args.config}.yaml").is_file()):
+        return False
+    try:
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return True  # load_cli_config read it already; leave what it says alone
+    return isinstance(tree, dict) and "run_dir" in tree
+
+
+def own_run_dir(cfg, args):
+    """(``cfg`` with a run directory of its own, the line that says so or None) for a new run whose run
+    directory the user did not name (:func:`_run_dir_chosen`): the preset's (``runs/quickstart``), or
+    ``runs/<data file's stem>`` when ``data.path`` was given on the command line; with ``-2``, ``-3``, ...
+    added where that folder exists already, so that a second run never stops on the first one's folder.
+    ``overwrite=true`` keeps the preset's folder, as it says."""
+    import dataclasses
+    import re
+
+    from rlvr.config import parse_override
+
+    if cfg.resume or cfg.overwrite or _run_dir_chosen(args):
+        return cfg, None
+    base = Path(cfg.run_dir)
+    data_given = any(parse_override(o)[0] == "data.path" for o in args.overrides)
+    if data_given and cfg.data.path:
+        stem = Path(str(cfg.data.path).split(":")[0].rstrip("/")).name.split(".")[0]
+        base = base.parent / (re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._") or base.name)
+    run_dir, n = base, 1
+    while run_dir.exists():
+        n += 1
+        run_dir = base.with_name(f"{base.name}-{n}")
+    if str(run_dir) == cfg.run_dir:
+        return cfg, None
+    if n > 1:
+        note = f"  run dir    {run_dir}, as {base} holds an earlier run (resume={base} continues that one)"
+    else:
+        note = f"  run dir    {run_dir}, named after data.path"
+    return dataclasses.replace(cfg, run_dir=str(run_dir)), note + "; run_dir=DIR picks another"
+
+
+def run_training(cfg, *, console=None, notes: tuple[str, ...] = ()):
     """Trains as configured, in this process or on Ray workers (``distributed.backend``); returns the
     run directory. The one place that picks, so ``training`` never imports ``distributed``."""
     from rlvr.config import Backend
@@ -32,7 +85,7 @@ def run_training(cfg, *, console=None):
         from rlvr.distributed import train  # Ray is imported only when a run asks for it
     else:
         from rlvr.training import train
-    return train(cfg, console=console)
+    return train(cfg, console=console, notes=notes)
 
 
 def _train_help() -> str:

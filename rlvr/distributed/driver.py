@@ -305,9 +305,12 @@ def _dead(refs: list, wait_s: float = 10.0) -> str | None:
     return None
 
 
-def train(cfg: Config, *, console=None) -> Path:
+def train(cfg: Config, *, console=None, notes: tuple[str, ...] = ()) -> Path:
     """Run GRPO on ``distributed.num_workers`` Ray workers as configured; returns the run directory
-    (the same loop as one process: :func:`rlvr.training.run`)."""
+    (the same loop as one process: :func:`rlvr.training.run`). ``notes`` are printed first."""
     from rlvr.training import run
 
-    return run(RayTrainer(cfg, console=console))
+    trainer = RayTrainer(cfg, console=console)
+    for line in notes:
+        trainer.console.print(line, highlight=False, markup=False)
+    return run(trainer)

@@ -56,8 +56,9 @@ from rlvr.training.sampling import Scored, collect, rollout_metrics
 from rlvr.training.signals import GracefulStop
 
 
-def train(cfg: Config, *, console=None) -> Path:
-    """Run GRPO in this process as configured; returns the run directory (:func:`run`).
+def train(cfg: Config, *, console=None, notes: tuple[str, ...] = ()) -> Path:
+    """Run GRPO in this process as configured; returns the run directory (:func:`run`). ``notes``: lines
+    printed after the run's summary (e.g. why ``rlvr train`` chose its run directory).
 
     ``distributed.backend=ray`` runs on Ray workers instead: ``rlvr.distributed.train``, or
     ``rlvr.commands.train.run_training``, which picks between the two as ``rlvr train`` does."""
@@ -66,7 +67,9 @@ def train(cfg: Config, *, console=None) -> Path:
             "distributed.backend=ray trains on Ray workers: call rlvr.distributed.train(cfg) or "
             "rlvr.commands.train.run_training(cfg) (what `rlvr train` does), not rlvr.training.train"
         )
-    return run(Trainer(cfg, console=console))
+    trainer = Trainer(cfg, console=console)
+    trainer.notes = tuple(notes)
+    return run(trainer)
 
 
 def run(trainer) -> Path:
@@ -129,6 +132,8 @@ class Trainer:
         """The run's lock file while this process trains it (rank 0), see :meth:`RunDir.lock`."""
         self.samples: list[dict] = []
         """The last step's rows for samples.jsonl (only on steps that ``log.samples_every`` picks)."""
+        self.notes: tuple[str, ...] = ()
+        """Lines the caller wants printed after the run's summary (:func:`train`'s ``notes``)."""
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -147,7 +152,8 @@ class Trainer:
             self.printer.note(checked.nothing_to_do_line())
             return False
         lines = self._prepare_prompts(checked.train_split)  # may still fail: before the summary
-        for line in summary_lines(checked) + checked.notes + lines:
+        head, *summary = summary_lines(checked)
+        for line in [head, *(self.notes if self.logs else ()), *summary, *checked.notes, *lines]:
             self.printer.note(line)
         if cfg.log.print_config:
             self.printer.note("resolved config\n" + to_yaml(cfg).rstrip())
