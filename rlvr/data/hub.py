@@ -117,7 +117,12 @@ def _download(name: HubName, cache: str, label: str) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(name.repo, repo_type="dataset", revision=name.revision, cache_dir=cache))
+        only_cache = hub.offline()  # no network: the cache alone, at once (no retries with back-off)
+        return Path(
+            snapshot_download(
+                name.repo, repo_type="dataset", revision=name.revision, cache_dir=cache, local_files_only=only_cache
+            )
+        )
     except Exception as e:  # an HTTP error of the Hub, a proxy that refuses, a full disk: one line each
         raise hub.hub_error(e, label=label, repo=name.repo, revision=name.revision, dataset=True) from None
 

@@ -204,7 +204,7 @@ def config_file(hub: HubId, label: str) -> Path:
     if not isinstance(cached, str) and not offline():
         print(f"fetching {hub.spec}'s config.json from the Hugging Face hub into {cache_folder()}", flush=True)
     try:
-        return Path(hf_hub_download(hub.repo_id, "config.json", revision=hub.revision))
+        return Path(hf_hub_download(hub.repo_id, "config.json", revision=hub.revision, local_files_only=offline()))
     except Exception as e:
         raise _user_error(hub, label, e) from None
 

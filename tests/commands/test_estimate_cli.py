@@ -103,3 +103,42 @@ def test_every_gpu_preset_counts_the_static_decode_cache_through_the_update():
         items = {i.name: i for i in est.items}
         assert items["static KV cache"].phase == "resident" and items["static KV cache"].bytes > 0, name
         assert items["KV cache"].bytes == 0, name
+
+
+def test_without_a_network_estimate_falls_back_at_once(cwd, capsys, monkeypatch):
+    """No network and no HF_HUB_OFFLINE: one probe of the hub's host, one line saying so, then the cache
+    alone (huggingface_hub's retries with back-off took 27.5 s before the published shape was used)."""
+    import socket
+
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from rlvr import hub
+
+    def no_network(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    calls = []
+    real = huggingface_hub.hf_hub_download
+
+    def download(*args, **kwargs):
+        calls.append(kwargs.get("local_files_only", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    hub.unreachable.cache_clear()
+    try:
+        assert main(["estimate", "--config", "r1_zero_qwen25_7b"]) == 0
+        assert main(["estimate", "--config", "r1_zero_qwen25_7b"]) == 0  # probed once per process
+    finally:
+        hub.unreachable.cache_clear()
+    out, err = capsys.readouterr()
+    assert "7,616M parameters" in out and "the published config of Qwen/Qwen2.5-7B" in out
+    said = [line for line in err.splitlines() if "not reachable" in line]
+    assert said == [
+        "the Hugging Face hub is not reachable (huggingface.co:443 did not answer (Name or service not known)): "
+        "reading its cache only; HF_HUB_OFFLINE=1 skips this check"
+    ]
+    assert calls and all(calls)  # the cache alone: no request was tried
