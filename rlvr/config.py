@@ -259,8 +259,8 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         _check(
             self.engine != Engine.VLLM,
-            "rollout.engine=vllm: rlvr's vLLM engine is not built yet (it needs an NVIDIA GPU, and rlvr has not "
-            "run on one); use rollout.engine=hf",
+            "rollout.engine=vllm: rlvr's vLLM engine is not built yet (it can only be verified on an NVIDIA GPU, "
+            "and rlvr has had one for a single session); use rollout.engine=hf",
         )
         _check(self.samples_per_prompt >= 2, "rollout.samples_per_prompt must be >= 2 (a group needs a baseline)")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
