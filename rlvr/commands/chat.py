@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import threading
 
 from rlvr.errors import UserError
@@ -208,8 +209,23 @@ def _command(chat: Chat, line: str, console) -> bool:
     return True
 
 
+def undescribed_tools(style, names: list[str]) -> str | None:
+    """One line where the prompt (``style``'s template, system text and prefix) names none of the tools:
+    a model not trained with them is then told nothing of them and rarely calls one; else None."""
+    template = style.resolve()
+    said = " ".join(filter(None, (template.system, template.user, template.assistant_prefix)))
+    missing = [n for n in names if n not in said]
+    if len(missing) < len(names):
+        return None
+    return (
+        f"note: --tools {','.join(names)}, but the prompt (template {style.template}) does not describe "
+        f"{'it' if len(names) == 1 else 'them'}, so a model not trained with tools rarely calls one; "
+        "--template r1_tool describes the calculator and its call syntax"
+    )
+
+
 def cmd_chat(args) -> int:
-    from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
+    from rlvr.commands.common import BUILTIN_DEFAULT, model_settings, quiet_libraries, tool_settings
     from rlvr.evaluation import loading as eval_models
     from rlvr.tracking.console import make_console
 
@@ -217,9 +233,15 @@ def cmd_chat(args) -> int:
         raise UserError(f"--temperature {args.temperature}: must be >= 0 (0 = greedy)")
     if args.once is not None and not args.once.strip():
         raise UserError("--once needs a non-empty question")
+    if args.model is None:  # notes go to stderr: --once's stdout is the answer alone
+        args.model = BUILTIN_DEFAULT
+        print(f"no --model: chatting with the built-in {BUILTIN_DEFAULT} (--model RUN_DIR for a trained run)",
+              file=sys.stderr, flush=True)  # fmt: skip
     resolved = eval_models.resolve(args.model)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, [resolved], template="r1")
     tools = tool_settings(args, [resolved])
+    if tools is not None and (why := undescribed_tools(style, tools.names)):
+        print(why, file=sys.stderr, flush=True)
     quiet_libraries()
     import torch
 
@@ -260,7 +282,7 @@ def register(sub) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_model_args(p)
+    add_model_args(p, optional=True)
     p.add_argument("--once", default=None, metavar="QUESTION", help="answer one question on stdout and exit")
     p.add_argument(
         "--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy; default: %(default)s)"

@@ -85,8 +85,13 @@ def check_reward_names(tree: dict) -> None:
             get(name)
 
 
-def add_model_args(p, *, many: bool = False) -> None:
-    """--model and the prompt/generation flags shared by eval, chat and generate."""
+BUILTIN_DEFAULT = "smollm2-135m-instruct"
+"""The model ``rlvr chat`` talks to without ``--model``."""
+
+
+def add_model_args(p, *, many: bool = False, optional: bool = False) -> None:
+    """--model and the prompt/generation flags shared by eval, chat and generate; ``optional``: --model
+    may be left out (``rlvr chat`` then offers the built-in model, :data:`BUILTIN_DEFAULT`)."""
     if many:
         p.add_argument(
             "--model",
@@ -101,9 +106,11 @@ def add_model_args(p, *, many: bool = False) -> None:
         p.add_argument(
             "--model",
             "-m",
-            required=True,
+            required=not optional,
+            default=None,
             metavar="M",
-            help="built-in name, HF directory, hub id (org/name[@rev]), .gguf file, run directory or checkpoint",
+            help="built-in name, HF directory, hub id (org/name[@rev]), .gguf file, run directory or checkpoint"
+            + (f" (default: the built-in {BUILTIN_DEFAULT})" if optional else ""),
         )
     p.add_argument(
         "--template",

@@ -54,7 +54,29 @@ def test_eval_generate_and_chat_take_tools(cwd, tiny_model, capsys):
     capsys.readouterr()
 
     assert main(["chat", "--model", str(tiny_model), "--once", "what is 2 + 2 ?", "--tools", "calculator", *PLAIN]) == 0
-    assert capsys.readouterr().out.strip()
+    out = capsys.readouterr()
+    assert out.out.strip()
+    assert "note: --tools calculator, but the prompt (template plain) does not describe it" in out.err
+    assert "--template r1_tool" in out.err and "note:" not in out.out  # stdout is the answer alone
+    tool = [*PLAIN, "--system", "Use the calculator when you multiply."]  # a prompt that names it: no note
+    assert main(["chat", "--model", str(tiny_model), "--once", "what is 2 + 2 ?", "--tools", "calculator", *tool]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_chat_without_a_model_offers_the_built_in_one(monkeypatch, capsys):
+    from rlvr.commands import chat
+    from rlvr.evaluation import loading
+
+    seen = []
+
+    def resolve(spec):  # stop before any model loads: what chat asked for is the test
+        seen.append(spec)
+        raise chat.UserError("stop here")
+
+    monkeypatch.setattr(loading, "resolve", resolve)
+    assert main(["chat", "--once", "hi"]) == 2
+    assert seen == ["smollm2-135m-instruct"]
+    assert "no --model: chatting with the built-in smollm2-135m-instruct" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["eval", "generate", "chat"])
