@@ -118,7 +118,8 @@ def generation_dtype(device: str, dtype: str = "auto") -> tuple[str, str]:
     bad input stays one line."""
     dev = resolve_device(device)
     chosen, warning = choose_dtype(dtype, dev)
-    line = f"generation dtype: {chosen} ({bf16_support(dev).why})"
+    support = bf16_support(dev)
+    line = f"generation dtype: {chosen} ({support.hardware or support.why})"
     return chosen, line + (f"\nwarning: --dtype {warning}" if warning else "")
 
 

@@ -50,6 +50,9 @@ class BF16Support:
     """Not native, but bf16 may still beat fp32 here: measured both ways on CPUs of this kind."""
     autocast: bool = False
     """Not native for sampling, but bf16 autocast in training was measured to pay on this CPU."""
+    hardware: str = ""
+    """What the device has, without what training makes of it (``why`` may say that): the reason
+    generation commands print (empty: ``why`` is that already)."""
 
     @property
     def trains_bf16(self) -> bool:
@@ -165,6 +168,7 @@ def cpu_bf16() -> BF16Support:
             + f"; measured once on this machine and kept in {kept} (delete it to measure again)",
             unsure=not pays,
             autocast=pays,
+            hardware=f"this CPU has AVX512_BF16 but no AMX ({capability}): bf16 is native for products, not sampling",
         )
     return BF16Support(False, f"this CPU has no native bf16: {capability}")
 

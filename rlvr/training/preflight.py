@@ -86,6 +86,13 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     """
     precision: list[str] = []
     where = None
+    if cfg.log.wandb and writes:  # before anything loads: MetricsLogger would say it after the models
+        from rlvr.tracking.sinks import wandb_available
+
+        if not wandb_available():
+            raise UserError(
+                "log.wandb=true but the wandb package is not installed; `pip install wandb` or set log.wandb=false"
+            )
     if device:
         where = resolve_device(cfg.model.device)
         if needs_resolving(cfg):
@@ -225,9 +232,11 @@ def summary_lines(checked: Checked) -> list[str]:
         f"model {cfg.model.dtype}, rollout {cfg.rollout.dtype}, training autocast bf16 {cfg.model.autocast_bf16}"
     ]
     tests = len(checked.test_rows)
-    evaluated = (
-        f"evaluated on {min(cfg.eval.limit or tests, tests)} of {tests} test problems" if tests else "no test set"
-    )
+    ev = cfg.eval
+    if not (ev.at_start or ev.at_end or ev.every_steps):
+        evaluated = "no evaluation (eval.at_start, eval.at_end and eval.every_steps are off)"
+    else:
+        evaluated = f"evaluated on {min(ev.limit or tests, tests)} of {tests} test problems" if tests else "no test set"
     kl = f"kl {a.kl_coef:g} ({a.kl_estimator})" if a.kl_coef else "no kl"
     lora_note = f", LoRA rank {cfg.model.lora.rank}" if cfg.model.lora.rank else ""
     return [

@@ -344,3 +344,13 @@ def test_mask_ends_at_the_earlier_of_eos_and_stop():
 
 def test_quickstart_stops_at_the_closing_answer_tag():
     assert load_config(None, []).rollout.stop == ["</answer>"]
+
+
+def test_generation_commands_say_nothing_of_training_precision(cpu_with_fast_avx512_bf16):
+    """eval, chat and generate print the dtype they generate in; the training autocast choice (and its
+    measured rate) is training's line, not theirs."""
+    from rlvr.evaluation.loading import generation_dtype
+
+    dtype, line = generation_dtype("cpu")
+    assert dtype == "float32" and line.startswith("generation dtype: float32 (this CPU has AVX512_BF16 but no AMX")
+    assert "train" not in line and "measured" not in line

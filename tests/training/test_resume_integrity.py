@@ -14,6 +14,7 @@ from tiny_run import metrics, tiny_args, tiny_config
 from rlvr import cli
 from rlvr.analysis.report import resume_lines
 from rlvr.analysis.run import load_run
+from rlvr.errors import UserError
 from rlvr.run_dir import RunDir
 from rlvr.training import preflight, train
 
@@ -171,3 +172,30 @@ def test_a_run_being_trained_is_not_trained_twice(finished, capsys):
         held.close()
     code, _, err = _cli([f"resume={finished}", "train.steps=3"], capsys)
     assert code == 0, err
+
+
+def test_the_summary_says_when_evaluation_is_off(tiny_dir, tmp_path):
+    from tiny_run import tiny_config
+
+    from rlvr.training.preflight import preflight, summary_lines
+
+    off = ["eval.at_start=false", "eval.at_end=false", "eval.every_steps=0"]
+
+    def data_line(run, *extra):
+        return next(line for line in summary_lines(preflight(tiny_config(tiny_dir, run, *extra))) if "data " in line)
+
+    off_line = data_line(tmp_path / "a", *off)
+    assert "no evaluation (eval.at_start, eval.at_end and eval.every_steps are off)" in off_line
+    assert "evaluated on" not in off_line and "evaluated on" in data_line(tmp_path / "b")
+
+
+def test_wandb_missing_is_one_line_before_anything_loads(tiny_dir, tmp_path, monkeypatch):
+    from tiny_run import tiny_config
+
+    from rlvr.tracking import sinks
+    from rlvr.training import preflight as pf
+
+    monkeypatch.setattr(sinks, "wandb_available", lambda: False)
+    monkeypatch.setattr(pf, "load_split", lambda *a, **k: pytest.fail("data loaded before the wandb check"))
+    with pytest.raises(UserError, match="log.wandb=true but the wandb package is not installed; `pip install wandb`"):
+        pf.preflight(tiny_config(tiny_dir, tmp_path / "run", "log.wandb=true"))
