@@ -81,6 +81,8 @@ def _check(cond: bool, msg: str) -> None:
 
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+ALL_LINEAR = "all-linear"
+"""``model.lora.target_modules=all-linear``: every linear layer but the output head (peft's own rule)."""
 """The linear layers of a Llama-style block (SmolLM2, Qwen2.5, Llama): attention and MLP."""
 
 
@@ -93,7 +95,7 @@ class LoRAConfig:
     dropout: float = 0.0
     """Dropout on the adapter's input during the update (0 keeps the on-policy ratio at exactly 1)."""
     target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
-    """Names of the linear layers that get an adapter (default: a Llama-style block's attention and MLP projections)."""
+    """Names of the linear layers that get an adapter (default: a Llama-style block's attention and MLP projections), or all-linear (as in peft and TRL: every linear layer but the output head)."""
 
     def __post_init__(self) -> None:
         _check(self.rank >= 0, f"model.lora.rank={self.rank}: must be >= 0 (0 = off), e.g. 16")
@@ -145,7 +147,7 @@ class DataConfig:
     test_split: str = "test"
     """Split read for test rows from such data sets and folders."""
     preset: str = "auto"
-    """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca or custom."""
+    """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, trl (TRL's rows: prompt as a message list, or a string, with solution) or custom."""
     question_key: str | None = None
     """Key of the problem text (dotted path, e.g. prompt.0.content); overrides the preset's. Null = the preset's (custom: question)."""
     answer_key: str | None = None
@@ -889,6 +891,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             raise UserError(f"{key}={value!r}: expected a mapping like {{name: weight}}")
         return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
     if origin is list:
+        if key == "model.lora.target_modules" and value == ALL_LINEAR:
+            value = [ALL_LINEAR]  # peft's and TRL's spelling, a string there
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{key}={value!r}: expected a list like [a, b]")
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]

@@ -252,9 +252,19 @@ def find_revisions(
     return sorted(out, key=Revision.sort_key)
 
 
+def unscored_gold(row: dict, final: str | None) -> bool:
+    """The sample's last number is the gold answer, but not where the accuracy rule reads one: no
+    ``<answer>`` tag or ``\\boxed{}`` holds it (``2 + 2 = 4`` as plain text)."""
+    stated = _norm(extract_answer(str(row.get("completion", ""))))
+    return final is not None and final == _norm(str(row.get("answer", ""))) and stated != final
+
+
 def describe_revision(rev: Revision) -> str:
-    """One header line: step, reward, the results stated -> the final answer."""
+    """One header line: step, reward, the results stated -> the final answer; a "wrong" whose last
+    number is the gold answer says why it still counts as wrong."""
     verdict = "corrected" if rev.corrected else "right" if rev.correct else "wrong"
+    if not rev.correct and unscored_gold(rev.row, rev.final):
+        verdict = "wrong (the gold answer, but outside <answer> and \\boxed{}, where the accuracy rule reads it)"
     return f"step {rev.step}  reward {rev.reward:.3f}  {verdict}: {' , '.join(rev.results)} -> {rev.final}"
 
 

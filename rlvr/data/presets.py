@@ -71,6 +71,15 @@ def boxed_gold(solution: str) -> str:
     return found.strip()
 
 
+def solution_gold(solution: str) -> str:
+    """A TRL-style ``solution``: its last ``\\boxed{}`` where it has one (a worked MATH solution), else
+    the text after GSM8K's ``####``, else the text itself (a bare answer)."""
+    found = last_boxed(solution)
+    if found is not None and found.strip():
+        return found.strip()
+    return gsm8k_gold(solution)
+
+
 @dataclass(frozen=True)
 class Preset:
     """Where one dataset keeps its question, gold answer and extra fields.
@@ -118,6 +127,10 @@ PRESETS: dict[str, Preset] = {
         note="its prompts carry their own instructions; data.template=plain avoids repeating them",
     ),
     "alpaca": Preset("alpaca", "instruction", (("output", None),), query="input", system="system"),
+    # TRL's conversational rows: the question is the last message, a first "system" message the system
+    "trl": Preset(
+        "trl", "prompt.-1.content", (("solution", solution_gold), ("answer", None)), system="prompt.0.content"
+    ),
 }
 
 
@@ -181,6 +194,11 @@ def detect(records: list, dataset: str = "") -> tuple[Preset, str]:
     first = next((r for r in sample if isinstance(r, dict)), {})
     if isinstance(first.get("prompt"), list) and "reward_model" in keys:
         return PRESETS["dapo_math"], "columns prompt (chat list) + reward_model"
+    if isinstance(first.get("prompt"), list) and keys & {"solution", "answer"}:
+        return PRESETS["trl"], "columns prompt (chat list) + solution, TRL's conversational format"
+    if isinstance(first.get("prompt"), str) and "solution" in keys:
+        trl = PRESETS["trl"]
+        return Preset("trl", "prompt", trl.answers), "columns prompt + solution, TRL's standard format"
     if {"instruction", "output"} <= keys:
         return PRESETS["alpaca"], "columns instruction/output"
     if {"question", "answer"} <= keys and any(
@@ -260,6 +278,9 @@ def map_record(preset: Preset, record, extra_keys: dict[str, str]) -> dict:
         paths = " or ".join(f"'{p}'" for p, _ in preset.answers)
         raise BadRow(f"no {paths}", "answer")
     system = get_path(record, preset.system) if preset.system else None
+    if preset.system and preset.system.endswith(".content"):  # a chat message: the system's only if its role says so
+        role = get_path(record, preset.system.removesuffix("content") + "role")
+        system = system if role in (MISSING, "system") else None
     system = system if isinstance(system, str) and system else None
     if system is not None and not _unicode_ok(system):
         raise BadRow(f"text in '{preset.system}' that is not valid Unicode (a lone surrogate)", "content")

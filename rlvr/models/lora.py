@@ -86,11 +86,12 @@ def add_adapter(model, *, rank: int, alpha: float, dropout: float, target_module
             own ``revision`` field, so that peft and other tools read ``org/name`` as the hub id it is.
     """
     peft = _peft()
+    targets = list(target_modules)
     config = peft.LoraConfig(
         r=rank,
         lora_alpha=alpha,
         lora_dropout=dropout,
-        target_modules=list(target_modules),
+        target_modules="all-linear" if targets == ["all-linear"] else targets,  # peft takes it as a string
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -131,6 +132,8 @@ def load_adapter(
     """
     want = {"rank": rank, "alpha": alpha, "dropout": dropout, "target_modules": sorted(target_modules)}
     saved = saved_settings(adapter_dir)
+    if want["target_modules"] == ["all-linear"]:  # peft saves the layers all-linear named, not the words
+        want["target_modules"] = saved["target_modules"]
     changed = [f"model.lora.{k}={want[k]} (saved: {saved[k]})" for k in want if saved[k] != want[k]]
     if changed:
         raise UserError(

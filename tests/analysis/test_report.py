@@ -146,6 +146,16 @@ def test_revisions_without_a_reflection_phrase_rank_the_corrected_ones_first():
     assert "corrected: 9 , 8 -> 8" in aha.describe_revision(revs[0])
 
 
+def test_a_wrong_verdict_says_when_the_gold_answer_lacked_its_tag():
+    """'3 + 5 = 9, 3 + 5 = 8' with no <answer> or box: the last number is the gold, the accuracy rule
+    read none, and the verdict says so instead of a bare 'wrong'."""
+    (rev,) = aha.find_revisions([sample(1, "<think>3 + 5 = 9, 3 + 5 = 8</think>", 0.0, 0.0)])
+    line = aha.describe_revision(rev)
+    assert "wrong (the gold answer, but outside <answer> and \\boxed{}, where the accuracy rule reads it)" in line
+    (boxed,) = aha.find_revisions([sample(1, "<think>3 + 5 = 8, 3 + 5 = 9</think><answer>9</answer>", 0.0, 0.5)])
+    assert "wrong: 8 , 9 -> 9" in aha.describe_revision(boxed)  # plainly wrong: no excuse
+
+
 def test_aha_shows_revisions_when_too_few_samples_reflect(tmp_path, capsys):
     run = make_run(tmp_path, samples=False)
     rows = [sample(1, "<think>3 + 5 = 8</think><answer>8</answer>", 1.0, 1.5)] * 4

@@ -163,6 +163,19 @@ PRESET_CASES = [
         {},
     ),
     ([{"question": "Q", "answer": 42}], "custom", "Q", "42", {}),
+    (  # TRL's conversational rows: a worked solution's box is the gold
+        [
+            {
+                "prompt": [{"role": "system", "content": "Think first."}, {"role": "user", "content": "Half of 1?"}],
+                "solution": "It is $\\boxed{\\frac{1}{2}}$.",
+            }
+        ],
+        "trl",
+        "Half of 1?",
+        "\\frac{1}{2}",
+        {},
+    ),
+    ([{"prompt": [{"role": "user", "content": "2+2?"}], "solution": "4"}], "trl", "2+2?", "4", {}),  # a bare answer
 ]
 
 
@@ -178,6 +191,20 @@ def test_presets_auto_and_by_name(tmp_path, records, preset, question, answer, f
         assert (split.preset, row["question"], row["answer"]) == (preset, question, answer)
         assert fields.items() <= row["fields"].items()
     assert any(f"preset auto -> {preset}" in n for n in load_split(files(path=str(path))).notes)
+
+
+def test_trl_rows_system_message_and_standard_format(tmp_path):
+    """A TRL row's first message is its system text only when its role is system; TRL's standard format
+    (prompt as a string) is read too."""
+    rows = [{"prompt": [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "Q"}], "solution": "7"}]
+    row = load_split(files(path=str(jsonl(tmp_path / "a.jsonl", rows)))).rows[0]
+    assert (row["question"], row["system"], row["answer"]) == ("Q", "Be exact.", "7")
+    rows = [{"prompt": [{"role": "user", "content": "Q"}], "solution": "#### 7"}]
+    row = load_split(files(path=str(jsonl(tmp_path / "b.jsonl", rows)))).rows[0]
+    assert (row["question"], row["system"], row["answer"]) == ("Q", None, "7")
+    rows = [{"prompt": "What is 3 + 4?", "solution": "So \\boxed{7}."}]
+    split = load_split(files(path=str(jsonl(tmp_path / "c.jsonl", rows))))
+    assert (split.preset, split.rows[0]["question"], split.rows[0]["answer"]) == ("trl", "What is 3 + 4?", "7")
 
 
 def test_alpaca_system_and_dapo_note(tmp_path):

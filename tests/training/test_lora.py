@@ -286,3 +286,18 @@ def test_the_preflight_counts_a_lora_checkpoint_as_the_adapter_and_its_adam_mome
     assert checkpoint_bytes(tiny_dir, lora_rank=4, lora_targets=LORA["target_modules"]) == 3 * 4 * params
     assert checkpoint_bytes(tiny_dir, "bfloat16", lora_rank=4, lora_targets=LORA["target_modules"]) == 3 * 4 * params
     assert checkpoint_bytes(tiny_dir) > 3 * 4 * 5 * params  # full fine-tuning saves every weight
+
+
+def test_all_linear_targets_as_in_peft_and_trl(tiny_dir, tmp_path):
+    """model.lora.target_modules=all-linear (TRL's and peft's spelling): every linear layer of the blocks
+    gets an adapter, the head none, and a resume with the same setting is accepted."""
+    cfg = load_config(None, ["model.lora.rank=4", "model.lora.target_modules=all-linear"])
+    assert cfg.model.lora.target_modules == ["all-linear"]
+    adapted = lora.add_adapter(tiny_model(), rank=4, alpha=8, dropout=0.0, target_modules=["all-linear"], base="x")
+    names = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in adapted.model.named_parameters() if "lora_A" in n}
+    assert names == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    run = tmp_path / "run"
+    every = [*LORA_RUN, "model.lora.target_modules=all-linear"]
+    train(tiny_config(tiny_dir, run, *every, "train.steps=1"))
+    train(tiny_config(tiny_dir, run, *every, "train.steps=2", f"resume={run}"))
+    assert len(metrics(run)) == 2
