@@ -17,6 +17,9 @@ from rlvr.analysis.run import Run
 DPI = 110
 PAD_INCHES = 0.08  # blank around what is drawn in a saved PNG
 LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "v", "D"]
+"""The evaluation panel's markers, one per series, each smaller than the last: accuracy and format
+rate that both go 0 -> 1 would otherwise draw one line over the other."""
 
 
 def smoothing_window(n: int) -> int:
@@ -195,6 +198,9 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
 
     colors = [f"C{i % 10}" for i in range(max(len(runs), len(panel.series)))]
     many = len(runs) > 1
+    # several runs of several series: a legend entry per run (its colour) and per series (its line
+    # style), not one per pair (3 runs of 5 series drew 15 entries)
+    keyed = many and len(panel.series) > 1
     drawn, smoothed_any, w_used = 0, False, 1
     for ri, (label, run) in enumerate(runs):
         for si, (key, name) in enumerate(panel.series):
@@ -202,10 +208,11 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
             if not xs:
                 continue
             color = colors[ri] if many else colors[si]
-            style = LINESTYLES[si % len(LINESTYLES)] if many else "-"
-            text = (f"{label}: {name}" if len(panel.series) > 1 else label) if many else name
+            style = LINESTYLES[si % len(LINESTYLES)] if many or panel.source == "eval" else "-"
+            text = "_nolegend_" if keyed else (label if many else name)
             if panel.source == "eval":
-                ax.plot(xs, ys, marker="o", linestyle=style, color=color, label=text)
+                marker, size = MARKERS[si % len(MARKERS)], max(3.0, 9.0 - 2.0 * si)
+                ax.plot(xs, ys, marker=marker, markersize=size, linestyle=style, color=color, label=text)
             else:
                 w = smoothing_window(len(xs))
                 if w > 1:
@@ -234,12 +241,36 @@ def draw_panel(ax, panel: Panel, runs: list[tuple[str, Run]]) -> int:
     if panel.ylim01:
         lo, hi = ax.get_ylim()
         ax.set_ylim(min(-0.02, lo), max(1.02, hi))
+    if panel.name == "clip_fraction" and (why := _flat_clip_reason(runs)):
+        box = {"facecolor": "white", "edgecolor": "none", "alpha": 0.9}
+        ax.text(0.5, 0.78, why, transform=ax.transAxes, ha="center", va="center", fontsize=8, bbox=box)
     handles, labels = ax.get_legend_handles_labels()
+    if keyed:
+        for ri, (label, _) in enumerate(runs):
+            handles.append(Line2D([], [], color=colors[ri], linewidth=1.8))
+            labels.append(label)
+        for si, (_, name) in enumerate(panel.series):
+            handles.append(Line2D([], [], color="gray", linestyle=LINESTYLES[si % len(LINESTYLES)], linewidth=1.8))
+            labels.append(name)
     if smoothed_any:
         handles.append(Line2D([], [], color="gray", alpha=0.4, marker=".", linewidth=0.8))
         labels.append(f"faint: per step; bold: {w_used}-step mean")
     _legend_below(ax, handles, labels)
     return drawn
+
+
+def _flat_clip_reason(runs: list[tuple[str, Run]]) -> str | None:
+    """Why the clip fraction is 0 at every step of every run, for the panel to say (None if it is not)."""
+    values = [v for _, run in runs for v in run.series(M.CLIP_FRAC)[1]]
+    if not values or any(v != 0 for v in values):
+        return None
+    iterations = {run.cfg("algo.num_iterations", 1) for _, run in runs}
+    if iterations == {1}:
+        return (
+            "0 at every step: with algo.num_iterations=1 each update starts from the policy that sampled,\n"
+            "so every token's ratio is exactly 1 and nothing is clipped (as expected, not a fault)"
+        )
+    return "0 at every step: no token's probability ratio left [1 - clip_low, 1 + clip_high]"
 
 
 def _legend_below(ax, handles, labels) -> None:

@@ -125,3 +125,42 @@ def test_every_panel_and_the_aha_curve_fit(tmp_path, saved_figures):
     assert None not in pngs and len(saved_figures) == len(pngs)
     for fig, png in zip(saved_figures, pngs):
         assert_fits(fig, png)
+
+
+def _panel(runs, name):
+    return next(p for p in panels_for([r for _, r in runs]) if p.name == name)
+
+
+def _draw(runs, name):
+    from rlvr.analysis.plots import _figure, draw_panel
+
+    ax = _figure().add_subplot()
+    assert draw_panel(ax, _panel(runs, name), runs)
+    return ax
+
+
+def test_eval_series_that_coincide_stay_visible(tmp_path):
+    """Accuracy and format rate both 0 -> 1: each its own marker, size and line style, so one does not
+    hide the other."""
+    run = load_run(write_run(tmp_path))
+    lines = [line for line in _draw([("run", run)], "eval").get_lines() if line.get_label() != "_nolegend_"]
+    looks = {(line.get_marker(), line.get_markersize(), line.get_linestyle()) for line in lines}
+    assert len(lines) >= 2 and len(looks) == len(lines)
+
+
+def test_a_flat_clip_fraction_says_why(tmp_path):
+    run = load_run(write_run(tmp_path))
+    assert not _draw([("run", run)], "clip_fraction").texts  # 0.01 a step: nothing to explain
+    for m in run.metrics:
+        m[M.CLIP_FRAC] = 0.0
+    (note,) = _draw([("run", run)], "clip_fraction").texts
+    assert "algo.num_iterations=1" in note.get_text() and "ratio is exactly 1" in note.get_text()
+
+
+def test_compare_legends_name_each_run_and_each_series_once(tmp_path):
+    runs = [(f"run{i}", load_run(write_run(tmp_path / str(i)))) for i in range(3)]
+    panel = _panel(runs, "step_time")
+    labels = [t.get_text() for t in _draw(runs, "step_time").get_legend().get_texts()]
+    assert len(panel.series) == 5 and len(labels) == 3 + 5 + 1  # not 3 x 5; the last says what is smoothed
+    assert labels[:3] == ["run0", "run1", "run2"] and set(labels[3:8]) == {name for _, name in panel.series}
+    assert labels[8].startswith("faint: per step")
