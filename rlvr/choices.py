@@ -162,7 +162,7 @@ def parse_tool_syntax(call: str, result: str) -> tuple[str, str, str, str, str]:
 
 # -- data -------------------------------------------------------------------------------------
 
-BUILTIN_TASKS = ("arithmetic", "arithmetic_tool", "countdown")
+BUILTIN_TASKS = ("arithmetic", "arithmetic_tool", "countdown", "code")
 """Offline, seeded prompt generators in ``rlvr/data/tasks.py``."""
 DATA_TASKS = (*BUILTIN_TASKS, "files")
 """Values of ``data.task``: a built-in task, or ``files`` (read ``data.path``)."""
@@ -170,7 +170,7 @@ FILE_FORMATS = ("jsonl", "json", "parquet", "csv", "arrow")
 """Data file formats ``rlvr/data/files.py`` reads (``data.format``, besides ``auto``)."""
 DATA_PRESETS = ("auto", "gsm8k", "math", "math500", "deepscaler", "orz", "dapo_math", "alpaca", "trl", "custom")
 """Values of ``data.preset``: ``auto`` (detect), the schemas of ``rlvr/data/presets.py``, ``custom``."""
-TEMPLATE_NAMES = ("r1", "qwen_r1", "r1_base", "r1_tool", "cot", "plain")
+TEMPLATE_NAMES = ("r1", "qwen_r1", "r1_base", "r1_tool", "r1_code", "cot", "plain")
 """Built-in prompt templates (``rlvr/data/templates.py``), in the order error messages list them."""
 TEMPLATE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -135,7 +135,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     task: str = "arithmetic"
-    """Where prompts come from: 'arithmetic', 'arithmetic_tool' (products and expressions for a model with a calculator) or 'countdown' (built-in, offline, seeded) or 'files' (data.path)."""
+    """Where prompts come from: 'arithmetic', 'arithmetic_tool' (products and expressions for a model with a calculator), 'countdown' or 'code' (write a one-argument Python function, hidden tests for the code_tests reward) (built-in, offline, seeded), or 'files' (data.path)."""
     path: str | None = None
     """Training data when data.task=files: a Hugging Face data set name, org/name[:config][@revision] (e.g. openai/gsm8k:main: fetched into the Hugging Face cache when online, the cache alone with HF_HUB_OFFLINE=1; the run's config.yaml records the commit read), a file (.jsonl .json .parquet .csv .arrow), a folder, a save_to_disk folder, a glob, or several separated by commas. A local path of the same name wins."""
     test_path: str | None = None
@@ -296,6 +296,8 @@ class RewardConfig:
     """One weight per rule: total reward = sum(weight * rule score)."""
     accuracy_rule: str = "accuracy"
     """Which rule is reported as accuracy (metric rollout/accuracy); need not be in rules."""
+    sandbox: str = "bwrap"
+    """How the code rules (code_tests, code_tests_frac) run model-written code: bwrap (bubblewrap namespaces, no network, no files of yours, rlimits; apt-get install bubblewrap) or none (no isolation: it can read and write what you can; a warning once per run)."""
     timeout_s: float = 2.0
     """Hard time limit per item for math-verify and for plugin rules; a timed-out item counts as an error."""
     workers: int = 2

@@ -31,7 +31,8 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "plugins": (1, {"errors"}, set()),  # functions by name: built-ins, modules, files (reward rules, tools)
     "config": (1, {"errors", "choices"}, {"yaml"}),
     "algos": (1, {"choices"}, {"torch"}),
-    "rewards": (2, {"errors", "choices", "plugins"}, {"math_verify"}),
+    "sandbox": (1, {"errors"}, set()),  # bubblewrap + rlimits + the harness: running model-written code
+    "rewards": (2, {"errors", "choices", "plugins", "sandbox"}, {"math_verify"}),
     "jsonl": (1, {"errors"}, set()),  # the one JSONL reader/writer
     "hub": (1, {"errors"}, {"huggingface_hub"}),  # Hub names: cache, offline, one-line errors (models, data)
     "metric_names": (1, set(), set()),  # every metric key, named once

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from rlvr.data import hub
 from rlvr.data.files import expand, fingerprint, hub_name, pin, read_sources, stable_hash
 from rlvr.data.presets import PRESETS, BadRow, Preset, bad_row_message, custom_preset, detect, map_record
-from rlvr.data.tasks import arithmetic, arithmetic_tool, countdown
+from rlvr.data.tasks import arithmetic, arithmetic_tool, code, countdown
 from rlvr.errors import UserError
 
 
@@ -86,6 +86,8 @@ def _builtin(data, split: str) -> list[dict]:
         rows = countdown(size, seed=seed, difficulty=data.difficulty)
     elif data.task == "arithmetic_tool":
         rows = arithmetic_tool(size, seed=seed, difficulty=data.difficulty)
+    elif data.task == "code":
+        rows = code(size, seed=seed, difficulty=data.difficulty)
     else:
         rows = arithmetic(size, seed=seed, difficulty=data.difficulty)
     return [

@@ -149,3 +149,130 @@ def countdown(n: int, *, seed: int, difficulty: int = 1) -> list[dict]:
         fields = {"numbers": numbers, "target": target, "solution": solution}
         rows.append({"question": countdown_question(numbers, target), "answer": str(target), "fields": fields})
     return rows
+
+
+# --- code ------------------------------------------------------------------------------------
+
+
+def _digit_sum(x):
+    return sum(int(c) for c in str(abs(x)))
+
+
+def _count_primes(n):
+    return sum(all(k % d for d in range(2, int(k**0.5) + 1)) for k in range(2, n))
+
+
+def _fib(n):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+
+def _rle(s):
+    out, i = [], 0
+    while i < len(s):
+        j = i
+        while j < len(s) and s[j] == s[i]:
+            j += 1
+        out.append(f"{s[i]}{j - i}")
+        i = j
+    return "".join(out)
+
+
+_WORDS = ["level", "banana", "python", "aabbbc", "rotor", "queue", "mississippi", "abc", "zz", "noon", "tree"]
+
+# (difficulty, name, the sentence after "returns", the function, the argument generator)
+CODE_PROBLEMS = [
+    (1, "add_k", "x plus {k}", lambda k: lambda x: x + k, lambda r: [r.randint(-50, 50)]),
+    (1, "times_k", "x times {k}", lambda k: lambda x: x * k, lambda r: [r.randint(-30, 30)]),
+    (1, "square", "the square of x", lambda k: lambda x: x * x, lambda r: [r.randint(-40, 40)]),
+    (
+        1,
+        "digit_sum",
+        "the sum of the decimal digits of x (x >= 0)",
+        lambda k: _digit_sum,
+        lambda r: [r.randint(0, 10**6)],
+    ),
+    (1, "is_even", "True if x is even, else False", lambda k: lambda x: x % 2 == 0, lambda r: [r.randint(-99, 99)]),
+    (1, "reverse", "the string s reversed", lambda k: lambda s: s[::-1], lambda r: [r.choice(_WORDS)]),
+    (
+        1,
+        "count_vowels",
+        "the number of vowels (a, e, i, o, u) in the string s",
+        lambda k: lambda s: sum(c in "aeiou" for c in s),
+        lambda r: [r.choice(_WORDS)],
+    ),
+    (
+        1,
+        "largest",
+        "the largest number in the list xs",
+        lambda k: max,
+        lambda r: [[r.randint(-99, 99) for _ in range(r.randint(1, 6))]],
+    ),
+    (
+        2,
+        "second_largest",
+        "the second largest distinct number in the list xs (it has at least two)",
+        lambda k: lambda xs: sorted(set(xs))[-2],
+        lambda r: [r.sample(range(-50, 50), r.randint(2, 7))],
+    ),
+    (2, "count_primes", "how many primes are smaller than x", lambda k: _count_primes, lambda r: [r.randint(0, 200)]),
+    (
+        2,
+        "fibonacci",
+        "the x-th Fibonacci number (fibonacci(0) = 0, fibonacci(1) = 1)",
+        lambda k: _fib,
+        lambda r: [r.randint(0, 40)],
+    ),
+    (
+        2,
+        "run_length",
+        "the run-length encoding of s: each run of a letter as the letter and the run's length ('aab' -> 'a2b1')",
+        lambda k: _rle,
+        lambda r: [r.choice(_WORDS)],
+    ),
+    (
+        2,
+        "is_palindrome",
+        "True if the string s reads the same backwards, else False",
+        lambda k: lambda s: s == s[::-1],
+        lambda r: [r.choice(_WORDS)],
+    ),
+    (
+        2,
+        "gcd_k",
+        "the greatest common divisor of x and {k}",
+        lambda k: lambda x: __import__("math").gcd(x, k),
+        lambda r: [r.randint(1, 500)],
+    ),
+]
+"""The built-in code task's problems: each a one-argument function to write, in two tiers."""
+
+
+def code(n: int, *, seed: int, difficulty: int = 1, tests: int = 6) -> list[dict]:
+    """``n`` code problems from a seeded generator: "write ``name(x)`` that returns ...", with one
+    example in the question and ``tests`` hidden cases (the ``code_tests`` reward's; their expected
+    values come from the reference function and never reach the sandbox's candidate). Difficulty 1
+    draws from the easy tier, 2 (or more) from both."""
+    rng = random.Random(seed)
+    pool = [p for p in CODE_PROBLEMS if p[0] <= max(1, difficulty)]
+    rows = []
+    for _ in range(n):
+        _, name, says, make, gen = rng.choice(pool)
+        k = rng.randint(2, 9)
+        fn = make(k)
+        arg = {"add_k": "x", "times_k": "x", "square": "x", "digit_sum": "x", "is_even": "x", "count_primes": "x",
+               "fibonacci": "x", "gcd_k": "x", "largest": "xs", "second_largest": "xs"}.get(name, "s")  # fmt: skip
+        example = gen(rng)
+        cases = [{"args": gen(rng), "expected": None} for _ in range(tests)]
+        for c in cases:
+            c["expected"] = fn(*c["args"])
+        question = (
+            f"Write a Python function `{name}({arg})` that returns {says.format(k=k)}. "
+            f"For example, {name}({example[0]!r}) returns {fn(*example)!r}."
+        )
+        answer = f"{name}: {len(cases)} hidden tests"
+        rows.append({"question": question, "answer": answer,
+                     "fields": {"tests": {"kind": "call", "fn_name": name, "cases": cases}}})  # fmt: skip
+    return rows

@@ -50,6 +50,13 @@ TOOL_INSTRUCTION = (
 (``rollout.tool_call``, ``rollout.tool_result``) and a whole worked answer, for a model that has
 never seen a tool call."""
 COT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+CODE_INSTRUCTION = (
+    "A conversation between User and Assistant. The user asks for a program, and the Assistant writes it. "
+    "The assistant first thinks about the problem in the mind, inside <think> </think> tags, and then gives "
+    "the whole program in one fenced block: ```python ... ```.\n"
+)
+"""The R1 instruction for code (template ``r1_code``): think, then one fenced Python block, which the
+``code_tests`` reward runs."""
 PLACEHOLDER = "{problem}"
 
 
@@ -86,6 +93,7 @@ TEMPLATES: dict[str, PromptTemplate] = {
     "r1_tool": PromptTemplate(
         "r1_tool", R1_INSTRUCTION + TOOL_INSTRUCTION + PLACEHOLDER, system="You are a helpful assistant."
     ),
+    "r1_code": PromptTemplate("r1_code", CODE_INSTRUCTION + PLACEHOLDER, system="You are a helpful assistant."),
     "cot": PromptTemplate("cot", PLACEHOLDER + "\n" + COT_INSTRUCTION),
     "plain": PromptTemplate("plain", PLACEHOLDER, chat=None),
 }

@@ -58,8 +58,11 @@ def _judge(scorer, completions: list[str], golds: list[str], fields: dict) -> li
 
     An item whose rule failed (verifier time-out or crash) is not correct and says why in ``error``.
     """
+    rows = fields.get("fields") or []
+    coded = any(isinstance(f, dict) and f.get("tests") for f in rows)  # a code task: its tests say correct
+    rules = ("code_tests", *EVAL_RULES[1:]) if coded else EVAL_RULES
     (acc, acc_err), (len_, len_err), (fmt, fmt_err) = (
-        scorer.rule_items(name, completions, golds, fields) for name in EVAL_RULES
+        scorer.rule_items(name, completions, golds, fields) for name in rules
     )
     out = []
     for i, c in enumerate(completions):

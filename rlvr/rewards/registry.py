@@ -13,6 +13,7 @@ from rlvr.choices import OnError
 from rlvr.errors import UserError
 from rlvr.rewards import rules as R
 from rlvr.rewards import verify
+from rlvr.rewards.code import code_tests, code_tests_frac
 from rlvr.rewards.countdown import countdown_reward
 from rlvr.rewards.rules import Rule
 
@@ -31,6 +32,8 @@ REWARDS: dict[str, Rule] = {
     "boxed": R.each(R.has_boxed),
     "countdown": countdown_reward,
     "tool_format": R.each(R.tool_format),
+    "code_tests": code_tests,
+    "code_tests_frac": code_tests_frac,
     # MindSpeed-RL names and score values (rule_verifier.py)
     "base_acc": R.base_acc,
     "acc": R.acc,

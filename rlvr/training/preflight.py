@@ -102,6 +102,12 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     cfg = pin_hub_data(cfg, earlier=RunDir(Path(cfg.resume)).read_config() if cfg.resume else None)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
+    if {*cfg.reward.rules, cfg.reward.accuracy_rule} & {"code_tests", "code_tests_frac"}:
+        from rlvr.rewards.code import SANDBOX_ENV
+        from rlvr.sandbox import check_isolation
+
+        precision.append(check_isolation(cfg.reward.sandbox))  # one line, or the error naming the package
+        os.environ[SANDBOX_ENV] = cfg.reward.sandbox  # the code rules read it, here and in workers
     get_reward(cfg.reward.accuracy_rule)
     Toolbox.from_config(cfg.rollout, cfg.reward.workers)  # unknown tools and broken plugins fail now too
     model_path, cfg = _model(cfg)

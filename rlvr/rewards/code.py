@@ -1,0 +1,86 @@
+"""Rewards that run code: ``code_tests`` (1 when every test passes, else 0) and ``code_tests_frac``
+(the fraction that pass), against the tests in each row's ``fields["tests"]``, in the sandbox
+(:mod:`rlvr.sandbox`), all of one completion's tests in one sandboxed process.
+
+A row's tests, as the data presets and the built-in ``code`` task write them::
+
+    {"kind": "call", "fn_name": "f", "setup": "", "cases": [{"args": [12], "expected": 3}, ...]}
+    {"kind": "stdin", "cases": [{"input": "3\\n", "output": "6\\n"}, ...]}
+
+The code is the completion's last fenced block (```` ```python ````, else any fence), else the text
+inside its last ``<answer>``. A completion without code, or a row without tests, scores 0. How the
+code runs (``reward.sandbox``: ``bwrap`` or ``none``) reaches the scoring workers as the environment
+variable ``RLVR_SANDBOX``, which the trainer sets from the config.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from rlvr.sandbox import Limits, run_tests
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+SANDBOX_ENV = "RLVR_SANDBOX"
+
+
+def extract_code(completion: str) -> str | None:
+    """The completion's code: its last ```python block (``py`` and ``python3`` too), else its last fenced
+    block of any language tag, else its last ``<answer>`` (fences inside it stripped); None if none."""
+    blocks = _FENCE.findall(completion)
+    python = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3")]
+    if python or blocks:
+        return (python or [body for _, body in blocks])[-1]
+    answers = _ANSWER.findall(completion)
+    if answers and answers[-1].strip():
+        return answers[-1].strip().strip("`")
+    return None
+
+
+def _tests_of(fields: dict, i: int):
+    direct = fields.get("tests")
+    if isinstance(direct, (list, tuple)) and i < len(direct) and isinstance(direct[i], dict):
+        return direct[i]
+    nested = fields.get("fields")
+    if isinstance(nested, (list, tuple)) and i < len(nested) and isinstance(nested[i], dict):
+        return nested[i].get("tests")
+    return None
+
+
+def _score(completions: list[str], fields: dict, *, fraction: bool) -> list[float]:
+    """The completions' scores; their sandboxes run side by side, one per core (each a process: the
+    threads here only wait)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    isolation = os.environ.get(SANDBOX_ENV, "bwrap")
+
+    def one(i: int) -> float:
+        tests, code = _tests_of(fields, i), extract_code(completions[i])
+        if not tests or not tests.get("cases") or code is None:
+            return 0.0
+        outcome = run_tests(
+            code,
+            tests["kind"],
+            tests["cases"],
+            fn_name=tests.get("fn_name", ""),
+            setup=tests.get("setup", ""),
+            limits=Limits(),
+            stop_on_fail=not fraction,
+            isolation=isolation,
+        )
+        passed = sum(outcome.passed)
+        return passed / len(outcome.passed) if fraction else float(passed == len(outcome.passed))
+
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return list(pool.map(one, range(len(completions))))
+
+
+def code_tests(completions: list[str], labels: list, **fields) -> list[float]:
+    """1 when the completion's code passes every test of its row, else 0 (it stops at the first failure)."""
+    return _score(completions, fields, fraction=False)
+
+
+def code_tests_frac(completions: list[str], labels: list, **fields) -> list[float]:
+    """The fraction of its row's tests the completion's code passes (every test runs)."""
+    return _score(completions, fields, fraction=True)
