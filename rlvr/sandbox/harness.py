@@ -26,7 +26,7 @@ import time
 from decimal import Decimal, InvalidOperation
 
 WORK = sys.argv[1] if len(sys.argv) > 1 else "/work"  # reward.sandbox=none: a host folder
-DRIVER = '''
+DRIVER = """
 import json, os, sys
 _write, _dumps, _loads, _out = os.write, json.dumps, json.loads, int(sys.argv[1])
 _readline = sys.stdin.buffer.readline
@@ -53,7 +53,7 @@ while True:
     except BaseException as _e:
         _msg = ["error", type(_e).__name__ + ": " + str(_e)[:300]]
     _write(_out, (_dumps(_msg) + "\\n").encode())
-'''
+"""
 
 
 def _not_dumpable():
