@@ -168,7 +168,21 @@ DATA_TASKS = (*BUILTIN_TASKS, "files")
 """Values of ``data.task``: a built-in task, or ``files`` (read ``data.path``)."""
 FILE_FORMATS = ("jsonl", "json", "parquet", "csv", "arrow")
 """Data file formats ``rlvr/data/files.py`` reads (``data.format``, besides ``auto``)."""
-DATA_PRESETS = ("auto", "gsm8k", "math", "math500", "deepscaler", "orz", "dapo_math", "alpaca", "trl", "custom")
+DATA_PRESETS = (
+    "auto",
+    "gsm8k",
+    "math",
+    "math500",
+    "deepscaler",
+    "orz",
+    "dapo_math",
+    "alpaca",
+    "trl",
+    "humaneval",
+    "mbpp",
+    "apps",
+    "custom",
+)
 """Values of ``data.preset``: ``auto`` (detect), the schemas of ``rlvr/data/presets.py``, ``custom``."""
 TEMPLATE_NAMES = ("r1", "qwen_r1", "r1_base", "r1_tool", "r1_code", "cot", "plain")
 """Built-in prompt templates (``rlvr/data/templates.py``), in the order error messages list them."""

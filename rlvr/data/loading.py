@@ -76,6 +76,7 @@ def _preset(data, records: list, dataset: str = "") -> tuple[Preset, str]:
             preset.extras,
             None,
             preset.note,
+            preset.code,
         )
     return preset, why
 

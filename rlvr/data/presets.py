@@ -100,6 +100,8 @@ class Preset:
     extras: dict[str, str] = field(default_factory=dict)
     list_form: Preset | None = None
     note: str = ""
+    code: bool = False
+    """A code data set: :data:`rlvr.data.code_sets.READERS` makes the question and the tests (``fields["tests"]``)."""
 
 
 _MATH = Preset(
@@ -128,6 +130,10 @@ PRESETS: dict[str, Preset] = {
     ),
     "alpaca": Preset("alpaca", "instruction", (("output", None),), query="input", system="system"),
     # TRL's conversational rows: the question is the last message, a first "system" message the system
+    # code data sets (rlvr.data.code_sets): tests for the code_tests reward, no gold answer
+    "humaneval": Preset("humaneval", "prompt", (), extras={"task_id": "task_id"}, code=True),
+    "mbpp": Preset("mbpp", "test_list", (), extras={"task_id": "task_id"}, code=True),
+    "apps": Preset("apps", "input_output", (), extras={"difficulty": "difficulty"}, code=True),
     "trl": Preset(
         "trl", "prompt.-1.content", (("solution", solution_gold), ("answer", None)), system="prompt.0.content"
     ),
@@ -158,6 +164,10 @@ HUB_PRESETS = {
     "agentica-org/DeepScaleR-Preview-Dataset": "deepscaler",
     "pe-nlp/orz_math_57k": "orz",
     "BytedTsinghua-SIA/DAPO-Math-17k": "dapo_math",
+    "openai/openai_humaneval": "humaneval",
+    "google-research-datasets/mbpp": "mbpp",
+    "codeparrot/apps": "apps",
+    "BAAI/TACO": "apps",
 }
 """The published data sets each preset was written for, by Hub name: the name decides where the
 columns cannot (MATH-500 has MATH's columns; DeepScaleR and ORZ share problem/answer)."""
@@ -192,6 +202,12 @@ def detect(records: list, dataset: str = "") -> tuple[Preset, str]:
         if isinstance(r, dict):
             keys |= set(r)
     first = next((r for r in sample if isinstance(r, dict)), {})
+    if {"prompt", "test", "entry_point"} <= keys:
+        return PRESETS["humaneval"], "columns prompt/test/entry_point (HumanEval)"
+    if "test_list" in keys and keys & {"text", "prompt"}:
+        return PRESETS["mbpp"], "columns text/test_list (MBPP)"
+    if "input_output" in keys and keys & {"question", "problem"}:
+        return PRESETS["apps"], "columns question/input_output (APPS, TACO)"
     if isinstance(first.get("prompt"), list) and "reward_model" in keys:
         return PRESETS["dapo_math"], "columns prompt (chat list) + reward_model"
     if isinstance(first.get("prompt"), list) and keys & {"solution", "answer"}:
@@ -247,6 +263,23 @@ def _text(value, what: str, path: str) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+def _code_row(preset: Preset, record, extra_keys: dict[str, str]) -> dict:
+    """A code data set's record -> a row whose ``fields["tests"]`` the code_tests reward runs; its
+    ``answer`` only names how many tests there are (there is no gold text to compare)."""
+    from rlvr.data.code_sets import READERS
+
+    if not isinstance(record, dict):
+        raise BadRow(f"a record that is not a mapping ({_keys_of(record)})", "question")
+    question, tests = READERS[preset.name](record)
+    fields = {name: record[path] for name, path in preset.extras.items() if path in record}
+    for name, path in extra_keys.items():
+        value = get_path(record, path)
+        if value is not MISSING:
+            fields[name] = value
+    fields["tests"] = tests
+    return {"question": question, "answer": f"{len(tests['cases'])} tests", "system": None, "fields": fields}
+
+
 def map_record(preset: Preset, record, extra_keys: dict[str, str]) -> dict:
     """One record -> a row ``{"question", "answer", "system", "fields"}``.
 
@@ -256,6 +289,8 @@ def map_record(preset: Preset, record, extra_keys: dict[str, str]) -> dict:
     """
     if isinstance(record, list) and preset.list_form is not None:
         preset = preset.list_form
+    if preset.code:
+        return _code_row(preset, record, extra_keys)
     question = _text(get_path(record, preset.question), "question", preset.question)
     if preset.query:
         query = get_path(record, preset.query)

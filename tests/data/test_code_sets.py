@@ -1,0 +1,140 @@
+"""Code data sets (rlvr.data.code_sets): HumanEval, MBPP, APPS/TACO rows in their published schemas,
+from local files and by Hub name from a hub-style cache (offline), become rows whose tests the
+code_tests reward runs; a reference solution passes them and a wrong one does not; rows whose
+tests rlvr cannot run safely are left out with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import hub_cache
+import pytest
+from test_hub_data import hf_hub  # noqa: F401 (the fixture)
+
+from rlvr.config import DataConfig
+from rlvr.data import load_split
+from rlvr.data.code_sets import assert_cases
+from rlvr.data.presets import BadRow
+from rlvr.rewards import get
+from rlvr.sandbox import bwrap_problem
+
+needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"no bubblewrap here: {bwrap_problem()}")
+
+HUMANEVAL = [
+    {
+        "task_id": "HumanEval/0",
+        "prompt": 'def close(xs: list, t: float) -> bool:\n    """True if two numbers are closer than t."""\n',
+        "canonical_solution": "    return any(abs(a - b) < t for i, a in enumerate(xs) for b in xs[i + 1 :])\n",
+        "test": "\n\nMETADATA = {}\n\n\ndef check(candidate):\n"
+        "    assert candidate([1.0, 2.0, 3.9, 4.0], 0.3) == True\n"
+        "    assert candidate([1.0, 2.0, 3.0], 0.5) == False\n    assert not candidate([1.0, 5.0], 1.0)\n",
+        "entry_point": "close",
+    },
+    {
+        "task_id": "HumanEval/2",
+        "prompt": "def trunc(x: float) -> float:\n",
+        "canonical_solution": "    return x % 1.0\n",
+        "test": "def check(candidate):\n    assert abs(candidate(3.5) - 0.5) < 1e-6\n"
+        "    assert abs(candidate(1.33) - 0.33) < 1e-6\n",
+        "entry_point": "trunc",
+    },
+    {
+        "task_id": "HumanEval/9",
+        "prompt": "def f(x):\n",
+        "canonical_solution": "    return x\n",
+        "test": "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i\n",
+        "entry_point": "f",
+    },
+]
+MBPP = [
+    {
+        "task_id": 11,
+        "text": "Write a python function to remove first and last occurrence of a given character from the string.",
+        "code": "def remove_Occ(s, ch):\n    s = s.replace(ch, '', 1)\n    i = s.rfind(ch)\n"
+        "    return s[:i] + s[i + 1 :] if i >= 0 else s\n",
+        "test_list": [
+            'assert remove_Occ("hello","l") == "heo"',
+            'assert remove_Occ("abcda","a") == "bcd"',
+            'assert remove_Occ("PHP","P") == "H"',
+        ],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    }
+]
+APPS = [
+    {
+        "problem_id": 0,
+        "question": "Read n and print 2n.",
+        "solutions": json.dumps(["print(int(input()) * 2)"]),
+        "input_output": json.dumps({"inputs": ["3\n", "21\n"], "outputs": ["6 \n", "42\n"]}),
+        "difficulty": "introductory",
+        "url": "",
+        "starter_code": "",
+    },
+    {
+        "problem_id": 1,
+        "question": "Return the sum of the list.",
+        "solutions": json.dumps(["class Solution:\n    def total(self, xs):\n        return sum(xs)\n"]),
+        "input_output": json.dumps({"fn_name": "total", "inputs": [[[1, 2]], [[5, 5]]], "outputs": [[3], [10]]}),
+        "difficulty": "interview",
+        "url": "",
+        "starter_code": "class Solution:\n    def total(self, xs):\n",
+    },
+    {
+        "problem_id": 2,
+        "question": "No tests.",
+        "solutions": "[]",
+        "input_output": "",
+        "difficulty": "",
+        "url": "",
+        "starter_code": "",
+    },
+]
+
+
+def _rows(path: str, **kw):
+    return load_split(DataConfig(task="files", path=path, on_bad_row="skip", **kw))
+
+
+def _solve(split, solutions: list[str]):
+    tests = [r["fields"]["tests"] for r in split.rows]
+    return get("code_tests")([f"```python\n{s}\n```" for s in solutions], [""] * len(tests), tests=tests)
+
+
+def test_assert_shapes_rlvr_runs_and_those_it_leaves_out():
+    fn, cases = assert_cases(
+        "assert f(1, 'a') == [2]\nassert 3 == f(2, 'b')\nassert f(0, '')\nassert not f(9, 'z')", {"f"}
+    )
+    assert fn == "f" and [c["expected"] for c in cases] == [[2], 3, True, False]
+    with pytest.raises(BadRow, match="not a literal"):
+        assert_cases("assert f(x) == 1", {"f"})
+    with pytest.raises(BadRow, match="shape rlvr does not run safely"):
+        assert_cases("assert sorted(f(1)) == [1]", {"f"})
+
+
+@needs_bwrap
+def test_humaneval_rows_from_a_file(tmp_path):
+    (tmp_path / "he.jsonl").write_text(hub_cache.jsonl(HUMANEVAL))
+    split = _rows(str(tmp_path / "he.jsonl"))
+    assert split.preset == "humaneval" and len(split.rows) == 2  # the loop's test is left out
+    assert any("left out 1" in n for n in split.notes)
+    assert "```python\ndef close(" in split.rows[0]["question"] and split.rows[0]["answer"] == "3 tests"
+    right = [r["prompt"] + r["canonical_solution"] for r in HUMANEVAL[:2]]
+    assert _solve(split, right) == [1.0, 1.0]
+    assert _solve(split, ["def close(xs, t):\n    return True\n", "def trunc(x):\n    return 0.5\n"]) == [0.0, 0.0]
+
+
+@needs_bwrap
+def test_mbpp_and_apps_rows_by_hub_name(hf_hub):  # noqa: F811
+    hub_cache.put_dataset(
+        hf_hub, "google-research-datasets/mbpp", {"full/test-00000-of-00001.parquet": hub_cache.parquet(MBPP)}
+    )
+    hub_cache.put_dataset(hf_hub, "codeparrot/apps", {"test.jsonl": hub_cache.jsonl(APPS)})
+    mbpp = load_split(DataConfig(task="files", path="google-research-datasets/mbpp:full", test_path=""), "test")
+    assert mbpp.preset == "mbpp" and len(mbpp.rows) == 1
+    assert 'assert remove_Occ("hello","l") == "heo"' in mbpp.rows[0]["question"]
+    assert _solve(mbpp, [MBPP[0]["code"]]) == [1.0]
+    apps = load_split(DataConfig(task="files", path="codeparrot/apps", on_bad_row="skip"), "test")
+    assert apps.preset == "apps" and [r["fields"]["tests"]["kind"] for r in apps.rows] == ["stdin", "call"]
+    assert _solve(apps, [json.loads(r["solutions"])[0] for r in APPS[:2]]) == [1.0, 1.0]
+    assert _solve(apps, ["print(6)", "class Solution:\n    def total(self, xs):\n        return 3\n"]) == [0.0, 0.0]
