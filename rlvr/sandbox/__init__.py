@@ -66,6 +66,8 @@ class Limits:
     """Processes the sandbox's user may run at once."""
     scratch_bytes: int = 64 << 20
     """Size of the tmpfs working directory."""
+    cpu_s: float | None = None
+    """CPU seconds each program may use (default: ``total_s`` rounded up, plus one)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,30 @@ def check_isolation(isolation: str) -> str:
 _warned: list[bool] = [False]
 
 
+@dataclass(frozen=True)
+class Program:
+    """One program's run (:func:`run_program`): its exit status (negative: the signal that ended it),
+    what it printed (stdout and stderr together, the first bytes), how much, and whether its wall
+    limit ended it; ``error`` when the sandbox itself failed."""
+
+    status: int | None
+    output: str
+    size: int
+    timed_out: bool
+    seconds: float
+    error: str | None = None
+
+
+def run_program(code: str, *, stdin: str = "", limits: Limits = Limits(), isolation: str = "bwrap") -> Program:
+    """Runs the Python program ``code`` once in the sandbox, ``stdin`` as its input (the ``python`` tool)."""
+    report, seconds = _harness({"code": code, "kind": "run", "stdin": stdin, "cases": []}, limits, isolation)
+    if report is None or "run" not in report:
+        why = (report or {}).get("error", "the harness did not report")
+        return Program(None, "", 0, False, seconds, why)
+    r = report["run"]
+    return Program(r["status"], r["output"], r["size"], r["timed_out"], seconds)
+
+
 def run_tests(
     code: str,
     kind: str,
@@ -180,11 +206,33 @@ def run_tests(
         setup: code run before ``code`` in ``call`` tests (imports a data set's tests assume).
         stop_on_fail: tests after the first failure are not run (and count as failed).
     """
+    spec = {
+        "code": code,
+        "kind": kind,
+        "fn_name": fn_name,
+        "setup": setup,
+        "cases": cases,
+        "stop_on_fail": stop_on_fail,
+    }
+    report, seconds = _harness(spec, limits, isolation)
+    n = len(cases)
+    if report is None:
+        return Outcome([False] * n, ["no report from the harness"] * n, seconds, 0, "the harness did not report")
+    if "error" in report:
+        return Outcome([False] * n, [report["error"]] * n, seconds, 0, report["error"])
+    results = report["results"]
+    passed = [bool(r["passed"]) for r in results] + [False] * (n - len(results))
+    why = [r["why"] for r in results] + ["not run"] * (n - len(results))
+    return Outcome(passed, why, report["seconds"], sum(w == "timeout" for w in why))
+
+
+def _harness(spec: dict, limits: Limits, isolation: str) -> tuple[dict | None, float]:
+    """The harness's report on ``spec`` (None when it did not report) and the wall seconds it took."""
     token = secrets.token_hex(16)
     spec = {
-        "token": token, "code": code, "kind": kind, "fn_name": fn_name, "setup": setup, "cases": cases,
-        "test_s": limits.test_s, "total_s": limits.total_s, "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes, "processes": limits.processes, "stop_on_fail": stop_on_fail,
+        **spec, "token": token, "test_s": limits.test_s, "total_s": limits.total_s,
+        "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes, "processes": limits.processes,
+        "cpu_s": limits.cpu_s,
     }  # fmt: skip
     interpreter = python()
     scratch = None
@@ -218,17 +266,10 @@ def run_tests(
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.monotonic() - start
-    n = len(cases)
     text = out.decode("utf-8", "replace").strip()
     if not text.startswith(token):
-        return Outcome([False] * n, ["no report from the harness"] * n, seconds, 0, "the harness did not report")
-    report = json.loads(text[len(token) :])
-    if "error" in report:
-        return Outcome([False] * n, [report["error"]] * n, seconds, 0, report["error"])
-    results = report["results"]
-    passed = [bool(r["passed"]) for r in results] + [False] * (n - len(results))
-    why = [r["why"] for r in results] + ["not run"] * (n - len(results))
-    return Outcome(passed, why, report["seconds"], sum(w == "timeout" for w in why))
+        return None, seconds
+    return json.loads(text[len(token) :]), seconds
 
 
 def _kill_group(proc) -> None:

@@ -68,16 +68,16 @@ def _not_dumpable():
 def _limits(spec):
     def apply():
         os.setsid()
-        cpu = int(math.ceil(spec["total_s"])) + 1
-        for what, value in (
-            (resource.RLIMIT_CPU, cpu),
-            (resource.RLIMIT_AS, spec["memory_bytes"]),
-            (resource.RLIMIT_FSIZE, spec["file_bytes"]),
-            (resource.RLIMIT_NPROC, spec["processes"]),
-            (resource.RLIMIT_CORE, 0),
+        cpu = int(math.ceil(spec.get("cpu_s") or spec["total_s"] + 1))
+        for what, soft, hard in (
+            (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
+            (resource.RLIMIT_AS, spec["memory_bytes"], spec["memory_bytes"]),
+            (resource.RLIMIT_FSIZE, spec["file_bytes"], spec["file_bytes"]),
+            (resource.RLIMIT_NPROC, spec["processes"], spec["processes"]),
+            (resource.RLIMIT_CORE, 0, 0),
         ):
             try:
-                resource.setrlimit(what, (value, value))
+                resource.setrlimit(what, (soft, hard))
             except (ValueError, OSError):
                 pass
 
@@ -160,7 +160,7 @@ def run_calls(spec, end, results):
     err = open(WORK + "/stderr.txt", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", DRIVER, str(write_fd), spec["fn_name"]],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, pass_fds=(write_fd,), cwd=WORK,
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, pass_fds=(write_fd,), cwd=WORK, env={},
         preexec_fn=_limits(spec),
     )  # fmt: skip
     os.close(write_fd)
@@ -207,7 +207,7 @@ def run_stdin(spec, end, results):
         with open(WORK + "/stdout.txt", "wb") as out, open(WORK + "/stderr.txt", "wb") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", WORK + "/solution.py"],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=WORK, preexec_fn=_limits(spec),
+                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=WORK, env={}, preexec_fn=_limits(spec),
             )  # fmt: skip
             try:
                 proc.communicate(case["input"].encode(), timeout=max(0.01, min(end - time.monotonic(), spec["test_s"])))
@@ -229,6 +229,29 @@ def run_stdin(spec, end, results):
         results.append({"passed": ok, "why": "" if ok else f"printed {got[:200]!r}"})
 
 
+def run_program(spec, end):
+    """``kind: run``: the program once, stdin given, stdout and stderr together (the python tool)."""
+    with open(WORK + "/stdout.txt", "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", WORK + "/solution.py"], stdin=subprocess.PIPE, stdout=out,
+            stderr=subprocess.STDOUT, cwd=WORK, env={}, preexec_fn=_limits(spec),
+        )  # fmt: skip
+        timed_out = False
+        try:
+            proc.communicate(
+                (spec.get("stdin") or "").encode(), timeout=max(0.01, min(end - time.monotonic(), spec["test_s"]))
+            )
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except OSError:
+            pass
+        _kill(proc)
+    size = os.path.getsize(WORK + "/stdout.txt")
+    with open(WORK + "/stdout.txt", "rb") as f:
+        text = f.read(spec.get("output_bytes", 65536)).decode("utf-8", "replace")
+    return {"status": proc.returncode, "output": text, "size": size, "timed_out": timed_out}
+
+
 def main():
     spec = json.loads(sys.stdin.buffer.read())
     sys.stdin.close()
@@ -241,6 +264,11 @@ def main():
     start = time.monotonic()
     end = start + spec["total_s"]
     results = []
+    if spec["kind"] == "run":
+        report = {"run": run_program(spec, end), "seconds": time.monotonic() - start}
+        sys.stdout.write(token + json.dumps(report) + "\n")
+        sys.stdout.flush()
+        return
     try:
         (run_calls if spec["kind"] == "call" else run_stdin)(spec, end, results)
     except Exception as e:  # a harness failure is reported, never taken for a pass

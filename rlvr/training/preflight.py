@@ -102,7 +102,9 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     cfg = pin_hub_data(cfg, earlier=RunDir(Path(cfg.resume)).read_config() if cfg.resume else None)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
-    if {*cfg.reward.rules, cfg.reward.accuracy_rule} & {"code_tests", "code_tests_frac"}:
+    if {*cfg.reward.rules, cfg.reward.accuracy_rule} & {"code_tests", "code_tests_frac"} or "python" in (
+        cfg.rollout.tools or []
+    ):  # model-written code runs: in the sandbox, or (reward.sandbox=none) said so
         from rlvr.rewards.code import SANDBOX_ENV
         from rlvr.sandbox import check_isolation
 
