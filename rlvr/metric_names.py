@@ -10,6 +10,9 @@ from __future__ import annotations
 
 # -- rollout/: everything sampled this step (with DAPO dynamic sampling, the dropped groups too)
 ROLLOUT = "rollout/"
+CODE = "code/"
+"""The code rules' sandbox per step (:func:`rlvr.rewards.code.drain_stats`): ``code/programs``,
+``code/timeouts``, ``code/sandbox_errors``, ``code/exec_s``."""
 REWARD_MEAN = "rollout/reward_mean"
 REWARD_STD = "rollout/reward_std"
 ACCURACY = "rollout/accuracy"

@@ -37,7 +37,11 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
     "hub": (1, {"errors"}, {"huggingface_hub"}),  # Hub names: cache, offline, one-line errors (models, data)
     "metric_names": (1, set(), set()),  # every metric key, named once
     "models": (2, None, None),  # -> config, errors
-    "tools": (3, {"errors", "choices", "rewards", "plugins"}, set()),  # tool plugins, run in the rewards' worker pool
+    "tools": (
+        3,
+        {"errors", "choices", "rewards", "plugins", "sandbox"},
+        set(),
+    ),  # tool plugins, run in the rewards' worker pool
     "run_dir": (2, {"errors", "jsonl"}, {"yaml"}),  # a run's files; no torch
     "data": (3, None, None),  # -> models (tokenizer), rewards (countdown rules)
     "cpu": (3, {"models"}, None),  # CPU acceleration; others import only rlvr.cpu's names

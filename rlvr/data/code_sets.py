@@ -2,7 +2,7 @@
 
 Each reader takes one record of a data set's published schema and returns ``(question, tests)``,
 ``tests`` in the reward's form (``{"kind": "call" | "stdin", "fn_name", "setup", "cases"}``), or
-raises :class:`~rlvr.data.presets.BadRow` (counted and reported like any bad row) for a record whose
+raises :class:`BadRow` (counted and reported like any bad row) for a record whose
 tests it cannot hold to that form. Schemas: ``shared/reference/code-rlvr.md`` §1.
 
 Assert-style tests (HumanEval's ``check(candidate)``, MBPP's ``test_list``) become call cases: each
@@ -19,7 +19,10 @@ from __future__ import annotations
 import ast
 import json
 
-from rlvr.data.presets import BadRow
+
+class BadRow(ValueError):
+    """A record whose tests this module cannot hold to the reward's form; the data loader counts it as a
+    bad row (:class:`rlvr.data.presets.BadRow`) with this reason."""
 
 
 def _literal(node: ast.AST):

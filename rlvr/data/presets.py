@@ -266,11 +266,14 @@ def _text(value, what: str, path: str) -> str:
 def _code_row(preset: Preset, record, extra_keys: dict[str, str]) -> dict:
     """A code data set's record -> a row whose ``fields["tests"]`` the code_tests reward runs; its
     ``answer`` only names how many tests there are (there is no gold text to compare)."""
-    from rlvr.data.code_sets import READERS
+    from rlvr.data import code_sets
 
     if not isinstance(record, dict):
         raise BadRow(f"a record that is not a mapping ({_keys_of(record)})", "question")
-    question, tests = READERS[preset.name](record)
+    try:
+        question, tests = code_sets.READERS[preset.name](record)
+    except code_sets.BadRow as e:
+        raise BadRow(str(e), "tests") from None
     fields = {name: record[path] for name, path in preset.extras.items() if path in record}
     for name, path in extra_keys.items():
         value = get_path(record, path)

@@ -24,6 +24,21 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 SANDBOX_ENV = "RLVR_SANDBOX"
 
+_STATS = {"programs": 0, "timeouts": 0, "sandbox_errors": 0, "exec_s": 0.0}
+"""What the code rules ran in this process since :func:`drain_stats` last read it."""
+_STATS_LOCK = __import__("threading").Lock()
+
+
+def drain_stats() -> dict[str, float]:
+    """The code rules' counts since the last call, and reset them: ``programs`` (completions whose code
+    ran), ``timeouts`` (tests stopped by their time limit), ``sandbox_errors`` (runs where the sandbox
+    or the harness failed, not the code) and ``exec_s`` (seconds in the sandbox, summed over
+    completions; they run side by side). Empty when no code ran."""
+    with _STATS_LOCK:
+        out = dict(_STATS) if _STATS["programs"] else {}
+        _STATS.update(programs=0, timeouts=0, sandbox_errors=0, exec_s=0.0)
+    return out
+
 
 def extract_code(completion: str) -> str | None:
     """The completion's code: its last ```python block (``py`` and ``python3`` too), else its last fenced
@@ -69,6 +84,11 @@ def _score(completions: list[str], fields: dict, *, fraction: bool) -> list[floa
             stop_on_fail=not fraction,
             isolation=isolation,
         )
+        with _STATS_LOCK:
+            _STATS["programs"] += 1
+            _STATS["timeouts"] += outcome.timeouts
+            _STATS["sandbox_errors"] += outcome.error is not None
+            _STATS["exec_s"] += outcome.seconds
         passed = sum(outcome.passed)
         return passed / len(outcome.passed) if fraction else float(passed == len(outcome.passed))
 

@@ -146,7 +146,7 @@ def bwrap_problem() -> str | None:
 
 def check_isolation(isolation: str) -> str:
     """The line that says how model-written code runs here; raises UserError where ``isolation`` is
-    ``bwrap`` and bubblewrap cannot run (one line: what to install, or ``sandbox.isolation=none``)."""
+    ``bwrap`` and bubblewrap cannot run (one line: what to install, or ``reward.sandbox=none``)."""
     if isolation not in ISOLATIONS:
         raise UserError(f"reward.sandbox={isolation}: use bwrap (default) or none")
     if isolation == "none":

@@ -21,6 +21,7 @@ import torch
 from rlvr import algos
 from rlvr import metric_names as M
 from rlvr.config import Config
+from rlvr.rewards.code import drain_stats as drain_code_stats
 from rlvr.rewards.registry import RewardResult
 from rlvr.rollout.base import RolloutBatch, concat_batches, select_groups
 from rlvr.rollout.hf import sample_seed
@@ -224,6 +225,7 @@ def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: in
     P_all = P * group.world_size  # the step's prompts over all ranks
     timing = {"rollout": 0.0, "reward": 0.0}
     seeds = sequence_seeds(cfg.seed, step, 0, first_group, P, G)
+    drain_code_stats()  # what an evaluation ran since the last step is not this step's
     parts = [_sample_and_score(engine, scorer, [train_rows[i] for i in prompts], cfg, prefix, timing, seeds)]
     info: dict = {}
     if algo.dynamic_sampling:
@@ -238,6 +240,7 @@ def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: in
             rows = [train_rows[i] for i in idx[first_group : first_group + P]]
             parts.append(_sample_and_score(engine, scorer, rows, cfg, prefix, timing, seeds))
     info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
+    info.update({M.CODE + k: v for k, v in drain_code_stats().items()})  # code/programs, code/timeouts, ...
     if not algo.dynamic_sampling:  # this rank trains on its own groups; the others need only their scores
         return parts[0], Sampled.concat(group.gather(parts[0].summary())), info
     batches = len(parts)

@@ -13,8 +13,7 @@ from test_hub_data import hf_hub  # noqa: F401 (the fixture)
 
 from rlvr.config import DataConfig
 from rlvr.data import load_split
-from rlvr.data.code_sets import assert_cases
-from rlvr.data.presets import BadRow
+from rlvr.data.code_sets import BadRow, assert_cases
 from rlvr.rewards import get
 from rlvr.sandbox import bwrap_problem
 

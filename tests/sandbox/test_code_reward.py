@@ -93,3 +93,27 @@ def test_missing_bubblewrap_is_one_line_naming_the_package(monkeypatch):
         assert "WITHOUT isolation" in check_isolation("none")
     finally:
         sandbox.bwrap_problem.cache_clear()
+
+
+@needs_bwrap
+def test_the_step_metrics_count_what_ran_in_the_sandbox():
+    """code/programs, code/timeouts, code/sandbox_errors and code/exec_s (drained once per step by
+    rlvr.training.sampling.collect, which names them code/...)."""
+    from rlvr.rewards.code import drain_stats
+
+    drain_stats()
+    slow = {"kind": "call", "fn_name": "f", "cases": [{"args": [1], "expected": 1}]}
+    completions = ["```python\ndef f(x):\n    while True: pass\n```", "```python\ndef f(x):\n    return x\n```", "no"]
+    from rlvr import sandbox
+
+    real = sandbox.Limits
+    try:
+        import rlvr.rewards.code as code_rule
+
+        code_rule.Limits = lambda: real(test_s=0.5, total_s=1.0)
+        assert get("code_tests")(completions, [""] * 3, tests=[slow] * 3) == [0.0, 1.0, 0.0]
+    finally:
+        code_rule.Limits = real
+    stats = drain_stats()
+    assert stats["programs"] == 2 and stats["timeouts"] == 1 and stats["sandbox_errors"] == 0
+    assert stats["exec_s"] > 0.5 and drain_stats() == {}
