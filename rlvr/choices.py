@@ -177,10 +177,10 @@ DATA_PRESETS = (
     "orz",
     "dapo_math",
     "alpaca",
-    "trl",
     "humaneval",
     "mbpp",
     "apps",
+    "trl",
     "custom",
 )
 """Values of ``data.preset``: ``auto`` (detect), the schemas of ``rlvr/data/presets.py``, ``custom``."""

@@ -194,7 +194,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check(
             self.task in DATA_TASKS,
-            f"data.task={self.task}: use arithmetic, arithmetic_tool, countdown or files (files reads data.path: .jsonl .json .parquet .csv .arrow, folders)",
+            f"data.task={self.task}: use {', '.join(DATA_TASKS[:-1])} or {DATA_TASKS[-1]} "
+            "(files reads data.path: .jsonl .json .parquet .csv .arrow, folders)",
         )
         _check(self.task != "files" or bool(self.path), "data.task=files needs data.path=FILE (or a folder or glob)")
         _check(

@@ -189,11 +189,11 @@ def test_integral_float_is_accepted_for_int_fields():
         ("model.dtype=float16", "model.dtype=float16: use float32 or bfloat16"),
         ("model.device=tpu", "model.device=tpu"),
         ("data.difficulty=5", "data.difficulty=5: must be 1..4"),
-        ("data.task=csv", "data.task=csv: use arithmetic, arithmetic_tool, countdown or files"),
+        ("data.task=csv", "data.task=csv: use arithmetic, arithmetic_tool, countdown, code or files"),
         ("data.task=files", "data.task=files needs data.path"),
         (
             "data.template=chatml",
-            "data.template=chatml: use r1, qwen_r1, r1_base, r1_tool, cot, plain or a template file",
+            "data.template=chatml: use r1, qwen_r1, r1_base, r1_tool, r1_code, cot, plain or a template file",
         ),
         ("reward.rules=[]", "reward.rules is empty"),
         ("log.samples_every=-1", "log.samples_every must be >= 0"),

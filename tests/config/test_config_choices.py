@@ -32,13 +32,17 @@ def test_every_built_in_task_generates_rows(task):
 @pytest.mark.parametrize(
     "override, needle",
     [
-        ("data.task=web", "data.task=web: use arithmetic, arithmetic_tool, countdown or files"),
+        ("data.task=web", "data.task=web: use arithmetic, arithmetic_tool, countdown, code or files"),
         ("data.format=xml", "data.format=xml: use auto, jsonl, json, parquet, csv or arrow"),
         (
             "data.preset=nope",
-            "data.preset=nope: use one of auto, gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, custom",
+            "data.preset=nope: use one of auto, gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, humaneval, "
+            "mbpp, apps, trl, custom",
         ),
-        ("data.template=r2", "data.template=r2: use r1, qwen_r1, r1_base, r1_tool, cot, plain or a template file"),
+        (
+            "data.template=r2",
+            "data.template=r2: use r1, qwen_r1, r1_base, r1_tool, r1_code, cot, plain or a template file",
+        ),
         ("algo.kl_estimator=k9", "algo.kl_estimator=k9: must be one of k1, k2, k3"),
         ("reward.on_error=ignore", "reward.on_error=ignore: must be one of score, raise"),
     ],

@@ -376,7 +376,7 @@ def test_file_level_errors(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, needle",
     [
-        (dict(task="jsonl"), "data.task=jsonl: use arithmetic, arithmetic_tool, countdown or files"),
+        (dict(task="jsonl"), "data.task=jsonl: use arithmetic, arithmetic_tool, countdown, code or files"),
         (dict(task="files"), "data.task=files needs data.path"),
         (dict(path="x.jsonl"), "add data.task=files"),
         (dict(preset="gsm9k"), "data.preset=gsm9k: use one of auto, gsm8k"),

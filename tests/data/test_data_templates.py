@@ -118,7 +118,7 @@ def test_chat_template_required(name):
 
 def test_problem_braces_are_literal(chat_tok):
     assert "f(x) = {x}" in render_prompt(chat_tok, "f(x) = {x}", template="r1")
-    assert set(TEMPLATES) == {"r1", "qwen_r1", "r1_base", "r1_tool", "cot", "plain"}
+    assert set(TEMPLATES) == {"r1", "qwen_r1", "r1_base", "r1_tool", "r1_code", "cot", "plain"}
 
 
 def test_template_files(tmp_path, chat_tok):
@@ -155,7 +155,8 @@ def test_template_file_errors(tmp_path, content, spec_suffix, needle):
 
 def test_unknown_template_name_is_a_config_error():
     with pytest.raises(
-        UserError, match="data.template=chatml: use r1, qwen_r1, r1_base, r1_tool, cot, plain or a template file"
+        UserError,
+        match="data.template=chatml: use r1, qwen_r1, r1_base, r1_tool, r1_code, cot, plain or a template file",
     ):
         DataConfig(template="chatml")
 
