@@ -116,7 +116,7 @@ def add_model_args(p, *, many: bool = False, optional: bool = False) -> None:
         "--template",
         default=None,
         help=(
-            "prompt template: r1, r1_base, r1_tool, cot, plain or a template file "
+            "prompt template: r1, r1_base, r1_tool, r1_code, cot, plain or a template file "
             "(default: the run's, else r1; plain for generate)"
         ),
     )
