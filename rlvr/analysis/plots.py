@@ -112,6 +112,17 @@ def panels_for(runs: list[Run]) -> list[Panel]:
         Panel("clip_fraction", "PPO clip fraction", "fraction of tokens clipped", ((M.CLIP_FRAC, "clip fraction"),)),
         Panel("grad_norm", "Gradient norm", "global L2 norm before clipping", ((M.GRAD_NORM, "grad norm"),)),
         Panel(
+            "code_sandbox",
+            "Code in the sandbox per step",
+            "completions / tests / seconds",
+            (
+                (M.CODE + "programs", "completions run"),
+                (M.CODE + "timeouts", "tests timed out"),
+                (M.CODE + "sandbox_errors", "sandbox errors"),
+                (M.CODE + "exec_s", "seconds in the sandbox (summed)"),
+            ),
+        ),
+        Panel(
             "throughput",
             "Throughput",
             "tokens per second",

@@ -281,6 +281,20 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
         for sample in tool_samples(run, str(run.cfg("rollout.tool_result") or "<result>{output}</result>")):
             doc.sample(sample)
 
+    # -- code -----------------------------------------------------------------------------------
+    steps, programs = run.series("code/programs")
+    if programs:
+        timeouts, errors, seconds = (sum(run.series(f"code/{k}")[1]) for k in ("timeouts", "sandbox_errors", "exec_s"))
+        rules = ", ".join(r for r, _ in run.reward_rules() if r.startswith("code_tests")) or "the code rules"
+        doc.h2("Code in the sandbox")
+        doc.p(
+            f"{rules} ran {int(sum(programs))} completions' code in "
+            f"the sandbox ({run.cfg('reward.sandbox', 'bwrap')}) over {len(steps)} steps: {int(timeouts)} tests timed "
+            f"out, {int(errors)} runs where the sandbox itself failed, {seconds:.1f} s in the sandbox in all "
+            "(summed over completions, which run side by side). The pass rate is reward/code_tests_mean above; "
+            "docs/code-and-environments.md says what the sandbox isolates."
+        )
+
     # -- aha moments ----------------------------------------------------------------------------
     doc.h2("Aha moments")
     hits, curve, scanned = aha_hits(run)

@@ -212,6 +212,20 @@ def test_report_writes_every_file(tmp_path):
     assert "1006 MiB" in md  # peak RSS
 
 
+def test_a_code_run_gets_its_sandbox_section_and_panel(tmp_path):
+    run = make_run(tmp_path, overrides=["reward.rules=[code_tests_frac,code_tests]", "reward.weights=[1.0,0.5]"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r.update({"code/programs": 32, "code/timeouts": 1, "code/sandbox_errors": 0, "code/exec_s": 3.5})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = build_report(run)
+    md = (out / "report.md").read_text().replace("\\_", "_")  # Markdown escapes the rules' underscores
+    assert "## Code in the sandbox" in md and "code_tests_frac, code_tests ran 192 completions' code" in md
+    assert "6 tests timed out, 0 runs where the sandbox itself failed, 21.0 s" in md
+    assert (out / "plots" / "code_sandbox.png").is_file()
+    assert "Code in the sandbox" not in (build_report(make_run(tmp_path, "plain")) / "report.md").read_text()
+
+
 def test_report_of_a_crashed_run_with_a_cut_last_line(tmp_path):
     run = make_run(tmp_path, steps=10, logged=4, complete=False)
     with (run / "metrics.jsonl").open("a") as f:
