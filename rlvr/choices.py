@@ -180,6 +180,8 @@ DATA_PRESETS = (
     "humaneval",
     "mbpp",
     "apps",
+    "lcb",
+    "deepcoder",
     "trl",
     "custom",
 )

@@ -147,7 +147,7 @@ class DataConfig:
     test_split: str = "test"
     """Split read for test rows from such data sets and folders."""
     preset: str = "auto"
-    """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, trl (TRL's rows: prompt as a message list, or a string, with solution), the code sets humaneval, mbpp, apps (APPS and TACO; tests for the code_tests reward), or custom."""
+    """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, trl (TRL's rows: prompt as a message list, or a string, with solution), the code sets humaneval, mbpp, apps (APPS and TACO), lcb (LiveCodeBench), deepcoder (tests for the code_tests reward), or custom."""
     question_key: str | None = None
     """Key of the problem text (dotted path, e.g. prompt.0.content); overrides the preset's. Null = the preset's (custom: question)."""
     answer_key: str | None = None

@@ -146,5 +146,119 @@ def apps(record: dict) -> tuple[str, dict]:
     return ask, tests
 
 
-READERS = {"humaneval": humaneval, "mbpp": mbpp, "apps": apps}
+class _NoClasses(__import__("pickle").Unpickler):
+    """An unpickler that builds no object but plain data: LiveCodeBench's private tests are a pickled
+    str of JSON, and a pickle that names a class is refused rather than run."""
+
+    def find_class(self, module, name):
+        raise __import__("pickle").UnpicklingError(f"they name {module}.{name}; only a pickled str is read")
+
+
+def _json_tests(raw) -> list:
+    """A list of tests from JSON text, or from base64 + zlib + a pickled str of JSON (LCB's private tests)."""
+    if isinstance(raw, list):
+        return raw
+    if not isinstance(raw, str) or not raw.strip():
+        return []
+    try:
+        return json.loads(raw)
+    except ValueError:
+        pass
+    import base64
+    import io
+    import pickle
+    import zlib
+
+    try:
+        text = _NoClasses(io.BytesIO(zlib.decompress(base64.b64decode(raw.encode("utf-8"))))).load()
+        return json.loads(text) if isinstance(text, str) else []
+    except pickle.UnpicklingError as e:
+        raise BadRow(f"pickled tests refused: {e}") from None
+    except (ValueError, zlib.error, EOFError):
+        raise BadRow("tests that are neither JSON nor base64+zlib+pickle of JSON") from None
+
+
+def _listed(tests: list, fn_name: str) -> dict:
+    """LiveCodeBench's and DeepCoder's test lists: ``{"input", "output", "testtype": "stdin" | "functional"}``
+    (LCB: a functional input is one JSON value a line, its output JSON) or ``{"type": "stdin_stdout" |
+    "function_call", "input", "output", "fn_name"}`` (PrimeIntellect: input a list of arguments, output
+    the return value in a one-element list)."""
+    stdin, calls = [], []
+    for t in tests:
+        if not isinstance(t, dict) or "input" not in t or "output" not in t:
+            raise BadRow("a test without input and output")
+        kind = t.get("testtype") or t.get("type") or "stdin"
+        if kind in ("stdin", "stdin_stdout"):
+            stdin.append({"input": str(t["input"]), "output": str(t["output"])})
+            continue
+        fn_name = fn_name or t.get("fn_name") or ""
+        if isinstance(t["input"], str):  # LCB: one JSON value a line
+            try:
+                args = [json.loads(line) for line in t["input"].split("\n") if line.strip()]
+                out = json.loads(t["output"]) if isinstance(t["output"], str) else t["output"]
+            except ValueError:
+                raise BadRow("a functional test whose input or output is not JSON") from None
+            calls.append({"args": args, "expected": out})
+        else:  # PrimeIntellect: the arguments, and the return value in a one-element list
+            out = t["output"]
+            alternatives = [out, out[0]] if isinstance(out, list) and len(out) == 1 else [out]
+            calls.append({"args": list(t["input"]), "expected_any": alternatives})
+    if stdin and calls:
+        raise BadRow("stdin and functional tests in one row")
+    if calls:
+        if not fn_name:
+            raise BadRow("functional tests without a function name (metadata.func_name or fn_name)")
+        return {"kind": "call", "fn_name": fn_name, "setup": "", "cases": calls}
+    if not stdin:
+        raise BadRow("no tests")
+    return {"kind": "stdin", "cases": stdin}
+
+
+def _ask(question: str, starter: str, tests: dict) -> str:
+    if tests["kind"] == "call":
+        return f"{question}\nWrite it in Python, starting from:\n```python\n{starter}\n```" if starter else question
+    return f"{question}\nWrite a Python program that reads standard input and prints the answer."
+
+
+def lcb(record: dict) -> tuple[str, dict]:
+    """livecodebench/code_generation_lite: ``question_content``, ``starter_code``, ``public_test_cases`` and
+    ``private_test_cases`` (JSON, or base64+zlib+pickle of JSON), ``metadata`` (JSON with ``func_name``)."""
+    meta = record.get("metadata") or {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta.strip() else {}
+        except ValueError:
+            meta = {}
+    tests = _listed(
+        [*_json_tests(record.get("public_test_cases")), *_json_tests(record.get("private_test_cases"))],
+        str(meta.get("func_name") or ""),
+    )
+    question = str(record.get("question_content") or "")
+    if not question:
+        raise BadRow("no question_content")
+    return _ask(question, str(record.get("starter_code") or ""), tests), tests
+
+
+def deepcoder(record: dict) -> tuple[str, dict]:
+    """agentica-org/DeepCoder-Preview-Dataset: ``problem`` and ``tests`` in its configs' forms (``lcbv5``:
+    LCB's list and ``metadata.func_name``; ``taco``: APPS's ``inputs``/``outputs``; ``primeintellect``:
+    typed tests; ``codeforces``: input/output pairs)."""
+    raw = record.get("tests")
+    parsed = _json_tests(raw) if isinstance(raw, (str, list)) else raw
+    if isinstance(parsed, dict):  # the taco config: APPS's form
+        return apps({**record, "input_output": parsed})
+    meta = record.get("metadata") or {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta.strip() else {}
+        except ValueError:
+            meta = {}
+    tests = _listed(parsed or [], str(meta.get("func_name") or "") if isinstance(meta, dict) else "")
+    question = str(record.get("problem") or "")
+    if not question:
+        raise BadRow("no problem")
+    return _ask(question, str(record.get("starter_code") or ""), tests), tests
+
+
+READERS = {"humaneval": humaneval, "mbpp": mbpp, "apps": apps, "lcb": lcb, "deepcoder": deepcoder}
 """Preset name -> reader (``data.preset=humaneval|mbpp|apps``, or detected from the columns)."""

@@ -134,6 +134,8 @@ PRESETS: dict[str, Preset] = {
     "humaneval": Preset("humaneval", "prompt", (), extras={"task_id": "task_id"}, code=True),
     "mbpp": Preset("mbpp", "test_list", (), extras={"task_id": "task_id"}, code=True),
     "apps": Preset("apps", "input_output", (), extras={"difficulty": "difficulty"}, code=True),
+    "lcb": Preset("lcb", "question_content", (), extras={"contest_date": "contest_date"}, code=True),
+    "deepcoder": Preset("deepcoder", "problem", (), code=True),
     "trl": Preset(
         "trl", "prompt.-1.content", (("solution", solution_gold), ("answer", None)), system="prompt.0.content"
     ),
@@ -168,6 +170,8 @@ HUB_PRESETS = {
     "google-research-datasets/mbpp": "mbpp",
     "codeparrot/apps": "apps",
     "BAAI/TACO": "apps",
+    "livecodebench/code_generation_lite": "lcb",
+    "agentica-org/DeepCoder-Preview-Dataset": "deepcoder",
 }
 """The published data sets each preset was written for, by Hub name: the name decides where the
 columns cannot (MATH-500 has MATH's columns; DeepScaleR and ORZ share problem/answer)."""
@@ -206,6 +210,10 @@ def detect(records: list, dataset: str = "") -> tuple[Preset, str]:
         return PRESETS["humaneval"], "columns prompt/test/entry_point (HumanEval)"
     if "test_list" in keys and keys & {"text", "prompt"}:
         return PRESETS["mbpp"], "columns text/test_list (MBPP)"
+    if {"question_content", "public_test_cases"} <= keys:
+        return PRESETS["lcb"], "columns question_content/public_test_cases (LiveCodeBench)"
+    if {"problem", "tests"} <= keys:
+        return PRESETS["deepcoder"], "columns problem/tests (DeepCoder)"
     if "input_output" in keys and keys & {"question", "problem"}:
         return PRESETS["apps"], "columns question/input_output (APPS, TACO)"
     if isinstance(first.get("prompt"), list) and "reward_model" in keys:

@@ -137,3 +137,82 @@ def test_mbpp_and_apps_rows_by_hub_name(hf_hub):  # noqa: F811
     assert apps.preset == "apps" and [r["fields"]["tests"]["kind"] for r in apps.rows] == ["stdin", "call"]
     assert _solve(apps, [json.loads(r["solutions"])[0] for r in APPS[:2]]) == [1.0, 1.0]
     assert _solve(apps, ["print(6)", "class Solution:\n    def total(self, xs):\n        return 3\n"]) == [0.0, 0.0]
+
+
+def _private(tests: list) -> str:
+    """LiveCodeBench's private-test encoding: base64 of zlib of a pickled str of JSON."""
+    import base64
+    import pickle
+    import zlib
+
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+LCB = [
+    {
+        "question_title": "Double",
+        "question_content": "Read n and print 2n.",
+        "platform": "atcoder",
+        "question_id": "abc1",
+        "contest_id": "abc",
+        "contest_date": "2024-08-10T00:00:00",
+        "starter_code": "",
+        "difficulty": "easy",
+        "public_test_cases": json.dumps([{"input": "3\n", "output": "6\n", "testtype": "stdin"}]),
+        "private_test_cases": _private([{"input": "21\n", "output": "42\n", "testtype": "stdin"}]),
+        "metadata": "{}",
+    },
+    {
+        "question_title": "Pairs",
+        "question_content": "Return the element-wise sums of two lists.",
+        "platform": "leetcode",
+        "question_id": "2849",
+        "contest_id": "w1",
+        "contest_date": "2023-06-01T00:00:00",
+        "starter_code": "class Solution:\n    def pairSums(self, a: List[int], b: List[int]) -> List[int]:\n",
+        "difficulty": "medium",
+        "public_test_cases": json.dumps([{"input": "[1, 2]\n[3, 4]", "output": "[4, 6]", "testtype": "functional"}]),
+        "private_test_cases": json.dumps([{"input": "[0]\n[5]", "output": "[5]", "testtype": "functional"}]),
+        "metadata": json.dumps({"func_name": "pairSums"}),
+    },
+]
+DEEPCODER = [
+    {  # primeintellect: typed tests, the return value in a one-element list
+        "problem": "Return x squared.",
+        "tests": json.dumps([{"type": "function_call", "fn_name": "sq", "input": [3], "output": [9]}]),
+    },
+    {  # taco: APPS's form
+        "problem": "Print the sum of two numbers on a line.",
+        "tests": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]}),
+    },
+]
+
+
+@needs_bwrap
+def test_livecodebench_and_deepcoder_rows(tmp_path):
+    (tmp_path / "lcb.jsonl").write_text(hub_cache.jsonl(LCB))
+    lcb = _rows(str(tmp_path / "lcb.jsonl"))
+    assert lcb.preset == "lcb" and [len(r["fields"]["tests"]["cases"]) for r in lcb.rows] == [2, 2]
+    assert lcb.rows[1]["fields"]["tests"]["cases"][0] == {"args": [[1, 2], [3, 4]], "expected": [4, 6]}
+    pair_sums = "class Solution:\n    def pairSums(self, a, b):\n        return [x + y for x, y in zip(a, b)]\n"
+    assert _solve(lcb, ["print(int(input()) * 2)", pair_sums]) == [1.0, 1.0]
+    assert _solve(lcb, ["print(6)", pair_sums.replace("x + y", "x")]) == [0.0, 0.0]  # the private test decides
+    (tmp_path / "dc.jsonl").write_text(hub_cache.jsonl(DEEPCODER))
+    dc = _rows(str(tmp_path / "dc.jsonl"))
+    assert dc.preset == "deepcoder" and [r["fields"]["tests"]["kind"] for r in dc.rows] == ["call", "stdin"]
+    assert _solve(dc, ["def sq(x):\n    return x * x\n", "print(sum(map(int, input().split())))"]) == [1.0, 1.0]
+
+
+def test_a_pickled_class_in_private_tests_is_refused_not_run(tmp_path):
+    import base64
+    import pickle
+    import zlib
+
+    class Boom:
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    hostile = dict(LCB[0], private_test_cases=base64.b64encode(zlib.compress(pickle.dumps(Boom()))).decode())
+    (tmp_path / "h.jsonl").write_text(hub_cache.jsonl([hostile, LCB[0]]))
+    split = _rows(str(tmp_path / "h.jsonl"))
+    assert len(split.rows) == 1 and any("only a pickled str is read" in n for n in split.notes), split.notes
