@@ -248,6 +248,8 @@ class RolloutConfig:
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
     tools: list[str] = field(default_factory=list)
     """Tools the model may call mid-response (docs/tools.md): built-ins calculator and python (opt-in: runs code in a limited subprocess), or plugins 'package.module:function' / 'path/to/file.py:function'. Generation pauses at each call, the result is appended (masked out of the loss) and generation goes on. Empty = single-turn rollouts."""
+    max_turns: int = 1
+    """Turns of a code episode (rows with tests, e.g. data.task=code): after a failing attempt the first failing test comes back as a user turn and the model tries again, up to this many turns (1: single-turn). The reward is the final attempt's. Not with rollout.tools."""
     max_tool_calls: int = 4
     """Most tool calls per response; a call past it is not run (generation no longer pauses at it)."""
     tool_call: str = TOOL_CALL_SYNTAX
@@ -266,6 +268,12 @@ class RolloutConfig:
             "and rlvr has had one for a single session); use rollout.engine=hf",
         )
         _check(self.samples_per_prompt >= 2, "rollout.samples_per_prompt must be >= 2 (a group needs a baseline)")
+        _check(self.max_turns >= 1, f"rollout.max_turns={self.max_turns}: must be >= 1 (1 = single-turn)")
+        _check(
+            self.max_turns == 1 or not self.tools,
+            f"rollout.max_turns={self.max_turns} runs code episodes with feedback, and rollout.tools={self.tools} "
+            "a tool loop; one rollout does one of them: set rollout.max_turns=1 or rollout.tools=[]",
+        )
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
         _check(self.temperature > 0, "rollout.temperature must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p must be in (0, 1]")

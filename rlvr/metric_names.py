@@ -10,6 +10,8 @@ from __future__ import annotations
 
 # -- rollout/: everything sampled this step (with DAPO dynamic sampling, the dropped groups too)
 ROLLOUT = "rollout/"
+TURNS_MEAN = "rollout/turns_mean"
+"""Turns per code episode (rollout.max_turns > 1): 1 where the first attempt passed or was cut."""
 CODE = "code/"
 """The code rules' sandbox per step (:func:`rlvr.rewards.code.drain_stats`): ``code/programs``,
 ``code/timeouts``, ``code/sandbox_errors``, ``code/exec_s``."""

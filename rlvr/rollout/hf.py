@@ -148,6 +148,12 @@ class HFRolloutEngine:
     ) -> None:
         self.tools = tools
         """The tools a response may call (:class:`~rlvr.tools.Toolbox`), or None: single-turn rollouts."""
+        self.max_turns = 1
+        """Turns of a code episode with execution feedback (``rollout.max_turns``; 1: single-turn)."""
+        self.turn_prefix = ""
+        """What opens each later assistant turn of an episode, as the prompt's does (``data.assistant_prefix``)."""
+        self.last_turns: list[int] | None = None
+        """Each row's turns in the last :meth:`generate` with episodes."""
         self.logprobs = logprobs
         self.entropy = entropy
         self.stop = list(stop)
@@ -228,6 +234,7 @@ class HFRolloutEngine:
         temperature: float | None = None,
         max_new_tokens: int | None = None,
         seeds: list[int] | None = None,
+        episodes: list[dict | None] | None = None,
     ) -> RolloutBatch:
         """Sample ``samples_per_prompt`` completions for each prompt text.
 
@@ -244,6 +251,8 @@ class HFRolloutEngine:
             temperature: sampling temperature for this call only (default: the engine's).
             max_new_tokens: response length limit for this call only (default: the engine's); with
                 tools it counts the model's and the results' tokens together.
+            episodes: each prompt's code tests, for multi-turn episodes with execution feedback where
+                :attr:`max_turns` > 1 (:func:`~rlvr.rollout.feedback.generate_with_feedback`).
 
         Returns:
             RolloutBatch with B = len(prompts) * samples_per_prompt rows, grouped by prompt.
@@ -253,6 +262,13 @@ class HFRolloutEngine:
         kw = dict(greedy=greedy, temperature=temperature, max_new_tokens=max_new_tokens, seeds=seeds)
         if self.tools is not None:
             return generate_with_tools(self, enc.input_ids, enc.attention_mask, samples_per_prompt, **kw)
+        if episodes is not None and self.max_turns > 1:
+            from rlvr.rollout.feedback import generate_with_feedback
+
+            batch, self.last_turns = generate_with_feedback(
+                self, enc.input_ids, enc.attention_mask, samples_per_prompt, episodes, **kw
+            )
+            return batch
         return self.generate_ids(enc.input_ids, enc.attention_mask, samples_per_prompt, **kw)
 
     @torch.no_grad()

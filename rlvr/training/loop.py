@@ -361,7 +361,7 @@ def rollout_entropy_applies(cfg: Config) -> bool:
     none). The rollout engine records it where this holds; a batch without the record falls back
     to the update's passes."""
     algo = cfg.algo
-    plain = algo.num_iterations == 1 and not algo.entropy_coef and not cfg.rollout.tools
+    plain = algo.num_iterations == 1 and not algo.entropy_coef and not cfg.rollout.tools and cfg.rollout.max_turns == 1
     return cfg.train.rollout_entropy and plain
 
 

@@ -172,7 +172,12 @@ def _sample_and_score(
 ) -> Scored:
     G = cfg.rollout.samples_per_prompt
     t0 = time.perf_counter()
-    batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds)
+    episodes = {}
+    if cfg.rollout.max_turns > 1:  # code episodes with execution feedback: each prompt's tests
+        episodes["episodes"] = [(r.get("fields") or {}).get("tests") for r in rows]
+    batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds, **episodes)
+    if episodes and engine.last_turns:
+        timing.setdefault("turns", []).extend(engine.last_turns)
     t1 = time.perf_counter()
     said = [prefix + text for text in batch.texts]  # the prefix is part of the assistant's turn
     answers = [r["answer"] for r in rows for _ in range(G)]
@@ -240,6 +245,8 @@ def collect(engine, scorer, train_rows: list[dict], prompts: list[int], step: in
             rows = [train_rows[i] for i in idx[first_group : first_group + P]]
             parts.append(_sample_and_score(engine, scorer, rows, cfg, prefix, timing, seeds))
     info["rollout_s"], info["reward_s"] = timing["rollout"], timing["reward"]
+    if timing.get("turns"):  # this rank's episodes (rollout.max_turns > 1)
+        info[M.TURNS_MEAN] = sum(timing["turns"]) / len(timing["turns"])
     info.update({M.CODE + k: v for k, v in drain_code_stats().items()})  # code/programs, code/timeouts, ...
     if not algo.dynamic_sampling:  # this rank trains on its own groups; the others need only their scores
         return parts[0], Sampled.concat(group.gather(parts[0].summary())), info

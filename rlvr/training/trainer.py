@@ -390,6 +390,8 @@ class Trainer:
             )  # fmt: skip
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
+        engine.max_turns = r.max_turns
+        engine.turn_prefix = self.prefix  # data.assistant_prefix opens every turn, as it opens the first
         if engine.unpacked is not None and self.logs:
             note(f"model.packed_weights=auto: the {r.dtype} rollout runs unpacked ({engine.unpacked})")
         if engine.lean is not None and self.logs:
