@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import pickle
 
 
 class BadRow(ValueError):
@@ -146,12 +147,12 @@ def apps(record: dict) -> tuple[str, dict]:
     return ask, tests
 
 
-class _NoClasses(__import__("pickle").Unpickler):
+class _NoClasses(pickle.Unpickler):
     """An unpickler that builds no object but plain data: LiveCodeBench's private tests are a pickled
     str of JSON, and a pickle that names a class is refused rather than run."""
 
     def find_class(self, module, name):
-        raise __import__("pickle").UnpicklingError(f"they name {module}.{name}; only a pickled str is read")
+        raise pickle.UnpicklingError(f"they name {module}.{name}; only a pickled str is read")
 
 
 def _json_tests(raw) -> list:

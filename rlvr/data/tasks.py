@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from fractions import Fraction
 
@@ -243,7 +244,7 @@ CODE_PROBLEMS = [
         2,
         "gcd_k",
         "the greatest common divisor of x and {k}",
-        lambda k: lambda x: __import__("math").gcd(x, k),
+        lambda k: lambda x: math.gcd(x, k),
         lambda r: [r.randint(1, 500)],
     ),
 ]

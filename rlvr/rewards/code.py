@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 from rlvr.sandbox import Limits, run_tests
 
@@ -26,7 +27,7 @@ SANDBOX_ENV = "RLVR_SANDBOX"
 
 _STATS = {"programs": 0, "timeouts": 0, "sandbox_errors": 0, "exec_s": 0.0}
 """What the code rules ran in this process since :func:`drain_stats` last read it."""
-_STATS_LOCK = __import__("threading").Lock()
+_STATS_LOCK = threading.Lock()
 
 
 def drain_stats() -> dict[str, float]:
