@@ -425,5 +425,5 @@ def test_registry_names():
     assert {
         "accuracy", "accuracy_lenient", "format", "strict_format", "format_partial", "tag_count", "reasoning_steps",
         "boxed", "countdown", "base_acc", "acc", "ms_strict_format", "math_17k_acc", "acc_for_dapo", "step",
-        "qwen_accuracy_reward", "format_reward", "tool_format",
+        "qwen_accuracy_reward", "format_reward", "tool_format", "code_tests", "code_tests_frac",
     } == set(REWARDS)  # fmt: skip

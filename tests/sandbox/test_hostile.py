@@ -15,7 +15,7 @@ from rlvr.sandbox import Limits, bwrap_problem, run_tests
 
 pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason=f"no bubblewrap here: {bwrap_problem()}")
 
-FAST = Limits(test_s=2.0, total_s=4.0, memory_bytes=512 << 20, file_bytes=1 << 20)
+FAST = Limits(test_s=1.0, total_s=2.0, memory_bytes=512 << 20, file_bytes=1 << 20)
 ADD = [{"args": [1, 2], "expected": 3}, {"args": [20, 22], "expected": 42}]
 ECHO = [{"input": "4\n", "output": "8"}, {"input": "21\n", "output": "42"}]
 
