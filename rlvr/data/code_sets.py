@@ -221,18 +221,23 @@ def _ask(question: str, starter: str, tests: dict) -> str:
     return f"{question}\nWrite a Python program that reads standard input and prints the answer."
 
 
-def lcb(record: dict) -> tuple[str, dict]:
-    """livecodebench/code_generation_lite: ``question_content``, ``starter_code``, ``public_test_cases`` and
-    ``private_test_cases`` (JSON, or base64+zlib+pickle of JSON), ``metadata`` (JSON with ``func_name``)."""
+def _func_name(record: dict) -> str:
+    """``metadata.func_name`` (LiveCodeBench, DeepCoder's lcbv5): metadata a mapping or its JSON text."""
     meta = record.get("metadata") or {}
     if isinstance(meta, str):
         try:
             meta = json.loads(meta) if meta.strip() else {}
         except ValueError:
             meta = {}
+    return str(meta.get("func_name") or "") if isinstance(meta, dict) else ""
+
+
+def lcb(record: dict) -> tuple[str, dict]:
+    """livecodebench/code_generation_lite: ``question_content``, ``starter_code``, ``public_test_cases`` and
+    ``private_test_cases`` (JSON, or base64+zlib+pickle of JSON), ``metadata`` (JSON with ``func_name``)."""
     tests = _listed(
         [*_json_tests(record.get("public_test_cases")), *_json_tests(record.get("private_test_cases"))],
-        str(meta.get("func_name") or ""),
+        _func_name(record),
     )
     question = str(record.get("question_content") or "")
     if not question:
@@ -248,13 +253,7 @@ def deepcoder(record: dict) -> tuple[str, dict]:
     parsed = _json_tests(raw) if isinstance(raw, (str, list)) else raw
     if isinstance(parsed, dict):  # the taco config: APPS's form
         return apps({**record, "input_output": parsed})
-    meta = record.get("metadata") or {}
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta) if meta.strip() else {}
-        except ValueError:
-            meta = {}
-    tests = _listed(parsed or [], str(meta.get("func_name") or "") if isinstance(meta, dict) else "")
+    tests = _listed(parsed or [], _func_name(record))
     question = str(record.get("problem") or "")
     if not question:
         raise BadRow("no problem")

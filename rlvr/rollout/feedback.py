@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from rlvr.rollout.sampling import sample_seed
-from rlvr.rollout.tool_loop import _assemble, _left_pad, _Piece, _Row
+from rlvr.rollout.tool_loop import _assemble, _left_pad, _Piece, _Row, take_turn
 
 FEEDBACK_CHARS = 300
 """Characters of a test's input, expected and actual output quoted back to the model."""
@@ -113,15 +113,10 @@ def generate_with_feedback(
         lengths = seg.response_lengths.tolist()
         ended = []
         for i, r in enumerate(which):
-            row, n = rows[r], lengths[i]
-            room = budget - row.used
-            tokens = seg.response_ids[i, : min(n, room)]
-            logp = None if seg.logprobs is None else seg.logprobs[i, : tokens.shape[0]]
-            text = tok.decode(tokens, skip_special_tokens=True) if n > room else seg.texts[i]
-            row.pieces.append(_Piece(tokens, True, text, logp))
-            row.used = min(budget, row.used + n)
-            turn_text[r] = text
-            if n > room or bool(seg.truncated[i]) or row.used >= budget:
+            row = rows[r]
+            piece, cut = take_turn(row, seg, i, lengths[i], budget, tok)
+            turn_text[r] = piece.text
+            if cut or bool(seg.truncated[i]) or row.used >= budget:
                 row.truncated = True
             else:
                 ended.append(r)

@@ -65,6 +65,23 @@ class _Row:
     truncated: bool = False
 
 
+def take_turn(row: _Row, seg: RolloutBatch, i: int, n: int, budget: int, tok) -> tuple[_Piece, bool]:
+    """Appends row ``i`` of segment ``seg`` (``n`` new tokens) to ``row``, cut at what its own budget
+    has left, as a per-row limit would have cut it; returns the piece and whether it was cut (the row
+    is then truncated and its budget spent). Shared by the tool loop and the feedback episodes."""
+    room = budget - row.used
+    tokens = seg.response_ids[i, : min(n, room)]
+    logp = None if seg.logprobs is None else seg.logprobs[i, : tokens.shape[0]]
+    cut = n > room
+    piece = _Piece(tokens, True, tok.decode(tokens, skip_special_tokens=True) if cut else seg.texts[i], logp)
+    row.pieces.append(piece)
+    if cut:
+        row.used, row.truncated = budget, True
+    else:
+        row.used += n
+    return piece, cut
+
+
 def generate_with_tools(
     engine,
     input_ids: Tensor,
@@ -112,18 +129,11 @@ def generate_with_tools(
         lengths = seg.response_lengths.tolist()
         calls = []
         for i, r in enumerate(which):
-            row, n = rows[r], lengths[i]
-            room = budget - row.used
-            tokens = seg.response_ids[i, : min(n, room)]
-            logp = None if seg.logprobs is None else seg.logprobs[i, : tokens.shape[0]]
-            if n > room:  # past this row's own budget: cut, as a per-row limit would have
-                text = tok.decode(tokens, skip_special_tokens=True)
-                row.pieces.append(_Piece(tokens, True, text, logp))
-                row.used, row.truncated = budget, True
+            row = rows[r]
+            piece, cut = take_turn(row, seg, i, lengths[i], budget, tok)
+            if cut:  # past this row's own budget
                 continue
-            text = seg.texts[i]
-            row.pieces.append(_Piece(tokens, True, text, logp))
-            row.used += n
+            tokens, text = piece.tokens, piece.text
             ended_on_call = (
                 may_call and not bool(seg.truncated[i]) and text.endswith(syntax.close) and int(tokens[-1]) not in eos
             )

@@ -96,10 +96,6 @@ def _kill(proc):
     proc.wait()
 
 
-def _tokens(line):
-    return line.split()
-
-
 def _same_number(a, b):
     try:
         return Decimal(a) == Decimal(b)
@@ -117,7 +113,7 @@ def same_stdout(got, want):
     for g, w in zip(got_lines, want_lines):
         if g == w:
             continue
-        gt, wt = _tokens(g), _tokens(w)
+        gt, wt = g.split(), w.split()
         if len(gt) != len(wt) or not all(x == y or _same_number(x, y) for x, y in zip(gt, wt)):
             return False
     return True

@@ -102,13 +102,14 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     cfg = pin_hub_data(cfg, earlier=RunDir(Path(cfg.resume)).read_config() if cfg.resume else None)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
+    sandbox: list[str] = []
     if {*cfg.reward.rules, cfg.reward.accuracy_rule} & {"code_tests", "code_tests_frac"} or "python" in (
         cfg.rollout.tools or []
     ):  # model-written code runs: in the sandbox, or (reward.sandbox=none) said so
         from rlvr.rewards.code import SANDBOX_ENV
         from rlvr.sandbox import check_isolation
 
-        precision.append(check_isolation(cfg.reward.sandbox))  # one line, or the error naming the package
+        sandbox.append(f"  sandbox    {check_isolation(cfg.reward.sandbox)}")  # or the error naming the package
         os.environ[SANDBOX_ENV] = cfg.reward.sandbox  # the code rules read it, here and in workers
     get_reward(cfg.reward.accuracy_rule)
     Toolbox.from_config(cfg.rollout, cfg.reward.workers)  # unknown tools and broken plugins fail now too
@@ -123,7 +124,7 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
         _check_run_dir(cfg, checked.run_dir, model_path)
     mkl = cpu.mkl_avx512_note() if where is not None and where.type == "cpu" else None
     precision += [mkl] if mkl else []
-    checked.precision, checked.notes = precision, _eval_note(cfg, test_rows) + _load_note()
+    checked.precision, checked.notes = precision, sandbox + _eval_note(cfg, test_rows) + _load_note()
     return checked
 
 
