@@ -29,6 +29,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 PRESETS = ("arithmetic_tool", "arithmetic_tool_control")
+"""The default pair; ``--presets arithmetic_tool_choice arithmetic_tool`` compares a chosen call with a forced
+one (the result then holds, per kind of problem, the held-out accuracy and tool-use rate)."""
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 EVAL_KEYS = (
     "accuracy",
@@ -47,6 +49,21 @@ def _jsonl(path: Path) -> list[dict]:
 def _mean(rows: list[dict], key: str) -> float | None:
     values = [r[key] for r in rows if r.get(key) is not None]
     return round(statistics.fmean(values), 3) if values else None
+
+
+def by_kind(predictions: list[dict]) -> dict:
+    """Held-out greedy accuracy and tool-use rate per kind of problem: ``needs_tool`` (a product, which a
+    135M model cannot do in its head) and ``no_tool`` (a sum, ``arithmetic_tool_choice``'s other half)."""
+    out = {}
+    for kind in ("needs_tool", "no_tool"):
+        mine = [p for p in predictions if ("*" in p["question"]) == (kind == "needs_tool")]
+        if mine:
+            out[kind] = {
+                "n": len(mine),
+                "accuracy": round(statistics.fmean(p["correct"] for p in mine), 3),
+                "tool_use_rate": round(statistics.fmean(p.get("tool_calls", 0) > 0 for p in mine), 3),
+            }
+    return out
 
 
 def summarise(run_dir: Path, *, preset: str, seed: int, wall_s: float, capability: str, overrides: list[str]) -> dict:
@@ -78,6 +95,12 @@ def summarise(run_dir: Path, *, preset: str, seed: int, wall_s: float, capabilit
         "eval_before": pick(evals[0]) if evals else {},
         "eval_after": pick(evals[-1]) if evals else {},
         "eval_curve": curve,
+        "eval_by_kind_before": by_kind(_jsonl(run_dir / "eval" / f"step_{evals[0]['step']:06d}" / "predictions.jsonl"))
+        if evals
+        else {},
+        "eval_by_kind_after": by_kind(_jsonl(run_dir / "eval" / f"step_{evals[-1]['step']:06d}" / "predictions.jsonl"))
+        if evals
+        else {},
     }
 
 
@@ -93,6 +116,12 @@ def aggregate(rows: list[dict]) -> dict:
             "eval_accuracy_after": _mean([r["eval_after"] for r in mine], "accuracy"),
             "eval_tool_calls_after": _mean([r["eval_after"] for r in mine], "tool_calls_mean"),
         }
+        for when in ("before", "after"):
+            for kind in ("needs_tool", "no_tool"):
+                parts = [r[f"eval_by_kind_{when}"][kind] for r in mine if kind in r[f"eval_by_kind_{when}"]]
+                for key in ("accuracy", "tool_use_rate"):
+                    if parts:
+                        out[preset][f"eval_{kind}_{key}_{when}"] = _mean(parts, key)
     return out
 
 

@@ -175,7 +175,7 @@ class DataConfig:
     cache: bool = True
     """Cache prepared prompts under $RLVR_CACHE/data, keyed by files, mapping, template and tokenizer."""
     difficulty: int = 1
-    """Built-in task difficulty 1..4. arithmetic: 1 = single-digit a+b, 2 = a+b / a-b up to 20, 3 = a*b and a-b+c with two digits, 4 = three operands up to 99. countdown: 3 numbers up to 10, 3 up to 25, 4 up to 50, 5 up to 100. arithmetic_tool: 1 = a 3-digit times a 2-digit number, 2 (and above) = half of those, half two-step expressions."""
+    """Built-in task difficulty 1..4. arithmetic: 1 = single-digit a+b, 2 = a+b / a-b up to 20, 3 = a*b and a-b+c with two digits, 4 = three operands up to 99. countdown: 3 numbers up to 10, 3 up to 25, 4 up to 50, 5 up to 100. arithmetic_tool: 1 = a 3-digit times a 2-digit number, 2 = half of those, half two-step expressions, 3 (and above) = half 3-digit times 2-digit, half single-digit sums (when to call)."""
     train_size: int = 5000
     """Number of generated training problems (built-in tasks)."""
     test_size: int = 100

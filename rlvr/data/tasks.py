@@ -67,6 +67,11 @@ def arithmetic(n: int, *, seed: int, difficulty: int = 1, exclude: set[str] = fr
 
 
 def _tool_problem(rng: random.Random, difficulty: int) -> tuple[str, int]:
+    if difficulty == 3:  # a mix: half need the calculator, half do not (a single-digit sum)
+        if rng.random() < 0.5:
+            a, b = rng.randint(1, 9), rng.randint(1, 9)
+            return f"{a} + {b}", a + b
+        difficulty = 1
     if difficulty == 1 or rng.random() < 0.5:  # a 3-digit by 2-digit product
         a, b = rng.randint(100, 999), rng.randint(10, 99)
         return f"{a} * {b}", a * b
@@ -84,13 +89,14 @@ def _tool_problem(rng: random.Random, difficulty: int) -> tuple[str, int]:
 def arithmetic_tool(n: int, *, seed: int, difficulty: int = 1) -> list[dict]:
     """``n`` problems ``{"question", "answer"}`` a small model cannot do in its head but can with a
     calculator: difficulty 1 = a 3-digit times a 2-digit number (``What is 437 * 58?``), 2 = half of
-    those, half two-step expressions (``a * b + c``, ``(a + b) * c``, ``a * b - c * d``). Exact
-    integer answers; a seeded generator (train and test use different seeds; 90,000 distinct
-    products, so a test problem rarely appears in training)."""
+    those, half two-step expressions (``a * b + c``, ``(a + b) * c``, ``a * b - c * d``), 3 = half
+    3-digit by 2-digit products, half single-digit sums (``What is 4 + 7?``: no calculator needed),
+    to learn *when* to call. Exact integer answers; a seeded generator (train and test use different
+    seeds; 90,000 distinct products, so a test problem rarely appears in training)."""
     rng = random.Random(f"arithmetic_tool:{seed}")
     rows = []
     for _ in range(n):
-        expr, value = _tool_problem(rng, min(max(difficulty, 1), 2))
+        expr, value = _tool_problem(rng, min(max(difficulty, 1), 3))
         rows.append({"question": f"What is {expr}?", "answer": str(value)})
     return rows
 

@@ -32,6 +32,7 @@ REWARDS: dict[str, Rule] = {
     "boxed": R.each(R.has_boxed),
     "countdown": countdown_reward,
     "tool_format": R.each(R.tool_format),
+    "tool_wellformed": R.each(R.tool_wellformed),
     "code_tests": code_tests,
     "code_tests_frac": code_tests_frac,
     # MindSpeed-RL names and score values (rule_verifier.py)

@@ -143,6 +143,20 @@ def tool_format(completion: str, answer: str = "") -> float:
     return 0.5 if any(r.strip().startswith("error:") for r in results) else 1.0
 
 
+def tool_wellformed(completion: str, answer: str = "") -> float:
+    """1 if every tool call is well formed and answered without an error, or if the text calls no tool
+    at all; 0.5 if a result is an error; 0 for a ``<tool>`` that never became a call.
+
+    Pays for calling *well*, never for calling: a text without a call scores what a good call does,
+    so the choice to call is left to the accuracy rule (the ``arithmetic_tool_choice`` preset)."""
+    if "<tool>" not in completion:
+        return 1.0
+    results = _TOOL_CALL.findall(completion)
+    if not results or completion.count("<tool>") > len(results):
+        return 0.0
+    return 0.5 if any(r.strip().startswith("error:") for r in results) else 1.0
+
+
 def ms_step(completion: str, answer: str = "") -> float:
     """MindSpeed-RL step: min(1, steps/3) with its exact regex (numbered items count only at the very start).
 

@@ -39,4 +39,6 @@ def test_the_benchmark_runs_both_presets_on_a_tiny_model(tmp_path):
     tool, control = result["runs"]
     assert "tool_calls_mean" in tool["eval_after"] and "tool_calls_mean" not in control["eval_after"]
     assert [p["step"] for p in tool["eval_curve"]] == [0, 1, 2]
+    # arithmetic_tool's problems are all products: every held-out row is of the kind that needs the tool
+    assert tool["eval_by_kind_after"]["needs_tool"]["n"] == 2 and "no_tool" not in tool["eval_by_kind_after"]
     assert set(result["mean"]) == {"arithmetic_tool", "arithmetic_tool_control"}

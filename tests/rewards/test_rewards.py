@@ -421,9 +421,24 @@ def test_tool_format(completion, expected):
     assert get("tool_format")([completion], [""]) == [expected]
 
 
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("<think>4 + 7 = 11</think><answer>11</answer>", 1.0),  # no call: what a good call scores
+        ("<think><tool>calculator: 437*58</tool><result>25346</result></think><answer>25346</answer>", 1.0),
+        ("<tool>calculator: 1+</tool><result>error: not an arithmetic expression</result> so 2", 0.5),
+        ("<tool>calculator: 2*3</tool><result>6</result> and <tool>calculator 2*", 0.0),  # one call never formed
+        ("<tool>calculator 2*3", 0.0),
+    ],
+)
+def test_tool_wellformed_pays_for_calling_well_not_for_calling(completion, expected):
+    assert get("tool_wellformed")([completion], [""]) == [expected]
+
+
 def test_registry_names():
     assert {
         "accuracy", "accuracy_lenient", "format", "strict_format", "format_partial", "tag_count", "reasoning_steps",
         "boxed", "countdown", "base_acc", "acc", "ms_strict_format", "math_17k_acc", "acc_for_dapo", "step",
-        "qwen_accuracy_reward", "format_reward", "tool_format", "code_tests", "code_tests_frac",
+        "qwen_accuracy_reward", "format_reward", "tool_format", "tool_wellformed", "code_tests",
+        "code_tests_frac",
     } == set(REWARDS)  # fmt: skip
