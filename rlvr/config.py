@@ -249,7 +249,11 @@ class RolloutConfig:
     tools: list[str] = field(default_factory=list)
     """Tools the model may call mid-response (docs/tools.md): built-ins calculator and python (opt-in: runs code in a limited subprocess), or plugins 'package.module:function' / 'path/to/file.py:function'. Generation pauses at each call, the result is appended (masked out of the loss) and generation goes on. Empty = single-turn rollouts."""
     max_turns: int = 1
-    """Turns of a code episode (rows with tests, e.g. data.task=code): after a failing attempt the first failing test comes back as a user turn and the model tries again, up to this many turns (1: single-turn). The reward is the final attempt's. Not with rollout.tools."""
+    """Turns of a code episode (rows with tests, e.g. data.task=code): after a failing attempt the first failing test comes back as a user turn and the model tries again, up to this many turns (1: single-turn). The reward is the final attempt's. Not with rollout.tools. With a plugin rollout.environment: its turn limit."""
+    environment: str = ""
+    """The environment each sampled sequence is an episode of (docs/code-and-environments.md): '' = the tool loop with rollout.tools, code with execution feedback with rollout.max_turns > 1, else single-turn; tools, code_feedback, or a plugin 'package.module:Class' / 'path/to/file.py:Class' (a subclass of rlvr.environments.Environment with reset(row) and step(turn))."""
+    turn_discount: float = 1.0
+    """Per-turn discount of an episode's reward: the reward of an episode that took n model turns is multiplied by turn_discount ** (n - 1) (1.0 = none), so a first-attempt pass is worth more than a third-attempt one."""
     max_tool_calls: int = 4
     """Most tool calls per response; a call past it is not run (generation no longer pauses at it)."""
     tool_call: str = TOOL_CALL_SYNTAX
@@ -274,6 +278,12 @@ class RolloutConfig:
             f"rollout.max_turns={self.max_turns} runs code episodes with feedback, and rollout.tools={self.tools} "
             "a tool loop; one rollout does one of them: set rollout.max_turns=1 or rollout.tools=[]",
         )
+        _check(
+            not self.environment or not self.tools or self.environment == "tools",
+            f"rollout.environment={self.environment} and rollout.tools={self.tools}: the tools run in the tools "
+            "environment; set rollout.environment='' (or tools), or rollout.tools=[]",
+        )
+        _check(0 < self.turn_discount <= 1, f"rollout.turn_discount={self.turn_discount}: must be in (0, 1] (1 = none)")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
         _check(self.temperature > 0, "rollout.temperature must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p must be in (0, 1]")
@@ -307,6 +317,8 @@ class RewardConfig:
     """Which rule is reported as accuracy (metric rollout/accuracy); need not be in rules."""
     sandbox: str = "bwrap"
     """How the code rules (code_tests, code_tests_frac) run model-written code: bwrap (bubblewrap namespaces, no network, no files of yours, rlimits; apt-get install bubblewrap) or none (no isolation: it can read and write what you can; a warning once per run)."""
+    env_weight: float = 1.0
+    """Weight of an environment's own reward (a plugin environment's Step.reward, rollout.environment) in the total reward; the built-in environments give none (the rules score their episodes)."""
     timeout_s: float = 2.0
     """Hard time limit per item for math-verify and for plugin rules; a timed-out item counts as an error."""
     workers: int = 2

@@ -62,7 +62,8 @@ def load(name: str, builtins: dict, *, kind: str, expects: str, context: str = "
             ) from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        raise UserError(f"{kind} plugin '{where}' has no function '{fn_name}'; expected a function {expects}")
+        what = "function" if expects.startswith("(") else "class"
+        raise UserError(f"{kind} plugin '{where}' has no {what} '{fn_name}'; expected a {what} {expects}")
     return fn
 
 

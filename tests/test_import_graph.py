@@ -42,10 +42,15 @@ LAYERS: dict[str, tuple[int, set[str] | None, set[str] | None]] = {
         {"errors", "choices", "rewards", "plugins", "sandbox"},
         set(),
     ),  # tool plugins, run in the rewards' worker pool
+    "environments": (
+        4,
+        {"errors", "plugins", "tools", "rewards", "sandbox"},
+        set(),
+    ),  # reset(row) / step(turn): the tool loop, code feedback, plugins; driven by the rollout
     "run_dir": (2, {"errors", "jsonl"}, {"yaml"}),  # a run's files; no torch
     "data": (3, None, None),  # -> models (tokenizer), rewards (countdown rules)
     "cpu": (3, {"models"}, None),  # CPU acceleration; others import only rlvr.cpu's names
-    "rollout": (4, None, None),  # -> models, cpu
+    "rollout": (5, None, None),  # -> models, cpu, environments
     "estimate": (4, None, None),  # memory estimate -> config, models, cpu
 }
 

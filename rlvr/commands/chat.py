@@ -61,7 +61,16 @@ class Chat:
     """A conversation with one model: history, system prompt, temperature."""
 
     def __init__(
-        self, model, tokenizer, style, *, max_new_tokens: int, temperature: float, stop: list[str] = (), tools=None
+        self,
+        model,
+        tokenizer,
+        style,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        stop: list[str] = (),
+        tools=None,
+        environment=None,
     ) -> None:
         from rlvr.cpu import PackedLinears, packable
         from rlvr.rollout import HFRolloutEngine
@@ -69,14 +78,17 @@ class Chat:
 
         self.model, self.tokenizer = model, tokenizer
         self.engine = None
-        """With tools: the rollout engine that runs training's tool loop (each reply shown whole, not streamed)."""
-        if tools is not None:
-            self.engine = HFRolloutEngine(
-                model, tokenizer, max_new_tokens=max_new_tokens, batch_seqs=1, stop=list(stop), tools=tools
-            )
-        # on a CPU each token multiplies by oneDNN-packed weights (rlvr.cpu): faster products at one row
-        self.packed = PackedLinears(model, rows_hint=1) if packable(model) and tools is None else None
+        """With tools or an environment: the rollout engine that runs training's episodes (each reply shown
+        whole, not streamed)."""
         self.template = style.resolve()
+        if tools is not None or environment is not None:
+            self.engine = HFRolloutEngine(
+                model, tokenizer, max_new_tokens=max_new_tokens, batch_seqs=1, stop=list(stop), tools=tools,
+                environment=environment,
+            )  # fmt: skip
+            self.engine.turn_prefix = self.template.assistant_prefix
+        # on a CPU each token multiplies by oneDNN-packed weights (rlvr.cpu): faster products at one row
+        self.packed = PackedLinears(model, rows_hint=1) if packable(model) and self.engine is None else None
         self.system = self.template.system or ""
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.eos_ids = eos_token_ids(model, tokenizer)
@@ -135,10 +147,11 @@ class Chat:
         return answer
 
     def _reply_with_tools(self, messages: list[dict], prompt: str, on_text) -> str:
-        """One reply through the rollout engine's tool loop: calls paused, run, their results appended."""
+        """One reply through the rollout engine's episode: calls paused, run, their results appended (or
+        a plugin environment's answers, reset with the question as the row)."""
         greedy = self.temperature == 0
         how = dict(greedy=greedy, temperature=None if greedy else self.temperature, max_new_tokens=self.max_new_tokens)
-        batch = self.engine.generate([prompt], 1, **how)
+        batch = self.engine.generate([prompt], 1, rows=[{"question": messages[-1]["content"]}], **how)
         answer = self.template.assistant_prefix + batch.texts[0]
         if on_text is not None:
             on_text(answer)
@@ -225,7 +238,13 @@ def undescribed_tools(style, names: list[str]) -> str | None:
 
 
 def cmd_chat(args) -> int:
-    from rlvr.commands.common import BUILTIN_DEFAULT, model_settings, quiet_libraries, tool_settings
+    from rlvr.commands.common import (
+        BUILTIN_DEFAULT,
+        environment_settings,
+        model_settings,
+        quiet_libraries,
+        tool_settings,
+    )
     from rlvr.evaluation import loading as eval_models
     from rlvr.tracking.console import make_console
 
@@ -240,6 +259,14 @@ def cmd_chat(args) -> int:
     resolved = eval_models.resolve(args.model)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, [resolved], template="r1")
     tools = tool_settings(args, [resolved])
+    if args.max_turns is not None and args.max_turns > 1 and not args.environment:
+        raise UserError(
+            f"--max-turns {args.max_turns}: code feedback runs a row's tests, and a chat has none; "
+            "use rlvr eval --max-turns or rlvr generate --max-turns with rows that carry tests"
+        )
+    if args.max_turns is None and args.environment is None:  # a code run's feedback needs tests a chat lacks
+        args.max_turns = 1
+    environment, env_line = environment_settings(args, [resolved], tools)
     if tools is not None and (why := undescribed_tools(style, tools.names)):
         print(why, file=sys.stderr, flush=True)
     quiet_libraries()
@@ -247,7 +274,10 @@ def cmd_chat(args) -> int:
 
     torch.manual_seed(args.seed)
     model, tokenizer = eval_models.load(resolved, dtype=dtype, device=args.device)
-    chat = Chat(model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature, stop=stop, tools=tools)
+    chat = Chat(
+        model, tokenizer, style, max_new_tokens=max_new, temperature=args.temperature, stop=stop, tools=tools,
+        environment=None if tools is not None else environment,
+    )  # fmt: skip
     if args.once is not None:
         print(chat.reply(args.once), flush=True)
         return 0
@@ -256,6 +286,8 @@ def cmd_chat(args) -> int:
     console.print(dtype_line, style="dim", markup=False)  # --once stays quiet: its stdout is the answer
     if tools is not None:
         console.print(tools.describe() + " (replies shown whole)", style="dim", markup=False)
+    elif env_line:
+        console.print(env_line + " (replies shown whole)", style="dim", markup=False)
     while True:
         try:
             line = console.input("[bold green]you[/bold green] > ").strip()

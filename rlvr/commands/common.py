@@ -152,6 +152,21 @@ def add_model_args(p, *, many: bool = False, optional: bool = False) -> None:
         help="tools the model may call, comma-separated: calculator, python, or plugins module:function / "
         "file.py:function; 'none' for none (default: the run's rollout.tools, else none; docs/tools.md)",
     )
+    p.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        metavar="N",
+        help="code with execution feedback: after a failing attempt the first failing test comes back and the "
+        "model tries again, up to N turns (rows with tests; default: the run's rollout.max_turns, else 1)",
+    )
+    p.add_argument(
+        "--environment",
+        default=None,
+        metavar="NAME",
+        help="the environment each answer is an episode of: code_feedback, or a plugin module:Class / "
+        "file.py:Class (default: the run's rollout.environment; docs/code-and-environments.md)",
+    )
 
 
 def tool_settings(args, resolved: list):
@@ -163,6 +178,41 @@ def tool_settings(args, resolved: list):
     if names is not None and not names:
         raise UserError("--tools needs a name, e.g. --tools calculator (or --tools none)")
     return settings(resolved, names)
+
+
+def environment_settings(args, resolved: list, tools):
+    """(what makes each answer's environment, or None; a line saying which, or None) for ``--tools``,
+    ``--max-turns`` and ``--environment``, else the run's ``rollout.*``: the episodes training ran.
+    Code feedback checks the sandbox here (one line naming the package where bubblewrap is missing)."""
+    import os
+
+    from rlvr.environments import from_settings
+
+    run = next(((r.run_config or {}) for r in resolved if getattr(r, "run_config", None)), {})
+    rollout, reward = run.get("rollout") or {}, run.get("reward") or {}
+    max_turns = args.max_turns if args.max_turns is not None else int(rollout.get("max_turns", 1))
+    name = args.environment if args.environment is not None else rollout.get("environment", "") or ""
+    if max_turns < 1:
+        raise UserError(f"--max-turns {max_turns}: must be >= 1 (1 = single-turn)")
+    if tools is not None and (max_turns > 1 and not name or name not in ("", "tools")):
+        raise UserError(
+            f"--max-turns {max_turns} / --environment {name or 'code_feedback'} and --tools {','.join(tools.names)}: "
+            "one rollout runs one environment; pass --tools none, or --max-turns 1"
+        )
+    make = from_settings(name, toolbox=tools, max_turns=max_turns)
+    if make is None or tools is not None:
+        return make, None
+    from rlvr.environments import CodeFeedback
+
+    if isinstance(make(), CodeFeedback):
+        from rlvr.rewards.code import SANDBOX_ENV
+        from rlvr.sandbox import check_isolation
+
+        isolation = reward.get("sandbox", "bwrap")
+        line = check_isolation(isolation)
+        os.environ[SANDBOX_ENV] = isolation
+        return make, f"code episodes with execution feedback, up to {make().max_turns} turns; {line}"
+    return make, f"environment {name}"
 
 
 def model_settings(args, resolved: list, *, template: str) -> tuple:

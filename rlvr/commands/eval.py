@@ -63,7 +63,7 @@ def comparison_table(labels: list[str], summaries: list[dict]):
                 else f"{v:d}"
                 if isinstance(v, int)
                 else f"{v:.1f}"
-                if k in ("response_len_mean", "time_s", "tool_calls_mean")
+                if k in ("response_len_mean", "time_s", "tool_calls_mean", "turns_mean")
                 else f"{v:.3f}"
             )
         table.add_row(k, *cells)
@@ -71,7 +71,7 @@ def comparison_table(labels: list[str], summaries: list[dict]):
 
 
 def cmd_eval(args) -> int:
-    from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
+    from rlvr.commands.common import environment_settings, model_settings, quiet_libraries, tool_settings
     from rlvr.data.files import pin
     from rlvr.evaluation import evaluate, load_eval_rows, write_result
     from rlvr.evaluation import loading as eval_models
@@ -90,6 +90,7 @@ def cmd_eval(args) -> int:
     rows = load_eval_rows(data, preset=args.preset, limit=args.limit, difficulty=args.difficulty)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, resolved, template="r1")
     tools = tool_settings(args, resolved)  # the same loop as training: calls paused, results appended
+    environment, env_line = environment_settings(args, resolved, tools)  # and training's episodes
     out = Path(args.output) if args.output else eval_models.default_output("eval", Path(args.data).stem, stamp=True)
     quiet_libraries()
     from rlvr.rollout import HFRolloutEngine
@@ -102,8 +103,11 @@ def cmd_eval(args) -> int:
             err.print(dtype_line, highlight=False, markup=False)
         engine = HFRolloutEngine(
             model, tokenizer, max_new_tokens=max_new, dtype=dtype, batch_seqs=args.batch * args.samples, stop=stop,
-            tools=tools,
+            tools=tools, environment=environment,
         )  # fmt: skip
+        engine.turn_prefix = style.resolve().assistant_prefix  # it opens every turn, as it opens the first
+        if env_line and not labels:
+            err.print(env_line, highlight=False, markup=False)
         if tools is not None and not labels:
             err.print(tools.describe(), highlight=False, markup=False)
             tools.warm()

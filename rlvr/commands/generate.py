@@ -13,6 +13,7 @@ EXAMPLES = """examples:
   rlvr generate --model runs/quickstart --input prompts.jsonl --samples 4 --temperature 0.8
   rlvr generate --model runs/quickstart --input prompts.jsonl --temperature 0 --output runs/generate/greedy.jsonl
   rlvr generate --model runs/arithmetic_tool --input prompts.jsonl --tools calculator   # calls run, results fed back
+  rlvr generate --model runs/code_simple --input code.jsonl --max-turns 3   # rows with "tests": failing tests fed back
   # prompts.jsonl: {"question": "What is 3 + 4?"} or {"prompt": "..."} per line; other keys are copied through
   # without --output the rows go to runs/generate/INPUT-TIME.jsonl
 """
@@ -38,7 +39,7 @@ def read_prompts(path: str | Path) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from rlvr.commands.common import model_settings, quiet_libraries, tool_settings
+    from rlvr.commands.common import environment_settings, model_settings, quiet_libraries, tool_settings
     from rlvr.evaluation import loading as eval_models
 
     if args.samples < 1:
@@ -62,6 +63,7 @@ def cmd_generate(args) -> int:
     resolved = eval_models.resolve(args.model)
     (style, max_new, stop), (dtype, dtype_line) = model_settings(args, [resolved], template="plain")
     tools = tool_settings(args, [resolved])
+    environment, env_line = environment_settings(args, [resolved], tools)  # rows' "tests" for code feedback
     quiet_libraries()
     import torch
 
@@ -82,11 +84,15 @@ def cmd_generate(args) -> int:
         batch_seqs=args.batch * args.samples,
         stop=stop,
         tools=tools,
+        environment=environment,
     )
+    template = style.resolve()
+    engine.turn_prefix = "" if args.raw else template.assistant_prefix
+    if env_line:
+        print(env_line, file=sys.stderr, flush=True)
     if tools is not None:
         print(tools.describe(), file=sys.stderr, flush=True)
         tools.warm()
-    template = style.resolve()
     prefix = "" if args.raw else template.assistant_prefix  # what the assistant said includes the prefix
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -99,8 +105,8 @@ def cmd_generate(args) -> int:
                     r.get("question") if isinstance(r.get("question"), str) and r["question"].strip() else r["prompt"]
                 )
                 prompts.append(text if args.raw else render_prompt(tokenizer, text, template=template))
-            batch = engine.generate(prompts, args.samples, greedy=args.temperature == 0)
-            lengths, calls = batch.response_lengths.tolist(), batch.tool_calls
+            batch = engine.generate(prompts, args.samples, greedy=args.temperature == 0, rows=chunk)
+            lengths, calls, turns = batch.response_lengths.tolist(), batch.tool_calls, batch.turns
             for i, r in enumerate(chunk):
                 rows_i = range(i * args.samples, (i + 1) * args.samples)
                 f.write(
@@ -111,6 +117,7 @@ def cmd_generate(args) -> int:
                             "lengths": [int(lengths[j]) for j in rows_i],
                             "truncated": [bool(batch.truncated[j]) for j in rows_i],
                             **({} if calls is None else {"tool_calls": [calls[j] for j in rows_i]}),
+                            **({} if turns is None or calls is not None else {"turns": [turns[j] for j in rows_i]}),
                         },
                         ensure_ascii=False,
                     )

@@ -17,6 +17,7 @@ from rlvr.config import DataConfig
 from rlvr.data import load_split, render_prompt
 from rlvr.data.files import hub_name, pin
 from rlvr.data.templates import get_template
+from rlvr.environments import CodeFeedback
 from rlvr.errors import UserError
 from rlvr.evaluation.metrics import ks_up_to, majority_vote, pass_at_k
 from rlvr.rewards import Scorer, extract_answer, number_key
@@ -161,7 +162,9 @@ def evaluate(
         EvalResult; ``summary`` keys: n, accuracy (boxed / <answer> answer, the ``accuracy`` reward),
         accuracy_lenient (the ``accuracy_lenient`` reward), format_rate (the ``format`` reward), response_len_mean,
         truncated_frac, scoring_errors (items a rule failed on: scored as not correct), and with K > 1: pass@k,
-        maj@K, sample_accuracy (mean over all K samples), sample_format_rate.
+        maj@K, sample_accuracy (mean over all K samples), sample_format_rate. With tools: :data:`TOOL_KEYS`.
+        With code feedback episodes (``rollout.max_turns`` > 1): accuracy is the final attempt's,
+        accuracy_first_turn the first attempt's, turns_mean the turns taken.
     """
     if samples < 1:
         raise UserError(f"--samples {samples}: must be >= 1")
@@ -176,17 +179,21 @@ def evaluate(
     step = max(1, batch_prompts)
     template = style.resolve()
     prefix = template.assistant_prefix  # part of the assistant's turn: the rewards read it too
+    make = getattr(engine, "environment", None)
+    retries = make is not None and isinstance(make(), CodeFeedback)  # a later turn only after a failed one
     for start in range(0, len(rows), step):
         chunk = rows[start : start + step]
         prompts = [
             render_prompt(tokenizer, r["question"], template=template, system_prompt=r.get("system")) for r in chunk
         ]
-        greedy = engine.generate(prompts, 1, greedy=True, max_new_tokens=max_new_tokens)
+        greedy = engine.generate(prompts, 1, greedy=True, max_new_tokens=max_new_tokens, rows=chunk)
         lengths = greedy.response_lengths.tolist()
         sampled = None
         if samples > 1:
             kw = {} if seeds is None else {"seeds": seeds[start * samples : (start + len(chunk)) * samples]}
-            sampled = engine.generate(prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens, **kw)
+            sampled = engine.generate(
+                prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens, rows=chunk, **kw
+            )
         golds = [r["answer"] for r in chunk]
         said = [prefix + t for t in greedy.texts]
         judged = _judge(scorer, said, golds, {**_fields(chunk), "prompt": prompts})
@@ -213,6 +220,8 @@ def evaluate(
             }
             if getattr(greedy, "tool_calls", None) is not None:  # an engine with tools
                 out.update(tool_calls=greedy.tool_calls[i], tool_errors=greedy.tool_errors[i])
+            elif getattr(greedy, "turns", None) is not None and retries:  # code with execution feedback
+                out.update(turns=greedy.turns[i])
             tally = {"errors": 0, "sample_format": 0}
             if j["error"]:
                 out["error"] = j["error"]
@@ -277,6 +286,9 @@ def _summary(
     if preds and "tool_calls" in preds[0]:  # with tools: calls, errors, accuracy with and without a call
         calls, errors = [p["tool_calls"] for p in preds], [p["tool_errors"] for p in preds]
         summary.update(tool_stats(calls, errors, [p["correct"] for p in preds]))
+    elif preds and "turns" in preds[0]:  # code feedback: a later turn follows a failed attempt, so a pass
+        summary["turns_mean"] = sum(p["turns"] for p in preds) / n  # in one turn is a first-attempt pass
+        summary["accuracy_first_turn"] = sum(p["correct"] and p["turns"] == 1 for p in preds) / n
     if samples > 1:
         summary.update({f"pass@{k}": v / n for k, v in per_k.items()})
         summary[f"maj@{samples}"] = sum(p["majority_correct"] for p in preds) / n
@@ -306,11 +318,13 @@ def write_result(result: EvalResult, out_dir: Path, **extra) -> Path:
 SUMMARY_KEYS = ("accuracy", "accuracy_lenient", "format_rate", "response_len_mean", "truncated_frac")
 TOOL_KEYS = ("tool_calls_mean", "tool_use_rate", "tool_error_rate", "accuracy_with_tool", "accuracy_without_tool")
 """With tools (:func:`rlvr.tools.tool_stats` of the greedy answers)."""
+TURN_KEYS = ("accuracy_first_turn", "turns_mean")
+"""With episodes of the model's turns (code with execution feedback): ``accuracy`` is the final attempt's."""
 
 
 def metric_keys(summary: dict) -> list[str]:
     """Summary keys worth a table row / a logged metric, in display order."""
     extra = [k for k in summary if k.startswith(("pass@", "maj@"))]
     tail = [k for k in ("sample_accuracy", "sample_format_rate") if k in summary]
-    tools = [k for k in TOOL_KEYS if k in summary]
+    tools = [k for k in (*TOOL_KEYS, *TURN_KEYS) if k in summary]
     return [k for k in SUMMARY_KEYS if k in summary] + tools + extra + tail

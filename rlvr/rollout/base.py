@@ -40,9 +40,14 @@ class RolloutBatch:
     tool_calls: list[int] | None = None
     """[B] tool calls run in each response (errors included); None for single-turn rollouts. With tools,
     the response interleaves the model's tokens and the results' (``response_mask`` 0 and
-    ``attention_mask`` 1 on a result's tokens): see :mod:`rlvr.rollout.tool_loop`."""
+    ``attention_mask`` 1 on a result's tokens): see :mod:`rlvr.rollout.episodes`."""
     tool_errors: list[int] | None = None
     """[B] of those calls, how many answered an error; None for single-turn rollouts."""
+    turns: list[int] | None = None
+    """[B] model turns of each episode (an environment's rollouts); None for single-turn rollouts."""
+    env_rewards: list[float | None] | None = None
+    """[B] each episode's last reward from its environment (None where it gave none); None when no
+    environment gave one."""
 
     @property
     def response_ids(self) -> Tensor:
@@ -127,6 +132,8 @@ def select_groups(batch: RolloutBatch, groups: list[int]) -> RolloutBatch:
         entropy=pick(batch.entropy),
         tool_calls=None if batch.tool_calls is None else [batch.tool_calls[i] for i in rows.tolist()],
         tool_errors=None if batch.tool_errors is None else [batch.tool_errors[i] for i in rows.tolist()],
+        turns=None if batch.turns is None else [batch.turns[i] for i in rows.tolist()],
+        env_rewards=None if batch.env_rewards is None else [batch.env_rewards[i] for i in rows.tolist()],
     )
 
 
@@ -163,6 +170,8 @@ def concat_batches(batches: list[RolloutBatch], pad_id: int) -> RolloutBatch:
         entropy=responses("entropy"),
         tool_calls=_cat_lists([b.tool_calls for b in batches]),
         tool_errors=_cat_lists([b.tool_errors for b in batches]),
+        turns=_cat_lists([b.turns for b in batches]),
+        env_rewards=_cat_lists([b.env_rewards for b in batches]),
     )
 
 

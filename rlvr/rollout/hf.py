@@ -15,7 +15,6 @@ from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
 from rlvr.rollout.sampling import sample_seed as sample_seed  # re-exported: callers import it from here
 from rlvr.rollout.static import Sampler, StaticDecoder
-from rlvr.rollout.tool_loop import generate_with_tools
 from rlvr.tools import Toolbox
 
 
@@ -114,9 +113,10 @@ class HFRolloutEngine:
     (:mod:`rlvr.cpu`: faster decode products, ``benchmarks/NOTES.md``; one more copy
     of the linear weights in memory, repacked when the policy's weights change).
 
-    ``tools`` (a :class:`~rlvr.tools.Toolbox`) lets a response call tools: :meth:`generate` then
-    pauses at each call, appends the result and goes on (:mod:`rlvr.rollout.tool_loop`), through
-    :meth:`generate_ids` and whichever decoder the engine uses. Without tools nothing changes.
+    ``tools`` (a :class:`~rlvr.tools.Toolbox`) lets a response call tools, and ``environment`` makes each
+    sequence an environment's episode: :meth:`generate` then pauses where a turn ends, appends the
+    environment's answer and goes on (:mod:`rlvr.rollout.episodes`), through :meth:`generate_ids` and
+    whichever decoder the engine uses. Without either nothing changes.
 
     ``lean_decode`` (None = wherever it applies: a float32 Llama or Qwen2 model with packed weights;
     True = required, :class:`~rlvr.cpu.lean.LeanUnavailable` where it cannot run) runs the decode
@@ -145,15 +145,13 @@ class HFRolloutEngine:
         gathered: bool = False,
         copy=None,
         tools: Toolbox | None = None,
+        environment=None,
     ) -> None:
-        self.tools = tools
-        """The tools a response may call (:class:`~rlvr.tools.Toolbox`), or None: single-turn rollouts."""
-        self.max_turns = 1
-        """Turns of a code episode with execution feedback (``rollout.max_turns``; 1: single-turn)."""
+        self.tools = tools  # and the tool loop as the environment
+        if environment is not None:
+            self.environment = environment
         self.turn_prefix = ""
         """What opens each later assistant turn of an episode, as the prompt's does (``data.assistant_prefix``)."""
-        self.last_turns: list[int] | None = None
-        """Each row's turns in the last :meth:`generate` with episodes."""
         self.logprobs = logprobs
         self.entropy = entropy
         self.stop = list(stop)
@@ -224,6 +222,21 @@ class HFRolloutEngine:
         if self.packed is not None:
             self.packed.invalidate()
 
+    @property
+    def tools(self) -> Toolbox | None:
+        """The tools a response may call (:class:`~rlvr.tools.Toolbox`), or None. Setting them makes the
+        tool loop the :attr:`environment` (None: single-turn)."""
+        return self._tools
+
+    @tools.setter
+    def tools(self, box: Toolbox | None) -> None:
+        from rlvr.environments import from_settings
+
+        self._tools = box
+        self.environment = from_settings("", toolbox=box)
+        """What makes each episode's :class:`~rlvr.environments.Environment` (:func:`rlvr.environments.from_settings`:
+        the tool loop, code feedback, a plugin), or None: single-turn rollouts."""
+
     @torch.no_grad()
     def generate(
         self,
@@ -234,12 +247,13 @@ class HFRolloutEngine:
         temperature: float | None = None,
         max_new_tokens: int | None = None,
         seeds: list[int] | None = None,
-        episodes: list[dict | None] | None = None,
+        rows: list[dict] | None = None,
     ) -> RolloutBatch:
         """Sample ``samples_per_prompt`` completions for each prompt text.
 
-        With :attr:`tools`, a response may call them: :func:`~rlvr.rollout.tool_loop.generate_with_tools`
-        runs the segments (generation pauses at each call, the result is appended, generation goes on).
+        With an :attr:`environment` (tools, code with execution feedback, a plugin), each completion is
+        an episode: :func:`~rlvr.rollout.episodes.run_episodes` runs the segments (generation pauses where
+        a turn ends, the environment answers, its answer is appended, generation goes on).
 
         Args:
             greedy: decode greedily (argmax) instead of sampling, e.g. for evaluation.
@@ -251,25 +265,34 @@ class HFRolloutEngine:
             temperature: sampling temperature for this call only (default: the engine's).
             max_new_tokens: response length limit for this call only (default: the engine's); with
                 tools it counts the model's and the results' tokens together.
-            episodes: each prompt's code tests, for multi-turn episodes with execution feedback where
-                :attr:`max_turns` > 1 (:func:`~rlvr.rollout.feedback.generate_with_feedback`).
+            rows: each prompt's data row (``question``, ``answer``, ``fields``), given to each of its
+                episodes' :meth:`~rlvr.environments.Environment.reset` (code feedback reads the row's
+                tests there); None: every episode is reset with an empty row.
 
         Returns:
             RolloutBatch with B = len(prompts) * samples_per_prompt rows, grouped by prompt.
         """
         device = next(self.model.parameters()).device
-        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         kw = dict(greedy=greedy, temperature=temperature, max_new_tokens=max_new_tokens, seeds=seeds)
-        if self.tools is not None:
-            return generate_with_tools(self, enc.input_ids, enc.attention_mask, samples_per_prompt, **kw)
-        if episodes is not None and self.max_turns > 1:
-            from rlvr.rollout.feedback import generate_with_feedback
+        if self.environment is None:
+            enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+            return self.generate_ids(enc.input_ids.to(device), enc.attention_mask.to(device), samples_per_prompt, **kw)
+        from rlvr.rollout.episodes import chat_turns, run_episodes
 
-            batch, self.last_turns = generate_with_feedback(
-                self, enc.input_ids, enc.attention_mask, samples_per_prompt, episodes, **kw
-            )
-            return batch
-        return self.generate_ids(enc.input_ids, enc.attention_mask, samples_per_prompt, **kw)
+        if rows is not None and len(rows) != len(prompts):
+            raise ValueError(f"{len(rows)} rows for {len(prompts)} prompts")
+        envs, prompts = [], list(prompts)
+        for p in range(len(prompts)):
+            for _ in range(samples_per_prompt):
+                env = self.environment()
+                first = env.reset(rows[p] if rows is not None else {})
+                envs.append(env)
+            if first:  # the environment's first messages replace the templated prompt
+                prompts[p] = chat_turns(self.tokenizer, first, opening=True, prefix=self.turn_prefix)
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return run_episodes(
+            self, enc.input_ids.to(device), enc.attention_mask.to(device), samples_per_prompt, envs, **kw
+        )
 
     @torch.no_grad()
     def generate_ids(

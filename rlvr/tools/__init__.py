@@ -1,7 +1,7 @@
 """Tools a model may call during a rollout: functions ``(args: str) -> str`` by name or plugin,
 run in the scoring pool under a time limit (:class:`Toolbox`), in a configurable call syntax
 (:class:`CallSyntax`). The loop that pauses generation at a call, runs it and feeds the result
-back lives with the rollout (:mod:`rlvr.rollout.tool_loop`).
+back is an environment (:class:`rlvr.environments.ToolCalls`), run by :mod:`rlvr.rollout.episodes`.
 
 Imports the standard library and :mod:`rlvr.rewards` (its worker pool) only: no torch.
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr import cpu
+from rlvr import cpu, environments
 from rlvr.config import Config
 from rlvr.data.loading import load_split, pin_hub_data
 from rlvr.errors import UserError
@@ -103,8 +103,18 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
     sandbox: list[str] = []
-    if {*cfg.reward.rules, cfg.reward.accuracy_rule} & {"code_tests", "code_tests_frac"} or "python" in (
-        cfg.rollout.tools or []
+    r = cfg.rollout
+    feedback = r.environment == "code_feedback" or (not r.environment and not r.tools and r.max_turns > 1)
+    if feedback and not any((row.get("fields") or {}).get("tests") for row in train_split.rows):
+        raise UserError(
+            f"rollout.max_turns={r.max_turns} runs code episodes with execution feedback, but no training row "
+            "has tests (fields.tests); use a code data set (data.task=code, data.preset=humaneval|mbpp|apps|"
+            "lcb|deepcoder|kodcode) or set rollout.max_turns=1"
+        )
+    if (
+        feedback
+        or {*cfg.reward.rules, cfg.reward.accuracy_rule} & {"code_tests", "code_tests_frac"}
+        or "python" in (r.tools or [])
     ):  # model-written code runs: in the sandbox, or (reward.sandbox=none) said so
         from rlvr.rewards.code import SANDBOX_ENV
         from rlvr.sandbox import check_isolation
@@ -112,7 +122,8 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
         sandbox.append(f"  sandbox    {check_isolation(cfg.reward.sandbox)}")  # or the error naming the package
         os.environ[SANDBOX_ENV] = cfg.reward.sandbox  # the code rules read it, here and in workers
     get_reward(cfg.reward.accuracy_rule)
-    Toolbox.from_config(cfg.rollout, cfg.reward.workers)  # unknown tools and broken plugins fail now too
+    box = Toolbox.from_config(cfg.rollout, cfg.reward.workers)  # unknown tools and broken plugins fail now too
+    environments.from_settings(r.environment, toolbox=box, max_turns=r.max_turns)  # and environment plugins
     model_path, cfg = _model(cfg)
     checked = Checked(cfg, Path(cfg.resume or cfg.run_dir), model_path, train_split, test_rows, scorer, device=where)
     if writes:

@@ -12,6 +12,7 @@ batch it is generated in. :func:`rollout_metrics` summarises everything sampled.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -172,12 +173,9 @@ def _sample_and_score(
 ) -> Scored:
     G = cfg.rollout.samples_per_prompt
     t0 = time.perf_counter()
-    episodes = {}
-    if cfg.rollout.max_turns > 1:  # code episodes with execution feedback: each prompt's tests
-        episodes["episodes"] = [(r.get("fields") or {}).get("tests") for r in rows]
-    batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds, **episodes)
-    if episodes and engine.last_turns:
-        timing.setdefault("turns", []).extend(engine.last_turns)
+    batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds, rows=rows)  # rows: the episodes' resets
+    if batch.turns is not None and engine.tools is None:  # episodes with turns of the model's (not tool calls)
+        timing.setdefault("turns", []).extend(batch.turns)
     t1 = time.perf_counter()
     said = [prefix + text for text in batch.texts]  # the prefix is part of the assistant's turn
     answers = [r["answer"] for r in rows for _ in range(G)]
@@ -187,6 +185,13 @@ def _sample_and_score(
     acc = result.per_rule.get(acc_rule) or scorer.rule_scores(acc_rule, said, answers, fields)[0]
     fmt = result.per_rule.get("format") or scorer.rule_scores("format", said, answers, fields)[0]
     # on the batch's device: the overlong penalty and the advantages meet the batch's tensors there
+    if batch.env_rewards is not None:  # a plugin environment's own reward, weighted beside the rules'
+        env = [0.0 if x is None else float(x) for x in batch.env_rewards]
+        total = [t + cfg.reward.env_weight * e for t, e in zip(result.total, env)]
+        result = dataclasses.replace(result, total=total, per_rule={**result.per_rule, "env": env})
+    if cfg.rollout.turn_discount < 1 and batch.turns is not None:  # a later attempt's pass is worth less
+        total = [t * cfg.rollout.turn_discount ** (n - 1) for t, n in zip(result.total, batch.turns)]
+        result = dataclasses.replace(result, total=total)
     rewards = torch.tensor(result.total, dtype=torch.float32, device=batch.response_lengths.device)
     if cfg.algo.overlong_buffer:
         rewards = rewards + algos.overlong_penalty(

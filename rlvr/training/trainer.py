@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr import algos
+from rlvr import algos, environments
 from rlvr import metric_names as M
 from rlvr.analysis.report import build_report
 from rlvr.choices import Backend
@@ -390,7 +390,7 @@ class Trainer:
             )  # fmt: skip
         except LeanUnavailable as e:
             raise UserError(f"rollout.lean_decode=true: {e}; set rollout.lean_decode=auto or false") from e
-        engine.max_turns = r.max_turns
+        engine.environment = environments.from_settings(r.environment, toolbox=engine.tools, max_turns=r.max_turns)
         engine.turn_prefix = self.prefix  # data.assistant_prefix opens every turn, as it opens the first
         if engine.unpacked is not None and self.logs:
             note(f"model.packed_weights=auto: the {r.dtype} rollout runs unpacked ({engine.unpacked})")
@@ -677,6 +677,7 @@ class Trainer:
                 "length": int(batch.response_lengths[i]),
                 "truncated": bool(batch.truncated[i]),
                 **({} if batch.tool_calls is None else {"tool_calls": batch.tool_calls[i]}),
+                **({} if batch.turns is None or batch.tool_calls is not None else {"turns": batch.turns[i]}),
             }
             for i in range(len(batch.texts))
         ]

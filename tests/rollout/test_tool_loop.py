@@ -1,4 +1,5 @@
-"""Rollouts with tools (rlvr.rollout.tool_loop) on a tiny random model: results appended as masked,
+"""Rollouts with tools (rlvr.environments.ToolCalls, run by rlvr.rollout.episodes) on a tiny random model:
+results appended as masked,
 attended tokens; the same responses from the dynamic, static and lean decoders and in any batch;
 no tools = the single-turn tokens; the budget counts results; results change no loss or gradient
 through their log-probs; the update's passes (length buckets, packing, shared prompts) agree."""
