@@ -186,13 +186,14 @@ def evaluate(
         prompts = [
             render_prompt(tokenizer, r["question"], template=template, system_prompt=r.get("system")) for r in chunk
         ]
-        greedy = engine.generate(prompts, 1, greedy=True, max_new_tokens=max_new_tokens, rows=chunk)
+        episodes = {"rows": chunk} if make is not None else {}  # each episode's reset reads its row
+        greedy = engine.generate(prompts, 1, greedy=True, max_new_tokens=max_new_tokens, **episodes)
         lengths = greedy.response_lengths.tolist()
         sampled = None
         if samples > 1:
             kw = {} if seeds is None else {"seeds": seeds[start * samples : (start + len(chunk)) * samples]}
             sampled = engine.generate(
-                prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens, rows=chunk, **kw
+                prompts, samples, temperature=temperature, max_new_tokens=max_new_tokens, **episodes, **kw
             )
         golds = [r["answer"] for r in chunk]
         said = [prefix + t for t in greedy.texts]

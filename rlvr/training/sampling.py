@@ -173,7 +173,8 @@ def _sample_and_score(
 ) -> Scored:
     G = cfg.rollout.samples_per_prompt
     t0 = time.perf_counter()
-    batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds, rows=rows)  # rows: the episodes' resets
+    episodes = {"rows": rows} if getattr(engine, "environment", None) is not None else {}  # each reset reads its row
+    batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds, **episodes)
     if batch.turns is not None and engine.tools is None:  # episodes with turns of the model's (not tool calls)
         timing.setdefault("turns", []).extend(batch.turns)
     t1 = time.perf_counter()
