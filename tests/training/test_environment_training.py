@@ -62,7 +62,8 @@ def test_a_plugin_environment_trains_with_its_reward_discounted_and_resumes_bit_
 def test_code_feedback_trains_and_evaluates_in_episodes(tiny_dir, tmp_path):
     run = tmp_path / "code"
     code = (
-        "data.task=code", "data.test_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=96", "rollout.stop=[the, and, is]",
+        "data.task=code", "data.test_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=96",
+        "rollout.stop=[the, and, is]",
         "reward.rules=[code_tests_frac]", "reward.weights=[1.0]", "reward.accuracy_rule=code_tests",
         "reward.sandbox=none", "reward.workers=0", "eval.every_steps=1", "eval.limit=4", "train.steps=1",
     )  # fmt: skip
