@@ -28,7 +28,7 @@ def test_the_benchmark_runs_both_variants_on_a_tiny_model(tmp_path):
         "--limit", "2", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--tag", "smoke",
         "--eval-args=--device cpu --max-new-tokens 8 --template plain", "--", *tiny,
     ]  # fmt: skip
-    env = {"RLVR_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "RLVR_SANDBOX": "none"}
+    env = {"RLVR_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     subprocess.run(cmd, check=True, cwd=tmp_path, env=env, capture_output=True, timeout=600)
     (out,) = (tmp_path / "results").glob("code_runs-*-smoke.json")
     result = json.loads(out.read_text())
