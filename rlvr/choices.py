@@ -182,6 +182,7 @@ DATA_PRESETS = (
     "apps",
     "lcb",
     "deepcoder",
+    "kodcode",
     "trl",
     "custom",
 )

@@ -147,7 +147,7 @@ class DataConfig:
     test_split: str = "test"
     """Split read for test rows from such data sets and folders."""
     preset: str = "auto"
-    """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, trl (TRL's rows: prompt as a message list, or a string, with solution), the code sets humaneval, mbpp, apps (APPS and TACO), lcb (LiveCodeBench), deepcoder (tests for the code_tests reward), or custom."""
+    """Dataset schema: auto (detected from the columns), gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, trl (TRL's rows: prompt as a message list, or a string, with solution), the code sets humaneval, mbpp, apps (APPS and TACO), lcb (LiveCodeBench), deepcoder, kodcode (tests for the code_tests reward), or custom."""
     question_key: str | None = None
     """Key of the problem text (dotted path, e.g. prompt.0.content); overrides the preset's. Null = the preset's (custom: question)."""
     answer_key: str | None = None
@@ -156,6 +156,10 @@ class DataConfig:
     """Key of a per-row system prompt (null = none, or the preset's)."""
     extra_keys: list[str] = field(default_factory=list)
     """Extra row values passed to reward functions as row['fields']: 'path' or 'name=path' (dotted paths allowed)."""
+    date_from: str = ""
+    """Keep only problems released on or after this date, YYYY-MM-DD (LiveCodeBench's date filter, against contamination: the lcb preset's contest_date, or a 'contest_date' / 'date' in data.extra_keys); rows without a date are left out and counted. '' = no lower bound."""
+    date_to: str = ""
+    """Keep only problems released on or before this date, YYYY-MM-DD ('' = no upper bound); see data.date_from."""
     limit: int = 0
     """Use at most this many training rows from files (0 = all); taken after data.shuffle."""
     test_limit: int = 0
@@ -215,6 +219,16 @@ class DataConfig:
         _check(self.max_prompt_tokens >= 0, "data.max_prompt_tokens must be >= 0 (0 = no limit)")
         _check(self.num_workers >= 0, "data.num_workers must be >= 0 (0 = one per core)")
         _check(1 <= self.difficulty <= 4, f"data.difficulty={self.difficulty}: must be 1..4")
+        for key in ("date_from", "date_to"):
+            value = getattr(self, key)
+            _check(
+                not value or re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(value)) is not None,
+                f"data.{key}={value}: give a date as YYYY-MM-DD, e.g. data.{key}=2024-08-01",
+            )
+        _check(
+            not (self.date_from and self.date_to) or str(self.date_from) <= str(self.date_to),
+            f"data.date_from={self.date_from} is after data.date_to={self.date_to}; swap them",
+        )
         _check(self.train_size >= 1 and self.test_size >= 0, "data.train_size must be >= 1 and data.test_size >= 0")
         _check(
             self.template in TEMPLATE_NAMES or is_template_file(self.template),

@@ -260,5 +260,48 @@ def deepcoder(record: dict) -> tuple[str, dict]:
     return _ask(question, str(record.get("starter_code") or ""), tests), tests
 
 
-READERS = {"humaneval": humaneval, "mbpp": mbpp, "apps": apps, "lcb": lcb, "deepcoder": deepcoder}
+def kodcode(record: dict) -> tuple[str, dict]:
+    """KodCode/KodCode-V1 (and its RL subsets, e.g. KodCode-Light-RL-10K): ``question``, ``test_code`` (a
+    pytest file: ``from solution import f`` then ``def test_...():`` functions), ``test_info`` (each
+    function's ``function_name`` and ``function_declaration``). A test function whose body is anything
+    but asserts of the readable shapes (a local variable, ``pytest.raises``, a class) leaves the record
+    out with that reason: a skipped test would pass code the data set fails."""
+    question, source = str(record.get("question") or ""), str(record.get("test_code") or "")
+    if not question or not source:
+        raise BadRow("no question or test_code")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise BadRow(f"test_code that does not parse ({e.msg})") from None
+    info = [i for i in (record.get("test_info") or []) if isinstance(i, dict) and i.get("function_name")]
+    imported = [a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "solution"
+                for a in n.names]  # fmt: skip
+    names = {str(info[0]["function_name"])} if info else set(imported)
+    if len(names) != 1:
+        raise BadRow(f"tests of {len(names)} functions ({', '.join(sorted(names))[:60]}); rlvr runs one per problem")
+    tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test")]
+    if not tests:
+        raise BadRow("no test functions in test_code")
+    for fn in tests:
+        body = [n for n in fn.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        if fn.args.args or any(not isinstance(n, ast.Assert) for n in body):
+            raise BadRow(f"test {fn.name} is not only asserts (fixtures, variables or pytest.raises)")
+    fn_name, cases = assert_cases("\n".join(ast.unparse(t) for t in tests), names)
+    if not cases:
+        raise BadRow("no tests")
+    declaration = next(
+        (str(i.get("function_declaration") or "") for i in info if i.get("function_name") == fn_name), ""
+    )
+    ask = f"{question}\nWrite it in Python as `{declaration or fn_name}`." if declaration or fn_name else question
+    return ask, {"kind": "call", "fn_name": fn_name, "setup": "", "cases": cases}
+
+
+READERS = {
+    "humaneval": humaneval,
+    "mbpp": mbpp,
+    "apps": apps,
+    "lcb": lcb,
+    "deepcoder": deepcoder,
+    "kodcode": kodcode,
+}
 """Preset name -> reader (``data.preset=humaneval|mbpp|apps``, or detected from the columns)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -111,6 +112,8 @@ def split_key(data, split: str) -> str:
             "on_bad_row",
             "dedupe",
             "difficulty",
+            "date_from",
+            "date_to",
         )
     }
     if data.task == "files":
@@ -178,6 +181,14 @@ def load_split(data, split: str = "train") -> Split:
                     raise UserError(bad_row_message(source.where(i), record, e, preset)) from None
                 dropped[e.reason] += 1
                 continue
+            if data.date_from or data.date_to:
+                when = row_date(row)
+                if when is None:
+                    dropped["without a date (data.date_from/date_to)"] += 1
+                    continue
+                if when < str(data.date_from or "0000") or when > str(data.date_to or "9999"):
+                    dropped["outside data.date_from..date_to"] += 1
+                    continue
             if data.dedupe:
                 ident = (row["question"], row["system"])
                 if ident in seen:
@@ -196,6 +207,22 @@ def load_split(data, split: str = "train") -> Split:
     if dropped:
         notes.append(f"{split}: {len(rows)} rows, left out {_counts(dropped)}")
     return Split(rows, split, dropped, notes, split_key(data, split), preset.name)
+
+
+DATE_FIELDS = ("contest_date", "date", "release_date")
+"""Row fields a problem's date is read from (``data.date_from`` / ``data.date_to``)."""
+
+
+def row_date(row: dict) -> str | None:
+    """The row's problem date as ``YYYY-MM-DD`` (from an ISO date or date-time text, or a date object), or None."""
+    fields = row.get("fields") or {}
+    for key in DATE_FIELDS:
+        value = fields.get(key)
+        if hasattr(value, "isoformat"):
+            value = value.isoformat()
+        if isinstance(value, str) and re.match(r"\d{4}-\d{2}-\d{2}", value):
+            return value[:10]
+    return None
 
 
 def _skipped_note(source, reason: str, numbers: list[int], *, shown: int = 20) -> str:

@@ -136,6 +136,7 @@ PRESETS: dict[str, Preset] = {
     "apps": Preset("apps", "input_output", (), extras={"difficulty": "difficulty"}, code=True),
     "lcb": Preset("lcb", "question_content", (), extras={"contest_date": "contest_date"}, code=True),
     "deepcoder": Preset("deepcoder", "problem", (), code=True),
+    "kodcode": Preset("kodcode", "test_code", (), extras={"question_id": "question_id"}, code=True),
     "trl": Preset(
         "trl", "prompt.-1.content", (("solution", solution_gold), ("answer", None)), system="prompt.0.content"
     ),
@@ -172,6 +173,8 @@ HUB_PRESETS = {
     "BAAI/TACO": "apps",
     "livecodebench/code_generation_lite": "lcb",
     "agentica-org/DeepCoder-Preview-Dataset": "deepcoder",
+    "KodCode/KodCode-V1": "kodcode",
+    "KodCode/KodCode-Light-RL-10K": "kodcode",
 }
 """The published data sets each preset was written for, by Hub name: the name decides where the
 columns cannot (MATH-500 has MATH's columns; DeepScaleR and ORZ share problem/answer)."""
@@ -212,6 +215,8 @@ def detect(records: list, dataset: str = "") -> tuple[Preset, str]:
         return PRESETS["mbpp"], "columns text/test_list (MBPP)"
     if {"question_content", "public_test_cases"} <= keys:
         return PRESETS["lcb"], "columns question_content/public_test_cases (LiveCodeBench)"
+    if {"question", "test_code"} <= keys:
+        return PRESETS["kodcode"], "columns question/test_code (KodCode)"
     if {"problem", "tests"} <= keys:
         return PRESETS["deepcoder"], "columns problem/tests (DeepCoder)"
     if "input_output" in keys and keys & {"question", "problem"}:

@@ -37,7 +37,7 @@ def test_every_built_in_task_generates_rows(task):
         (
             "data.preset=nope",
             "data.preset=nope: use one of auto, gsm8k, math, math500, deepscaler, orz, dapo_math, alpaca, humaneval, "
-            "mbpp, apps, lcb, deepcoder, trl, custom",
+            "mbpp, apps, lcb, deepcoder, kodcode, trl, custom",
         ),
         (
             "data.template=r2",

@@ -14,6 +14,7 @@ from test_hub_data import hf_hub  # noqa: F401 (the fixture)
 from rlvr.config import DataConfig
 from rlvr.data import load_split
 from rlvr.data.code_sets import BadRow, assert_cases
+from rlvr.errors import UserError
 from rlvr.rewards import get
 from rlvr.sandbox import bwrap_problem
 
@@ -216,3 +217,66 @@ def test_a_pickled_class_in_private_tests_is_refused_not_run(tmp_path):
     (tmp_path / "h.jsonl").write_text(hub_cache.jsonl([hostile, LCB[0]]))
     split = _rows(str(tmp_path / "h.jsonl"))
     assert len(split.rows) == 1 and any("only a pickled str is read" in n for n in split.notes), split.notes
+
+
+def test_livecodebench_date_filter(tmp_path):
+    (tmp_path / "lcb.jsonl").write_text(hub_cache.jsonl(LCB))
+    path = str(tmp_path / "lcb.jsonl")
+    after = load_split(DataConfig(task="files", path=path, date_from="2024-01-01"), "train")
+    assert [r["fields"]["contest_date"][:10] for r in after.rows] == ["2024-08-10"]
+    assert after.dropped == {"outside data.date_from..date_to": 1}
+    before = load_split(DataConfig(task="files", path=path, date_to="2023-12-31"), "train")
+    assert [r["question"].split("\n")[0] for r in before.rows] == ["Return the element-wise sums of two lists."]
+    (tmp_path / "undated.jsonl").write_text(hub_cache.jsonl([{k: v for k, v in LCB[0].items() if k != "contest_date"}]))
+    with pytest.raises(UserError, match="1 without a date"):
+        load_split(DataConfig(task="files", path=str(tmp_path / "undated.jsonl"), date_from="2024-01-01"), "train")
+    with pytest.raises(UserError, match="data.date_from=2024-8-1: give a date as YYYY-MM-DD"):
+        DataConfig(date_from="2024-8-1")
+    with pytest.raises(UserError, match="is after data.date_to"):
+        DataConfig(date_from="2024-09-01", date_to="2024-01-01")
+
+
+KODCODE = [
+    {  # KodCode-V1's columns (a few): a pytest file importing from `solution`
+        "style": "instruct",
+        "subset": "Leetcode",
+        "question_id": "Leetcode_1_I",
+        "question": "Return the number of vowels in the string s.",
+        "solution": "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s)\n",
+        "test_code": "from solution import count_vowels\n\ndef test_none():\n    assert count_vowels('xyz') == 0\n\n"
+        'def test_some():\n    """Vowels counted."""\n    assert count_vowels(\'banana\') == 3\n'
+        "    assert count_vowels('') == 0\n",
+        "test_info": [
+            {
+                "function_name": "count_vowels",
+                "parameter_list": "(s)",
+                "function_declaration": "def count_vowels(s):",
+                "docstring": None,
+            }
+        ],  # fmt: skip
+        "gpt_pass_percentage": 1.0,
+    },
+    {  # a test with a local variable: left out, not run weaker
+        "question_id": "Leetcode_2_I",
+        "question": "Double x.",
+        "test_code": "from solution import double\n\ndef test_double():\n    x = 2\n    assert double(x) == 4\n",
+        "test_info": [{"function_name": "double", "function_declaration": "def double(x):"}],
+    },
+]
+
+
+@needs_bwrap
+def test_kodcode_rows_by_hub_name(hf_hub):  # noqa: F811
+    hub_cache.put_dataset(
+        hf_hub, "KodCode/KodCode-Light-RL-10K", {"data/train-00000-of-00001.parquet": hub_cache.parquet(KODCODE)}
+    )
+    split = load_split(DataConfig(task="files", path="KodCode/KodCode-Light-RL-10K", on_bad_row="skip"), "train")
+    assert split.preset == "kodcode" and len(split.rows) == 1
+    assert split.dropped == {"test test_double is not only asserts (fixtures, variables or pytest.raises)": 1}
+    row = split.rows[0]
+    assert "`def count_vowels(s):`" in row["question"] and row["fields"]["question_id"] == "Leetcode_1_I"
+    assert row["fields"]["tests"]["cases"] == [
+        {"args": ["xyz"], "expected": 0}, {"args": ["banana"], "expected": 3}, {"args": [""], "expected": 0}
+    ]  # fmt: skip
+    assert _solve(split, [KODCODE[0]["solution"]]) == [1.0]
+    assert _solve(split, ["def count_vowels(s):\n    return len(s) // 2\n"]) == [0.0]
