@@ -201,6 +201,36 @@ def tool_samples(run: Run, result_syntax: str, top: int = 2) -> list[Sample]:
     return out
 
 
+FEEDBACK_OPENINGS = ("Your code failed a test:", "I found no code")
+"""How code feedback turns open (:func:`rlvr.environments.feedback_text`): highlighted in episode samples."""
+
+
+def episode_samples(run: Run, top: int = 2) -> list[Sample]:
+    """Up to ``top`` logged episodes of more than one turn from the last step that has one, best reward
+    first, each code feedback turn highlighted (to the end of its sentence asking for the program again)."""
+    rows = [r for r in run.samples() if (r.get("turns") or 1) > 1]
+    if not rows:
+        return []
+    last = max(r.get("step", 0) for r in rows)
+    ranked = sorted((r for r in rows if r.get("step", 0) == last), key=lambda r: -float(r.get("reward") or 0))
+    out, seen = [], set()
+    for r in ranked:
+        text = str(r.get("completion", ""))
+        if text in seen or len(out) >= top:
+            continue
+        seen.add(text)
+        spans = []
+        for opening in FEEDBACK_OPENINGS:
+            at = 0
+            while (start := text.find(opening, at)) >= 0:
+                end = text.find("fenced block.", start)
+                at = len(text) if end < 0 else end + len("fenced block.")
+                spans.append((start, at))
+        header = f"step {last}, reward {_fmt(r.get('reward'))}, {r['turns']} turns"
+        out.append(Sample(header, str(r.get("question", "")), text, sorted(spans)))
+    return out
+
+
 def aha_sample(hit: aha.AhaHit) -> Sample:
     return Sample(aha.describe(hit), str(hit.row.get("question", "")), str(hit.row.get("completion", "")), hit.spans)
 
@@ -294,6 +324,20 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
             "(summed over completions, which run side by side). The pass rate is reward/code_tests_mean above; "
             "docs/code-and-environments.md says what the sandbox isolates."
         )
+
+    # -- multi-turn episodes --------------------------------------------------------------------
+    steps, turns = run.series(M.TURNS_MEAN)
+    if turns:
+        doc.h2("Episodes")
+        doc.p(
+            f"Each completion was an episode of up to {run.cfg('rollout.max_turns', 1)} model turns "
+            f"({run.cfg('rollout.environment') or 'code with execution feedback'}): turns per episode went from "
+            f"{turns[0]:.2f} (step {steps[0]}) to {turns[-1]:.2f} (step {steps[-1]}). The environment's turns are "
+            "attended to, not trained on. The best-rewarded episodes of several turns from the last logged step, "
+            "feedback highlighted:"
+        )
+        for sample in episode_samples(run):
+            doc.sample(sample)
 
     # -- aha moments ----------------------------------------------------------------------------
     doc.h2("Aha moments")

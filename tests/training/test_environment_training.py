@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from tiny_run import metrics, tiny_config
 
 from rlvr import metric_names as M
+from rlvr.analysis.report import build_report
 from rlvr.errors import UserError
 from rlvr.training import train
 
@@ -66,6 +67,7 @@ def test_code_feedback_trains_and_evaluates_in_episodes(tiny_dir, tmp_path):
         "rollout.stop=[the, and, is]",
         "reward.rules=[code_tests_frac]", "reward.weights=[1.0]", "reward.accuracy_rule=code_tests",
         "reward.sandbox=none", "reward.workers=0", "eval.every_steps=1", "eval.limit=4", "train.steps=1",
+        "log.samples_every=1",
     )  # fmt: skip
     train(tiny_config(tiny_dir, run, *code))
     (row,) = metrics(run)
@@ -74,6 +76,8 @@ def test_code_feedback_trains_and_evaluates_in_episodes(tiny_dir, tmp_path):
     assert all("eval/turns_mean" in h and "eval/accuracy_first_turn" in h for h in history)
     predictions = (run / "eval" / "step_000001" / "predictions.jsonl").read_text().splitlines()
     assert all("turns" in json.loads(p) for p in predictions)  # the greedy answers are episodes too
+    report = (build_report(run) / "report.md").read_text()
+    assert "## Episodes" in report and "turns per episode went from" in report and " 2 turns" in report
 
 
 def test_feedback_without_tests_is_refused_in_one_line(tiny_dir, tmp_path):
