@@ -333,11 +333,14 @@ def gather_parameters(into, sharded) -> None:
 
 
 def cast_copy(model, dtype: torch.dtype):
-    """A copy of ``model`` whose floating-point parameters and buffers are ``dtype``, built without a
+    """A copy of ``model`` whose floating-point parameters are ``dtype`` and floating-point buffers at least
+    float32, built without a
     second full-precision copy: the module tree is copied on the meta device (no storage), then each
     tensor is allocated in ``dtype`` on its source's device and filled from the source, one at a time
     (the cast happens inside the copy). Equal to ``copy.deepcopy(model).to(dtype)``, which clones the
     whole model in its own dtype first (at 7B, 28 GiB of fp32 beside the policy's own for a moment).
+    Buffers stay float32 as the policy's are: a bf16 rotary ``inv_freq`` puts the angle at position 3,072
+    off by radians, so the sampler's distribution would drift from the trainer's at long positions.
 
     Tied parameters stay tied, ``requires_grad`` and hooks are kept, non-persistent buffers (rotary
     ``inv_freq``) are copied too. ``model`` must be a plain module, not yet sharded by FSDP (the trainer
@@ -345,10 +348,13 @@ def cast_copy(model, dtype: torch.dtype):
     device: the sharded trainer's, which ``ShardedGroup.fill_copy`` allocates and fills from the shards."""
     sources: dict[int, torch.Tensor] = {}
     memo: dict[int, torch.Tensor] = {}
+    params = {id(p) for p in model.parameters()}
     for t in (*model.parameters(), *model.buffers()):
         if id(t) in memo:
             continue
         want = dtype if t.is_floating_point() else t.dtype
+        if t.is_floating_point() and id(t) not in params:  # buffers (rotary inv_freq): never below float32
+            want = torch.promote_types(t.dtype, torch.float32)
         empty = torch.empty(t.shape, dtype=want, device="meta")
         memo[id(t)] = (
             torch.nn.Parameter(empty, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty

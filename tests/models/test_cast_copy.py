@@ -1,5 +1,6 @@
 """The rollout engine's copy of the policy in another dtype (``cast_copy``): equal to the old
-``copy.deepcopy(policy).to(dtype)``, yet never a second full-precision model, even for a moment."""
+``copy.deepcopy(policy).to(dtype)`` with the floating buffers (rotary ``inv_freq``) kept float32, yet
+never a second full-precision model, even for a moment."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def _tensors(model) -> dict:
 def test_cast_copy_equals_the_deepcopy_it_replaces(name, dtype):
     policy = MODELS[name]()
     old, new = copy.deepcopy(policy).to(dtype), cast_copy(policy, dtype)
+    for key, buf in policy.named_buffers():  # the deepcopy, with its floating buffers as the policy's
+        if buf.is_floating_point():
+            owner, _, leaf = key.rpartition(".")
+            old.get_submodule(owner)._buffers[leaf] = buf.clone()
     want, got = _tensors(old), _tensors(new)
     assert want.keys() == got.keys()
     for k, t in want.items():
@@ -66,12 +71,23 @@ def test_no_second_full_precision_copy_while_it_is_built():
     n = sum(p.numel() for p in policy.parameters())
     with Allocations() as made:
         cast_copy(policy, torch.bfloat16)
-    assert made.bytes[torch.float32] == 0, dict(made.bytes)  # nothing in the policy's dtype
-    buffers = sum(b.numel() for b in policy.buffers()) * 2
-    assert made.bytes[torch.bfloat16] == 2 * n + buffers  # the bf16 copy itself, once
+    buffers = sum(b.numel() for b in policy.buffers()) * 4
+    assert made.bytes[torch.float32] == buffers, dict(made.bytes)  # the buffers alone in the policy's dtype
+    assert made.bytes[torch.bfloat16] == 2 * n  # the bf16 copy itself, once
     with Allocations() as old:  # the negative control: the deepcopy clones the fp32 model first
         copy.deepcopy(policy).to(torch.bfloat16)
     assert old.bytes[torch.float32] >= 4 * n
+
+
+def test_a_bf16_copy_keeps_the_rotary_frequencies_float32():
+    policy = tiny_qwen2(seed=2)
+    (name, inv_freq), *_ = [(k, b) for k, b in policy.named_buffers() if k.endswith("inv_freq")]
+    copied = dict(cast_copy(policy, torch.bfloat16).named_buffers())[name]
+    assert copied.dtype == torch.float32 and torch.equal(copied, inv_freq)
+    # why: a bf16 inv_freq (the old copy) turns the angle at position 3,072 by radians on some frequencies
+    angle = 3072 * torch.tensor([1.0, 1 / 3, 1 / 7, 0.0123])
+    off = (angle - 3072 * torch.tensor([1.0, 1 / 3, 1 / 7, 0.0123]).bfloat16().float()).abs().max()
+    assert off > 0.5
 
 
 def test_the_engine_samples_from_a_cast_copy():
