@@ -120,6 +120,16 @@ class _View:
     seeds: Tensor  # [b] int64
 
 
+def copy_event(device: torch.device):
+    """A CUDA event recorded on ``device``'s current stream -- the stream a copy from a tensor on ``device``
+    was queued on, which need not be the current device's (``model.device=cuda:1``) -- or None off CUDA."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
 class StaticDecoder:
     """A model's decode on one static cache for the run (see the module docstring).
 
@@ -389,10 +399,7 @@ class StaticDecoder:
             flat = self.staging[self.host_reads % 2]  # at most two copies are pending: they alternate
             host = flat[: B * t].view(B, t)
             host.copy_(self.out_tokens[:B, :t], non_blocking=flat.is_pinned())
-            event = None
-            if self.out_tokens.device.type == "cuda":
-                event = torch.cuda.Event()
-                event.record()
+            event = copy_event(self.out_tokens.device)
             self.host_reads += 1
             pending.append((t, host, event))
 

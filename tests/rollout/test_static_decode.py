@@ -259,3 +259,21 @@ def test_the_inductor_compiled_step_samples_what_the_dynamic_decode_samples_with
         _same(*(e.generate(prompts, 4, seeds=seeds) for e in (dynamic, static)), logprobs=True)
     assert {b for b, _ in static.decoder.views} >= {4, 8, 12}
     assert _compiles() == 1
+
+
+def test_the_host_copy_event_is_recorded_on_the_buffers_device(monkeypatch):
+    """Issue 61.4: with the buffers on cuda:1 and cuda:0 current, the event must wait for cuda:1's stream
+    (where the copy was queued), not the current device's. CUDA's calls are stood in for on the CPU."""
+    from rlvr.rollout import static
+
+    recorded = []
+
+    class Event:
+        def record(self, stream=None):
+            recorded.append(stream)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream of {device}")
+    assert static.copy_event(torch.device("cpu")) is None and recorded == []
+    assert isinstance(static.copy_event(torch.device("cuda:1")), Event)
+    assert recorded == ["stream of cuda:1"]
