@@ -84,10 +84,30 @@ def warpers(temperature: float, top_k: int, top_p: float) -> list:
 
 def warp(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     """``generate``'s warpers in its order: temperature (1 = off), top-k (0 = off), top-p (1 = off).
-    Cut logits become −inf. Traceable: no host reads, so it runs inside a captured step."""
+    Cut logits become −inf. Traceable: no host reads, so it runs inside a captured step. With both
+    top-k and top-p, top-p runs on the k kept logits (:func:`top_k_top_p`), not a sort of the vocabulary."""
+    if top_k and top_p < 1.0:
+        if temperature != 1.0:
+            logits = logits / temperature
+        return top_k_top_p(logits, top_k, top_p)
     for w in warpers(temperature, top_k, top_p):
         logits = w(None, logits)
     return logits
+
+
+def top_k_top_p(logits: Tensor, top_k: int, top_p: float) -> Tensor:
+    """``TopKLogitsWarper`` then ``TopPLogitsWarper`` (at least one token kept), with top-p computed on the
+    ``top_k`` largest logits alone: a [b, k] sort instead of a [b, V] one (152k entries per row per token at
+    Qwen2.5's vocabulary). The cut tokens' probabilities are 0 after top-k, so the kept set is top-p's over
+    the whole row, up to the rounding of the softmax's sum and to ties at the k-th logit (the warper keeps
+    every tied token, this keeps k)."""
+    k = min(top_k, logits.shape[-1])
+    vals, idx = logits.topk(k, dim=-1)  # [b, k], descending
+    ascending, where = vals.flip(-1), idx.flip(-1)
+    cut = ascending.softmax(-1).cumsum(-1) <= (1 - top_p)
+    cut[..., -1:] = False  # the largest always stays
+    out = torch.full_like(logits, float("-inf"))
+    return out.scatter(-1, where, ascending.masked_fill(cut, float("-inf")))
 
 
 def inverse_cdf(logits: Tensor, u: Tensor, block: int = 256) -> Tensor:

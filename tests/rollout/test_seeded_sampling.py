@@ -140,3 +140,24 @@ def test_two_level_inverse_cdf_picks_what_a_full_cumsum_picks():
     got = inverse_cdf(logits, u, 256)
     assert torch.equal(got, want)
     assert torch.isfinite(logits.gather(1, got[:, None])).all()  # a cut token is never picked
+
+
+def test_top_p_on_the_top_k_set_keeps_what_the_warpers_keep():
+    """Issue 61.6: top-p over the k kept logits only (a [b, k] sort, not [b, V]) keeps the same tokens as
+    transformers' TopK then TopP warpers, and the draws are the same."""
+    from transformers import TopKLogitsWarper, TopPLogitsWarper
+
+    from rlvr.rollout.sampling import draw, top_k_top_p
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 1000, generator=g) * 3
+    for k, p in ((50, 0.9), (5, 0.5), (200, 0.99), (1, 0.3), (2000, 0.7)):
+        want = TopPLogitsWarper(top_p=p)(None, TopKLogitsWarper(top_k=k)(None, logits))
+        got = top_k_top_p(logits, k, p)
+        assert torch.equal(torch.isinf(got), torch.isinf(want)), (k, p)
+        assert torch.equal(got[~torch.isinf(got)], want[~torch.isinf(want)])
+    u = torch.rand(64, generator=g, dtype=torch.float64)
+    warped = TopPLogitsWarper(top_p=0.9)(None, TopKLogitsWarper(top_k=50)(None, logits / 0.7))
+    from rlvr.rollout.sampling import inverse_cdf
+
+    assert torch.equal(draw(logits, u, 0.7, 50, 0.9), inverse_cdf(warped, u))
