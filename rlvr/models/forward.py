@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
+import sys
 
 import torch
 from torch import Tensor
@@ -183,10 +185,51 @@ def call_logprobs(
     return _logprobs(model, lambda response_pass: call(head=response_pass), tokens, **kw)
 
 
+FUSED_ENV = "RLVR_FUSED_LOGPROBS"
+"""``auto`` (default): the fused LM-head log-probs where the head allows, and where they fail at run time,
+the full logits from then on, said in one line; ``1``: the fused path or its error; ``0``: the full logits."""
+
+fused_failure: str | None = None
+"""Why the fused log-probs failed in this process (then every later pass computes the full logits), or None."""
+
+
+def _fused_mode() -> str:
+    mode = os.environ.get(FUSED_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "0", "1"):
+        from rlvr.errors import UserError
+
+        raise UserError(f"{FUSED_ENV}={mode}: use auto (default), 1 (fused or an error) or 0 (full logits)")
+    return mode
+
+
 def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, entropy_grad: bool, fused: bool):
     """(logp, entropy) of ``tokens`` from ``run(response_pass)``, which returns the ``out.logits`` of
-    the model call it makes inside ``response_pass()``: fused when the head allows, else in full."""
-    head = fused_head(model) if fused else None
+    the model call it makes inside ``response_pass()``: fused when the head allows, else in full.
+
+    Fail soft (:data:`FUSED_ENV`): a fused pass that raises in its forward (a kernel or a shape no GPU
+    has run yet) is redone from the full logits, and so is every later pass of the process; one line
+    says what failed and how to choose either path. Out of memory is not caught (the full logits need
+    more)."""
+    global fused_failure
+    mode = _fused_mode()
+    head = fused_head(model) if fused and mode != "0" and fused_failure is None else None
+    if head is not None and mode == "auto":
+        try:
+            with _sparse_tied_embedding_grad(model):
+                return _logprobs_of(
+                    model, run, head, tokens, temperature=temperature, entropy=entropy, entropy_grad=entropy_grad
+                )
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of the path that never ran here: fall back
+            fused_failure = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            print(
+                f"warning: the fused LM-head log-probs failed ({fused_failure}); computing them from the full "
+                f"logits from here on ({FUSED_ENV}=0 always does, {FUSED_ENV}=1 makes this an error)",
+                file=sys.stderr,
+                flush=True,
+            )
+            head = None
     with _sparse_tied_embedding_grad(model):
         return _logprobs_of(
             model, run, head, tokens, temperature=temperature, entropy=entropy, entropy_grad=entropy_grad

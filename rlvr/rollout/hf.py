@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria
@@ -190,6 +191,8 @@ class HFRolloutEngine:
         self.lean = LeanDecoder(self.model, self.packed) if want_lean else None  # raises LeanUnavailable if it cannot
         self.decoder = None
         """The :class:`~rlvr.rollout.static.StaticDecoder` (static decode): one cache for the engine's life."""
+        self.static_failure: str | None = None
+        """Why the static decode failed, after which the engine decodes dynamically (:meth:`_static_failed`)."""
         if self.static:
             self.decoder = StaticDecoder(
                 self.model, compile="inductor" if on_gpu else None, rows=batch_seqs, capacity=static_capacity
@@ -197,6 +200,20 @@ class HFRolloutEngine:
         self.last_stats: dict[str, int] = {}
         """The last :meth:`generate`'s work: ``rows``, ``decode_steps`` (forwards after the prefills, all
         chunks), ``row_steps`` (rows computed over those steps) and ``tokens`` (response tokens kept)."""
+
+    def _static_failed(self, e: BaseException) -> None:
+        """Leaves the static decode for the dynamic one for the engine's life, in one line (fail soft: the
+        compiled step has run on no GPU yet; a compile, recompile-limit or capture failure must not end a
+        run that the dynamic decode can carry)."""
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        print(
+            f"warning: the static decode failed ({why}); decoding with the dynamic decode from here on "
+            "(rollout.static_decode=false always does)",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.static, self.decoder = False, None
+        self.static_failure = why
 
     @torch.no_grad()
     def sync_weights(self) -> None:
@@ -345,9 +362,15 @@ class HFRolloutEngine:
             if self.static:  # compiled (CUDA graphs) on a GPU; eager elsewhere
                 sampler = Sampler(greedy, temp, how.top_k, how.top_p, temp if record else None, entropy_temp)
                 row_seeds = None if greedy else torch.tensor(seeds[rows], dtype=torch.long)  # cpu: moved by the decoder
-                with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
-                    chunks.append(self.decoder.decode(ids, mask, G, how=sampler, seeds=row_seeds, **common))
-                continue
+                try:
+                    with eval_mode(self.model), self.packed.active() if self.packed else contextlib.nullcontext():
+                        chunks.append(self.decoder.decode(ids, mask, G, how=sampler, seeds=row_seeds, **common))
+                    continue
+                except torch.OutOfMemoryError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a compile or capture failure: the dynamic decode has run
+                    self._static_failed(e)
+                    seeded = seeds is not None and not greedy  # the row seeds drawn for it: the same draws
             if greedy:
                 pick = GreedyPicker()
             elif seeded:

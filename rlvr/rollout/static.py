@@ -41,6 +41,8 @@ greedy token for token, seeded samples draw for draw, the same stop positions an
 
 from __future__ import annotations
 
+import sys
+
 import dataclasses
 from typing import Callable
 
@@ -120,6 +122,32 @@ class _View:
     seeds: Tensor  # [b] int64
 
 
+pinning_failure: str | None = None
+"""Why page-locked host memory was refused in this process (then host copies are pageable), or None."""
+
+
+def _pinning_failed(e: BaseException) -> None:
+    global pinning_failure
+    pinning_failure = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    print(
+        f"warning: pinned host memory was refused ({pinning_failure}); the static decode copies through pageable "
+        "memory from here on (each host read then waits for the device; rollout.static_decode=false avoids it)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def host_buffer(n: int, *, pinned: bool) -> Tensor:
+    """[n] int64 zeros on the host, page-locked where ``pinned`` (the device copies into it without
+    stopping the stream) and pinning works; else pageable, said once (:data:`pinning_failure`)."""
+    if pinned and pinning_failure is None:
+        try:
+            return torch.zeros(n, dtype=torch.long, pin_memory=True)  # cpu: a host buffer
+        except RuntimeError as e:
+            _pinning_failed(e)
+    return torch.zeros(n, dtype=torch.long)  # cpu: a host buffer
+
+
 def copy_event(device: torch.device):
     """A CUDA event recorded on ``device``'s current stream -- the stream a copy from a tensor on ``device``
     was queued on, which need not be the current device's (``model.device=cuda:1``) -- or None off CUDA."""
@@ -188,10 +216,9 @@ class StaticDecoder:
         self.out_tokens = torch.zeros(rows + 1, capacity, dtype=torch.long, device=device)  # + the scratch row
         self.out_logprobs = torch.zeros(rows + 1, capacity, device=device)
         self.out_entropy = torch.zeros(rows + 1, capacity, device=device)
-        pin = device.type == "cuda"
         # flat: each copy lands contiguous (a strided destination would not copy asynchronously)
         staging = rows * capacity
-        self.staging = [torch.zeros(staging, dtype=torch.long, pin_memory=pin) for _ in range(2)]  # cpu: host copies
+        self.staging = [host_buffer(staging, pinned=device.type == "cuda") for _ in range(2)]
         for buf in (*self.keys, *self.values, self.mask, self.tokens, self.plen, self.live, self.row, self.seeds):
             torch._dynamo.mark_static_address(buf)
         for buf in (self.pos, self.t, self.out_tokens, self.out_logprobs, self.out_entropy):
@@ -455,7 +482,12 @@ class StaticDecoder:
         host = torch.tensor(values, dtype=torch.long)  # cpu: the host's indices, copied below
         if self.tokens.device.type != "cuda":
             return host
-        return host.pin_memory().to(self.tokens.device, non_blocking=True)
+        if pinning_failure is None:
+            try:
+                return host.pin_memory().to(self.tokens.device, non_blocking=True)
+            except RuntimeError as e:
+                _pinning_failed(e)
+        return host.to(self.tokens.device)
 
     def _compact(self, open_slots: list[int], size: int, window: int) -> None:
         """Moves the open slots to the front of every buffer (the first ``window`` cache positions: the

@@ -235,3 +235,38 @@ def test_packed_cpu_linears_keep_the_fused_head_and_get_their_forward_back():
         assert vars(model.lm_head)["forward"] is packed_forward
     assert "forward" not in vars(model.lm_head)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_failing_fused_head_falls_back_to_the_full_logits_once_and_says_so(monkeypatch, capsys):
+    """Issue 61 fail soft: a fused pass that raises (injected here: the kernel no GPU has run) is redone
+    from the full logits, every later pass skips it, and one line says so; RLVR_FUSED_LOGPROBS=1 makes it
+    an error and =0 never tries it."""
+    model = tiny_qwen2(seed=3)
+    ids, am, tokens = _batch()
+    want, _ = pass_logprobs(model, ids, am, tokens, group_size=1, fused=False)
+    calls = []
+
+    def broken(*args, **kw):
+        calls.append(1)
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(fwd.algos, "lm_head_logprobs", broken)
+    monkeypatch.setattr(fwd, "fused_failure", None)
+    monkeypatch.setenv(fwd.FUSED_ENV, "1")
+    with pytest.raises(RuntimeError, match="no kernel image"):
+        pass_logprobs(model, ids, am, tokens, group_size=1)
+    monkeypatch.setenv(fwd.FUSED_ENV, "auto")
+    for _ in range(2):
+        got, _ = pass_logprobs(model, ids, am, tokens, group_size=1)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert len(calls) == 2 and fwd.fused_failure.startswith("RuntimeError: no kernel image")  # tried once in auto
+    err = capsys.readouterr().err
+    assert err.count("warning: the fused LM-head log-probs failed (RuntimeError: no kernel image") == 1
+    assert "RLVR_FUSED_LOGPROBS=0 always does" in err
+    monkeypatch.setattr(fwd, "fused_failure", None)
+    monkeypatch.setenv(fwd.FUSED_ENV, "0")
+    got, _ = pass_logprobs(model, ids, am, tokens, group_size=1)
+    assert len(calls) == 2 and fwd.fused_failure is None  # never tried
+    monkeypatch.setenv(fwd.FUSED_ENV, "maybe")
+    with pytest.raises(Exception, match="RLVR_FUSED_LOGPROBS=maybe: use auto"):
+        pass_logprobs(model, ids, am, tokens, group_size=1)

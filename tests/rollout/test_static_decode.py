@@ -277,3 +277,36 @@ def test_the_host_copy_event_is_recorded_on_the_buffers_device(monkeypatch):
     assert static.copy_event(torch.device("cpu")) is None and recorded == []
     assert isinstance(static.copy_event(torch.device("cuda:1")), Event)
     assert recorded == ["stream of cuda:1"]
+
+
+def test_a_failing_static_decode_falls_back_to_the_dynamic_decode(monkeypatch, capsys):
+    """Issue 61 fail soft: a compile or capture failure of the static step (injected here) leaves the run on
+    the dynamic decode, with one line; the batch is the one the dynamic decode samples from the same seeds,
+    and in an unseeded call from the row seeds the static decode had drawn."""
+    dynamic, static = _engines(MODELS["llama"](), "cpu", temperature=0.9, stop=["7"])
+
+    def broken(*args, **kw):
+        raise RuntimeError("CUDA graph capture failed: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(static.decoder, "decode", broken)
+    seeds = [sample_seed(4, i) for i in range(len(PROMPTS) * 2)]
+    _same(static.generate(PROMPTS, 2, seeds=seeds), dynamic.generate(PROMPTS, 2, seeds=seeds))
+    assert not static.static and static.decoder is None and static.static_failure.startswith("RuntimeError: CUDA")
+    err = capsys.readouterr().err
+    assert err.count("warning: the static decode failed (RuntimeError: CUDA graph capture failed") == 1
+    assert "rollout.static_decode=false always does" in err
+    _same(static.generate(PROMPTS, 2, seeds=seeds), dynamic.generate(PROMPTS, 2, seeds=seeds))  # and stays there
+    assert capsys.readouterr().err == ""
+
+
+def test_refused_pinned_memory_gives_pageable_buffers_and_one_line(monkeypatch, capsys):
+    """Issue 61 fail soft: where page-locked memory is refused (here, naturally: a CPU-only torch has no
+    pinned allocator), the static decode's host buffers are pageable and one line says so."""
+    from rlvr.rollout import static
+
+    monkeypatch.setattr(static, "pinning_failure", None)
+    a, b = static.host_buffer(8, pinned=True), static.host_buffer(8, pinned=True)
+    assert not a.is_pinned() and a.shape == (8,) and not b.is_pinned()
+    err = capsys.readouterr().err
+    assert err.count("warning: pinned host memory was refused") == 1 and static.pinning_failure
+    assert not static.host_buffer(4, pinned=False).is_pinned() and capsys.readouterr().err == ""
