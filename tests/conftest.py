@@ -86,3 +86,14 @@ def tiny_dir(tmp_path, monkeypatch):
     monkeypatch.setitem(registry.REWARDS, "sevens", sevens)
     monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
     return save_tiny_model(tmp_path / "tiny")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fallbacks(monkeypatch):
+    """A fail-soft fallback one test triggers (the fused log-probs, pinned memory) is process state: every
+    test starts with none, so no test runs on a fallback path without knowing it."""
+    import rlvr.models.forward as fwd
+    import rlvr.rollout.static as static
+
+    monkeypatch.setattr(fwd, "fused_failure", None)
+    monkeypatch.setattr(static, "pinning_failure", None)

@@ -41,9 +41,8 @@ greedy token for token, seeded samples draw for draw, the same stop positions an
 
 from __future__ import annotations
 
-import sys
-
 import dataclasses
+import sys
 from typing import Callable
 
 import numpy as np
