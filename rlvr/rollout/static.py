@@ -147,6 +147,19 @@ def host_buffer(n: int, *, pinned: bool) -> Tensor:
     return torch.zeros(n, dtype=torch.long)  # cpu: a host buffer
 
 
+def _own_code(fn: Callable, n: int) -> Callable:
+    """``fn`` with a code object of its own. Dynamo keeps compiled versions per code object and stops at
+    ``recompile_limit`` versions (with ``fullgraph=True``, an error): the closures of one nested function
+    share one code object, so every sampling mode, engine and cache size of a process would count against
+    one limit. A copy per mode keeps each mode's versions apart."""
+    import types
+
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{n}")
+    own = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    own.__qualname__ = f"{fn.__qualname__}_{n}"
+    return own
+
+
 def copy_event(device: torch.device):
     """A CUDA event recorded on ``device``'s current stream -- the stream a copy from a tensor on ``device``
     was queued on, which need not be the current device's (``model.device=cuda:1``) -- or None off CUDA."""
@@ -184,6 +197,8 @@ class StaticDecoder:
         self.rows = self.capacity = 0
         self.want_rows, self.want_capacity = rows, capacity
         self.compiled: dict[tuple, tuple[Callable, Tensor]] = {}
+        self.raw_steps: dict[tuple, Callable] = {}
+        """Each sampling mode's step before compiling: a code object of its own (:func:`_own_code`)."""
         self.host_reads = 0
         """Copies of the response buffer to the host so far (the decode's only device-to-host reads)."""
 
@@ -219,9 +234,9 @@ class StaticDecoder:
         staging = rows * capacity
         self.staging = [host_buffer(staging, pinned=device.type == "cuda") for _ in range(2)]
         for buf in (*self.keys, *self.values, self.mask, self.tokens, self.plen, self.live, self.row, self.seeds):
-            torch._dynamo.mark_static_address(buf)
+            torch._dynamo.mark_static_address(buf, guard=False)
         for buf in (self.pos, self.t, self.out_tokens, self.out_logprobs, self.out_entropy):
-            torch._dynamo.mark_static_address(buf)
+            torch._dynamo.mark_static_address(buf, guard=False)
         self.rows, self.capacity = rows, capacity
         self.views: dict[tuple[int, int], _View] = {}
 
@@ -248,10 +263,10 @@ class StaticDecoder:
                 *(x[:b] for x in (self.tokens, self.plen, self.live, self.row, self.seeds)),
             )
             for x in (*(y for layer in layers for y in (layer.keys, layer.values)), view.mask, view.tokens):
-                torch._dynamo.mark_static_address(x)
+                torch._dynamo.mark_static_address(x, guard=False)
                 torch._dynamo.maybe_mark_dynamic(x, 0)
             for x in (view.plen, view.live, view.row, view.seeds):
-                torch._dynamo.mark_static_address(x)
+                torch._dynamo.mark_static_address(x, guard=False)
                 torch._dynamo.maybe_mark_dynamic(x, 0)
             for layer in layers:
                 torch._dynamo.maybe_mark_dynamic(layer.keys, 2)
@@ -326,7 +341,8 @@ class StaticDecoder:
         key = how, tuple(eos_ids)
         if key not in self.compiled:
             eos = torch.tensor(eos_ids, device=self.tokens.device)
-            step = self._step_fn(how, eos)
+            step = _own_code(self._step_fn(how, eos), len(self.compiled))
+            self.raw_steps[key] = step
             if self.backend is not None:
                 mode = "reduce-overhead" if self.backend == "inductor" else None
                 step = torch.compile(step, backend=self.backend, mode=mode, fullgraph=True)

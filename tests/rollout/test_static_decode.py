@@ -310,3 +310,18 @@ def test_refused_pinned_memory_gives_pageable_buffers_and_one_line(monkeypatch, 
     err = capsys.readouterr().err
     assert err.count("warning: pinned host memory was refused") == 1 and static.pinning_failure
     assert not static.host_buffer(4, pinned=False).is_pinned() and capsys.readouterr().err == ""
+
+
+def test_twelve_sampling_modes_compile_without_reaching_the_recompile_limit():
+    """Issue 61.2: each sampling mode (training's sampling, greedy and sampled evaluation, other
+    temperatures, EOS sets) compiles its own step; on one shared code object the 9th version would hit
+    dynamo's recompile limit, which ``fullgraph=True`` makes an error."""
+    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
+    decoder = StaticDecoder(model, compile="eager", rows=8, capacity=200)
+    torch._dynamo.reset()
+    args, kw = _decoder_inputs(model, tok, PROMPTS[:2], G=2, greedy=False, new=4)
+    for i in range(12):
+        how = Sampler(False, 0.5 + 0.1 * i, top_k=10 * (i % 3))
+        decoder.decode(*args, **{**kw, "how": how})
+    codes = {fn.__code__ for fn in decoder.raw_steps.values()}
+    assert len(codes) == len(decoder.compiled) == 12
