@@ -212,7 +212,11 @@ class StaticDecoder:
         if rows <= self.rows and capacity <= self.capacity:
             return
         rows, capacity = max(rows, self.rows), max(capacity, self.capacity)
+        # the old cache is let go before the new one is made: never both at once (at 7B, GBs each)
+        self.views = {}
         self.keys, self.values = [], []
+        for name in ("mask", "out_tokens", "out_logprobs", "out_entropy", "staging"):
+            self.__dict__.pop(name, None)
         device = next(self.model.parameters()).device
         for shape_k, shape_v, dtype in self._layer_shapes(like):
             # one position more than the capacity: a window never covers the whole buffer, so every view has

@@ -325,3 +325,30 @@ def test_twelve_sampling_modes_compile_without_reaching_the_recompile_limit():
         decoder.decode(*args, **{**kw, "how": how})
     codes = {fn.__code__ for fn in decoder.raw_steps.values()}
     assert len(codes) == len(decoder.compiled) == 12
+
+
+def test_a_growing_cache_lets_the_old_one_go_before_making_the_new(monkeypatch):
+    """Issue 61.5: when a call needs more rows or positions than the cache holds, the old keys and values
+    are freed before the new ones are allocated, so the two never coexist."""
+    import weakref
+
+    from rlvr.rollout import static
+
+    model, tok = tiny_model(seed=5).eval(), tiny_tokenizer()
+    decoder = StaticDecoder(model, rows=4, capacity=16)
+    args, kw = _decoder_inputs(model, tok, PROMPTS[:2], G=2, greedy=True, new=4)
+    decoder.decode(*args, **kw)  # buffers and views at the small size
+    old = [weakref.ref(t) for t in (*decoder.keys, *decoder.values, decoder.mask, decoder.out_tokens)]
+    alive_at_first_new = []
+    zeros = torch.zeros
+
+    def watching(*a, **k):
+        if not alive_at_first_new:
+            alive_at_first_new.append(sum(r() is not None for r in old))
+        return zeros(*a, **k)
+
+    monkeypatch.setattr(static.torch, "zeros", watching)
+    args, kw = _decoder_inputs(model, tok, PROMPTS, G=4, greedy=True, new=600)  # more rows and positions
+    decoder.decode(*args, **kw)
+    assert decoder.capacity > 16 and decoder.rows >= 12
+    assert alive_at_first_new == [0]
