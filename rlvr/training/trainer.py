@@ -373,10 +373,14 @@ class Trainer:
         with a line for each CPU-speed choice it made; sharded, it samples from ``copy``, the whole copy
         filled from the shards. Its static cache (a GPU's decode) holds the data's
         longest prompt plus the longer of the rollout's and the evaluation's responses: one set of buffers
-        for the run (a longer evaluation prompt grows it once)."""
+        for the run (a longer evaluation prompt grows it once). With episodes (tools, code feedback, an
+        environment) one budget more: a continuation left-pads to its longest row (a prompt and its turns so
+        far) and decodes up to another row's remaining budget."""
         cfg, note = self.cfg, self.printer.note
         r = cfg.rollout
-        longest = data_prompt_tokens(self.train_rows)[0] + max(r.max_new_tokens, self.evaluator.max_new_tokens)
+        budget = max(r.max_new_tokens, self.evaluator.max_new_tokens)
+        episodes = bool(r.tools or r.environment or r.max_turns > 1)
+        longest = data_prompt_tokens(self.train_rows)[0] + budget * (2 if episodes else 1)
         try:
             engine = HFRolloutEngine(
                 self.policy, self.tokenizer, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
