@@ -102,6 +102,30 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
     cfg = pin_hub_data(cfg, earlier=RunDir(Path(cfg.resume)).read_config() if cfg.resume else None)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
+    sandbox = _code_checks(cfg, train_split)
+    get_reward(cfg.reward.accuracy_rule)
+    box = Toolbox.from_config(cfg.rollout, cfg.reward.workers)  # unknown tools and broken plugins fail now too
+    r = cfg.rollout
+    environments.from_settings(r.environment, toolbox=box, max_turns=r.max_turns)  # and environment plugins
+    model_path, cfg = _model(cfg)
+    checked = Checked(cfg, Path(cfg.resume or cfg.run_dir), model_path, train_split, test_rows, scorer, device=where)
+    if writes:
+        RunDir(checked.run_dir).check_unlocked()
+    if cfg.resume:
+        checked.resume_from = _resume_checkpoint(cfg, shards)
+        checked.start_step = step_of(checked.resume_from)
+    if writes:
+        _check_run_dir(cfg, checked.run_dir, model_path)
+    mkl = cpu.mkl_avx512_note() if where is not None and where.type == "cpu" else None
+    precision += [mkl] if mkl else []
+    checked.precision, checked.notes = precision, sandbox + _eval_note(cfg, test_rows) + _load_note()
+    return checked
+
+
+def _code_checks(cfg: Config, train_split) -> list[str]:
+    """The sandbox's summary line where model-written code runs (code rules, the python tool, code
+    feedback), after checking it can run (or the one-line error naming the package); code feedback
+    without a training row that has tests is an error."""
     sandbox: list[str] = []
     r = cfg.rollout
     feedback = r.environment == "code_feedback" or (not r.environment and not r.tools and r.max_turns > 1)
@@ -121,22 +145,7 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
 
         sandbox.append(f"  sandbox    {check_isolation(cfg.reward.sandbox)}")  # or the error naming the package
         os.environ[SANDBOX_ENV] = cfg.reward.sandbox  # the code rules read it, here and in workers
-    get_reward(cfg.reward.accuracy_rule)
-    box = Toolbox.from_config(cfg.rollout, cfg.reward.workers)  # unknown tools and broken plugins fail now too
-    environments.from_settings(r.environment, toolbox=box, max_turns=r.max_turns)  # and environment plugins
-    model_path, cfg = _model(cfg)
-    checked = Checked(cfg, Path(cfg.resume or cfg.run_dir), model_path, train_split, test_rows, scorer, device=where)
-    if writes:
-        RunDir(checked.run_dir).check_unlocked()
-    if cfg.resume:
-        checked.resume_from = _resume_checkpoint(cfg, shards)
-        checked.start_step = step_of(checked.resume_from)
-    if writes:
-        _check_run_dir(cfg, checked.run_dir, model_path)
-    mkl = cpu.mkl_avx512_note() if where is not None and where.type == "cpu" else None
-    precision += [mkl] if mkl else []
-    checked.precision, checked.notes = precision, sandbox + _eval_note(cfg, test_rows) + _load_note()
-    return checked
+    return sandbox
 
 
 def _model(cfg: Config) -> tuple[Path, Config]:

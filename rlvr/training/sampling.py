@@ -175,8 +175,9 @@ def _sample_and_score(
     t0 = time.perf_counter()
     episodes = {"rows": rows} if getattr(engine, "environment", None) is not None else {}  # each reset reads its row
     batch = engine.generate([r["prompt"] for r in rows], G, seeds=seeds, **episodes)
-    if batch.turns is not None and engine.tools is None:  # episodes with turns of the model's (not tool calls)
-        timing.setdefault("turns", []).extend(batch.turns)
+    turns, env_rewards = getattr(batch, "turns", None), getattr(batch, "env_rewards", None)
+    if turns is not None and engine.tools is None:  # episodes with turns of the model's (not tool calls)
+        timing.setdefault("turns", []).extend(turns)
     t1 = time.perf_counter()
     said = [prefix + text for text in batch.texts]  # the prefix is part of the assistant's turn
     answers = [r["answer"] for r in rows for _ in range(G)]
@@ -186,12 +187,12 @@ def _sample_and_score(
     acc = result.per_rule.get(acc_rule) or scorer.rule_scores(acc_rule, said, answers, fields)[0]
     fmt = result.per_rule.get("format") or scorer.rule_scores("format", said, answers, fields)[0]
     # on the batch's device: the overlong penalty and the advantages meet the batch's tensors there
-    if batch.env_rewards is not None:  # a plugin environment's own reward, weighted beside the rules'
-        env = [0.0 if x is None else float(x) for x in batch.env_rewards]
+    if env_rewards is not None:  # a plugin environment's own reward, weighted beside the rules'
+        env = [0.0 if x is None else float(x) for x in env_rewards]
         total = [t + cfg.reward.env_weight * e for t, e in zip(result.total, env)]
         result = dataclasses.replace(result, total=total, per_rule={**result.per_rule, "env": env})
-    if cfg.rollout.turn_discount < 1 and batch.turns is not None:  # a later attempt's pass is worth less
-        total = [t * cfg.rollout.turn_discount ** (n - 1) for t, n in zip(result.total, batch.turns)]
+    if cfg.rollout.turn_discount < 1 and turns is not None:  # a later attempt's pass is worth less
+        total = [t * cfg.rollout.turn_discount ** (n - 1) for t, n in zip(result.total, turns)]
         result = dataclasses.replace(result, total=total)
     rewards = torch.tensor(result.total, dtype=torch.float32, device=batch.response_lengths.device)
     if cfg.algo.overlong_buffer:
