@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import sys
 
 import torch
@@ -44,11 +45,26 @@ class StopStrings(StoppingCriteria):
         self.tokenizer, self.stop, self.prompt_len = tokenizer, list(stop), prompt_len
         self.window = max(len(s) for s in self.stop) + 4  # tokens; every real token is >= 1 character
         self.at = torch.full((rows,), -1, dtype=torch.long, device=device)
+        self.can_end = _can_end(tokenizer, tuple(self.stop))
+        """[V] bool: the tokens whose text can hold a stop string's last character (see :func:`_can_end`)."""
+        self.decoded_rows = 0
+        """Rows decoded so far: the host's work, which the token check keeps to the candidates."""
 
     def hits(self, responses: torch.Tensor) -> torch.Tensor:
-        """[b] bool: a stop string appears in the last tokens of each response so far ([b, t] tokens)."""
-        tails = self.tokenizer.batch_decode(responses[:, -self.window :], skip_special_tokens=True)
-        return torch.tensor([any(s in t for s in self.stop) for t in tails], device=responses.device)
+        """[b] bool: a stop string appears in the last tokens of each response so far ([b, t] tokens),
+        checked as each token arrives: a string a row did not hold before can only end in its newest token,
+        so only the rows whose newest token can end one (:attr:`can_end`) are decoded."""
+        hit = torch.zeros(responses.shape[0], dtype=torch.bool)  # cpu: host work
+        if responses.shape[1] == 0:
+            return hit.to(responses.device)
+        newest = responses[:, -1].cpu()  # cpu: the host reads the tokens it checks
+        rows = torch.nonzero(self.can_end[newest.clamp(0, self.can_end.shape[0] - 1)]).flatten().tolist()
+        if rows:
+            self.decoded_rows += len(rows)
+            tails = self.tokenizer.batch_decode(responses[rows, -self.window :], skip_special_tokens=True)
+            for r, t in zip(rows, tails):
+                hit[r] = any(s in t for s in self.stop)
+        return hit.to(responses.device)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         length = input_ids.shape[1]
@@ -56,6 +72,23 @@ class StopStrings(StoppingCriteria):
         latest = length - self.prompt_len - 1  # response index of the newest token
         self.at = torch.where((self.at < 0) & hit, torch.full_like(self.at, latest), self.at)
         return hit
+
+
+@functools.lru_cache(maxsize=16)
+def _can_end(tokenizer, stop: tuple[str, ...]) -> torch.Tensor:
+    """[V] bool over the tokenizer's ids: True where the token's own text holds the last character of a
+    stop string, or where its text alone is not its text in context (empty, a special token, a piece of a
+    UTF-8 character, a SentencePiece word start): a stop string that newly appears ends in the newest
+    token, so a token False here cannot complete one. Computed once per tokenizer and stop strings."""
+    V = max(len(tokenizer), int(getattr(tokenizer, "vocab_size", 0) or 0))
+    ends = {s[-1] for s in stop}
+    if any(c.isspace() for c in ends):  # a token's leading space may exist in context only: check every row
+        return torch.ones(V, dtype=torch.bool)  # cpu: a host table
+    texts = tokenizer.batch_decode([[i] for i in range(V)], skip_special_tokens=True)
+    out = torch.zeros(V, dtype=torch.bool)  # cpu: a host table
+    for i, t in enumerate(texts):
+        out[i] = not t or "\ufffd" in t or t != t.strip() or any(c in t for c in ends)
+    return out
 
 
 @contextlib.contextmanager

@@ -163,3 +163,33 @@ def test_decode_and_the_shared_prompt_pass_use_the_installed_transformers_cache_
         m for m in logged if "past_key_values" in m
     ]
     assert old == []
+
+
+def test_stop_strings_decode_only_rows_whose_newest_token_can_end_one():
+    """Issue 61.6: the host decodes a row's tail only where its newest token can complete a stop string
+    (its text holds a stop string's last character); every stop string that newly appears is still found,
+    nothing else is, and most rows are not decoded."""
+    import random
+
+    from rlvr.models.tiny import tiny_tokenizer
+    from rlvr.rollout.hf import StopStrings
+
+    tok = tiny_tokenizer()
+    rng = random.Random(0)
+    responses = torch.tensor([[rng.randrange(len(tok)) for _ in range(30)] for _ in range(64)])
+    for stop in (["7"], ["the answer", "= ?"], ["\\boxed{"]):
+        check = StopStrings(tok, stop, 0, 64, "cpu")
+
+        def holds(t: int) -> torch.Tensor:  # decoding every row's tail, as before
+            tails = tok.batch_decode(responses[:, max(0, t - check.window) : t], skip_special_tokens=True)
+            return torch.tensor([any(s in x for s in stop) for x in tails])
+
+        found = 0
+        for t in range(1, 31):
+            got, every = check.hits(responses[:, :t]), holds(t)
+            new = every & ~holds(t - 1)
+            assert torch.equal(got & new, new), (stop, t)  # every new appearance is found
+            assert not (got & ~every).any()  # and nothing that is not there
+            found += int(new.sum())
+        assert check.decoded_rows < 64 * 30 / 2, (stop, check.decoded_rows)
+    assert found  # the last stop set appears somewhere: the check is not vacuous
