@@ -20,7 +20,7 @@ quickstart: setup
 
 # the suite CI runs; test-all adds the extended variants (tests marked `extended`)
 test: setup
-	$(PY) -m pytest -q -m "not extended"
+	$(PY) -m pytest -q -m "not extended" --durations=25
 
 test-all: setup
 	$(PY) -m pytest -q
