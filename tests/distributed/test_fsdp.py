@@ -55,13 +55,18 @@ def lost(completions, labels, **fields):
     return f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}"
 
 
-def test_fsdp_trains_like_one_process_and_resumes_exactly_after_a_kill(dp_args, tmp_path):
+EVALUATE = ("eval.at_end=true", "eval.limit=5")  # split over the workers (each evaluates a share)
+
+
+def _same(tmp_path) -> tuple[str, ...]:
+    return ("train.steps=3", "train.save_every=1", "train.keep_checkpoints=0", *EVALUATE, *_lost(tmp_path, 0))
+
+
+def test_fsdp_trains_like_one_process(dp_args, tmp_path):
     pytest.importorskip("ray")
-    one, full, cut = tmp_path / "one", tmp_path / "full", tmp_path / "cut"
-    evaluate = ("eval.at_end=true", "eval.limit=5")  # split over the workers (each evaluates a share)
-    same = ("train.steps=3", "train.save_every=1", "train.keep_checkpoints=0", *evaluate, *_lost(tmp_path, 0))
-    train(load_config(None, dp_args(one, *same)))
-    train(load_config(None, dp_args(full, *same, *FSDP)))
+    one, full = tmp_path / "one", tmp_path / "full"
+    train(load_config(None, dp_args(one, *_same(tmp_path))))
+    train(load_config(None, dp_args(full, *_same(tmp_path), *FSDP)))
 
     # like one process (length buckets are off under FSDP: float rounding apart, the same update)
     assert_same_metrics(one, full, 3)
@@ -79,10 +84,17 @@ def test_fsdp_trains_like_one_process_and_resumes_exactly_after_a_kill(dp_args, 
     replica, shard = metrics(one)[-1][TRAIN_STATE_MIB], metrics(full)[-1][TRAIN_STATE_MIB]
     assert 0.45 < shard / replica < 0.6, (shard, replica)
 
-    # a worker SIGKILLed during step 3: one line, step 2's sharded checkpoint intact; resumed, the run
-    # ends where the uninterrupted one did, bit for bit. It saves no Hugging Face weights
-    # (train.save_hf=false): rlvr export writes them from the shards.
-    killed = ("train.steps=3", "train.save_every=1", "train.save_hf=false", *evaluate, *_lost(tmp_path, 3, cut), *FSDP)
+
+@pytest.mark.extended  # CI: FSDP resumes in test_reshard, a killed Ray worker in test_lost_worker
+def test_fsdp_resumes_exactly_after_a_kill_and_exports_from_the_shards(dp_args, tmp_path):
+    """A worker SIGKILLed during step 3: one line, step 2's sharded checkpoint intact; resumed, the run
+    ends where the uninterrupted one did, bit for bit. It saves no Hugging Face weights
+    (train.save_hf=false): rlvr export writes them from the shards."""
+    pytest.importorskip("ray")
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    train(load_config(None, dp_args(full, *_same(tmp_path), *FSDP)))
+    wb = load_file(full / "checkpoints" / "last" / "model.safetensors")
+    killed = ("train.steps=3", "train.save_every=1", "train.save_hf=false", *EVALUATE, *_lost(tmp_path, 3, cut), *FSDP)
     with pytest.raises(UserError) as err:
         train(load_config(None, dp_args(cut, *killed)))
     assert "a Ray worker died during step" in str(err.value) and "step_000002 is intact" in str(err.value)
