@@ -257,7 +257,7 @@ class RolloutConfig:
     lean_decode: Switch = Switch.AUTO
     """Decode steps by rlvr's lean forward (rlvr.cpu.lean: products on the packed weights with fused q/k/v and fused residual/SiLU, each group's prompt attended once): auto = where it applies (a float32 Llama or Qwen2 model with model.packed_weights on), true = require it (an error where it cannot run), false = the model's own forward. Same logits up to float rounding."""
     static_decode: Switch = Switch.AUTO
-    """Decode on a static KV cache with every row stepping together (rlvr.rollout.static), the step compiled with torch.compile (CUDA graphs) on a GPU: auto = on a CUDA device, true = also on a CPU (the step runs eagerly there), false = the dynamic decode. The same tokens as the dynamic decode (seeded per sequence; greedy token for token)."""
+    """Decode on a static KV cache with every row stepping together (rlvr.rollout.static), the step compiled with torch.compile (CUDA graphs) on a GPU: auto = on a CUDA device, true = also on a CPU (the step runs eagerly there), false = the dynamic decode. At float32 the same tokens as the dynamic decode (seeded per sequence; greedy token for token; tested on a CPU); at bf16 compiled and eager code round differently and compaction changes the batch's kernels, so rows can part at a near-tie (benchmarks/gpu_check.py measures the share, not yet on a GPU). A compile or capture failure falls back to the dynamic decode with one line."""
     engine: Engine = Engine.HF
     """What generates the rollouts: hf (Hugging Face generate, in the training process). vllm is not built yet (a one-line error)."""
     tools: list[str] = field(default_factory=list)

@@ -35,8 +35,11 @@ How (:class:`StaticDecoder`, one per rollout engine):
 
 The prefill stays the model's own forward (uncompiled, one per prompt, repeated into its G rows).
 The plain implementation it must equal is the dynamic decode (:func:`rlvr.rollout.decode.decode`):
-greedy token for token, seeded samples draw for draw, the same stop positions and log-probs
-(``tests/rollout/test_static_decode.py``, on a CPU, eager and under ``torch.compile``).
+at float32, greedy token for token, seeded samples draw for draw, the same stop positions and
+log-probs (``tests/rollout/test_static_decode.py``, on a CPU, eager and under ``torch.compile``). At
+bf16 that claim does not hold: compiled and eager code round differently and compaction changes the
+batch size and so the kernels, so a row can part at a near-tie (a bf16 CPU check gave 63 of 64 rows
+equal); ``benchmarks/gpu_check.py`` measures the share on a GPU against a stated tolerance.
 """
 
 from __future__ import annotations
