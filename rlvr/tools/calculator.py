@@ -8,7 +8,7 @@ other value as ``p/q``. Every hostile input ends fast with a :class:`ToolError`:
 most :data:`MAX_CHARS` characters and :data:`MAX_DEPTH` levels deep, and no value (an operand, an
 intermediate, the result) may have a numerator or denominator of more than :data:`MAX_BITS` bits;
 a power is refused *before* it is computed when its result would exceed that, so ``9**9**9``
-costs nothing.
+costs nothing, and so is a literal's decimal exponent (``1e999999999``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ MAX_DEPTH = 32
 """Deepest expression tree accepted (operators and parentheses nested)."""
 MAX_BITS = 512
 """Largest numerator or denominator of any value, in bits (about 154 decimal digits)."""
+_MAX_EXPONENT = 200
+"""Largest decimal exponent of a literal (``1e200``), checked on the text before ``Fraction`` builds
+10**exponent: ``1e999999999`` (11 characters) would otherwise compute for minutes."""
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _SPELLINGS = (("×", "*"), ("÷", "/"), ("−", "-"), ("^", "**"), ("\\times", "*"), ("\\div", "/"), (",", ""))
@@ -63,9 +66,12 @@ def _eval(node: ast.AST, source: str, depth: int) -> Fraction:
     if depth > MAX_DEPTH:
         raise ToolError(f"expression nested deeper than {MAX_DEPTH}")
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        text = ast.get_source_segment(source, node) or repr(node.value)
+        text = (ast.get_source_segment(source, node) or repr(node.value)).replace("_", "")
+        mantissa, e, exponent = text.lower().partition("e")
+        if e and (not exponent.lstrip("+-").isdigit() or abs(int(exponent)) > _MAX_EXPONENT):
+            raise ToolError(f"a value exceeds {MAX_BITS} bits")  # before Fraction computes 10**exponent
         try:
-            return _check(Fraction(text.replace("_", "")))  # exactly as written: 0.1 is 1/10
+            return _check(Fraction(text))  # exactly as written: 0.1 is 1/10
         except ValueError:
             raise ToolError(f"not a number: {text[:40]!r}") from None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):

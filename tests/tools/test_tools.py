@@ -28,6 +28,7 @@ from rlvr.tools import CallSyntax, Toolbox, ToolError, calculator, get, python, 
         ("  -(-5)  ", "5"),
         ("37 * 58 =", "2146"),  # the left side of an equation
         ("37 * 58 = 1000", "2146"),
+        ("1e3 + 2.5e-1", "4001/4"),  # exponents within the bound are exact
     ],
 )
 def test_calculator_is_exact(expr, value):
@@ -41,6 +42,9 @@ def test_calculator_is_exact(expr, value):
         ("2**100000000", "bits"),
         ("(10**150)*(10**150)", "bits"),
         ("1e400", "bits"),
+        ("1e999999999", "bits"),  # refused before Fraction builds 10**999999999 (issue 62: minutes)
+        ("1e-999999999", "bits"),
+        ("2.5E+999999999", "bits"),
         ("(" * 40 + "1" + ")" * 40, "parentheses"),
         ("-" * 100 + "1", "deeper"),
         ("1+" * 150 + "1", "longer"),
