@@ -201,8 +201,35 @@ def checkpoint_bytes(model_path: Path, dtype: str = "float32", *, lora_rank: int
     return 3 * per * params
 
 
+TRUST_ENV = "RLVR_TRUST_CHECKPOINT"
+"""Set to 1 to load a trainer state that holds more than tensors and plain containers (full unpickling:
+only for a checkpoint from a source you trust)."""
+
+
 def load_trainer_state(ckpt: Path) -> dict:
-    return torch.load(Path(ckpt) / STATE_FILE, map_location="cpu", weights_only=False)
+    """The trainer state (step, schedule, optimizer, RNG, counters) of a checkpoint, read with
+    ``weights_only=True``: tensors, numbers, strings and plain containers only, so a shared or downloaded
+    run directory cannot run code on resume. A state that needs more (an old or a foreign file) is one
+    line naming what it holds, unless :data:`TRUST_ENV` is 1, which unpickles it fully with a warning."""
+    import os
+    import pickle
+    import sys
+
+    path = Path(ckpt) / STATE_FILE
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if os.environ.get(TRUST_ENV) != "1":
+            import re
+
+            found = re.search(r"GLOBAL (\S+)", str(e))
+            held = f" (it names {found.group(1)})" if found else ""
+            raise UserError(
+                f"{path} holds more than tensors and plain containers{held}: loading it could run code. "
+                f"If you trust where it came from, set {TRUST_ENV}=1 to load it anyway"
+            ) from None
+        print(f"warning: {TRUST_ENV}=1: unpickling {path} fully (it can run code)", file=sys.stderr, flush=True)
+        return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def rng_state() -> dict:

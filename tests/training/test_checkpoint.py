@@ -207,3 +207,36 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_previous_checkpoint
         save_checkpoint(tmp_path, 2, model, tok, {"step": 2})
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last", "step_000001"]  # no .tmp left
     assert last_checkpoint(tmp_path).name == "step_000001"
+
+
+class _RunsCode:
+    """A pickle that runs code when loaded: it writes a marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_a_trainer_state_that_would_run_code_is_refused_in_one_line(tmp_path, monkeypatch):
+    """Issue 62.1: resume reads trainer_state.pt with weights_only=True; a shared run directory whose
+    state pickles code is refused before anything runs; RLVR_TRUST_CHECKPOINT=1 is the explicit way."""
+    import torch
+
+    from rlvr.errors import UserError
+    from rlvr.training import checkpoint as ckpt
+
+    marker = tmp_path / "ran"
+    ck = tmp_path / "step_000001"
+    ck.mkdir()
+    torch.save({"step": 1, "payload": _RunsCode(marker)}, ck / ckpt.STATE_FILE)
+    monkeypatch.delenv(ckpt.TRUST_ENV, raising=False)
+    with pytest.raises(UserError, match="holds more than tensors and plain containers.*RLVR_TRUST_CHECKPOINT=1"):
+        ckpt.load_trainer_state(ck)
+    assert not marker.exists()
+    torch.save({"step": 1, "rng": {"torch": torch.get_rng_state(), "python": __import__("random").getstate()}},
+               ck / ckpt.STATE_FILE)  # fmt: skip
+    assert ckpt.load_trainer_state(ck)["step"] == 1  # a plain state loads as before
