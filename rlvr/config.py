@@ -977,7 +977,31 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    _bounded(value, f"override {key}")
     return key, value
+
+
+MAX_CONFIG_VALUES = 100_000
+"""Most values a config file or override may expand to (YAML aliases share, and then repeat, a value)."""
+
+
+def _bounded(doc: Any, where: str) -> None:
+    """Refuses a document that expands to more than :data:`MAX_CONFIG_VALUES` values: a YAML alias bomb
+    ("billion laughs": 9 aliases of 9 aliases of ...) loads in microseconds as shared references, then
+    takes minutes and gigabytes the first time anything walks or prints it. Counts with an early stop."""
+    count, stack = 0, [doc]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise UserError(
+                f"{where} expands to more than {MAX_CONFIG_VALUES:,} values (YAML anchors and aliases repeated "
+                "inside each other?); write the values out, or use fewer aliases"
+            )
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def read_yaml(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> dict:
@@ -1005,6 +1029,7 @@ def read_yaml(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> dict:
         raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of config sections")
+    _bounded(data, str(path))
     return _with_defaults(data, path, _seen)
 
 

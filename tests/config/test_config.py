@@ -380,3 +380,27 @@ def test_the_bf16_micro_batch_follows_the_same_rule():
     with pytest.raises(UserError, match=r"each of the 2 workers trains on 48 sequences per step, not divisible by"):
         load_config("quickstart", ray)
     assert load_config("quickstart", [*ray, "model.autocast_bf16=false"]).seqs_per_step == 96
+
+
+def test_a_yaml_alias_bomb_is_one_line_at_once(tmp_path):
+    """Issue 62.3: a "billion laughs" config (aliases of aliases, 9^8 values) is refused before anything
+    walks or prints it (formatting the error of such a value took half a minute and gigabytes), in a file
+    and in an override."""
+    import time
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(f"reward:\n  rules: {_nested(8)}\n")
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match=r"bomb.yaml expands to more than 100,000 values \(YAML anchors"):
+        load_config(str(bomb), [])
+    with pytest.raises(UserError, match="override reward.rules expands to more than 100,000 values"):
+        load_config(None, [f"reward.rules={_nested(8)}"])
+    assert time.perf_counter() - t0 < 30  # a guard against the hang, not a timing claim
+
+
+def _nested(depth: int) -> str:
+    """A flow YAML list, 9 aliases of the level below per level, ``depth`` levels: 9**depth values."""
+    text = "&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"
+    for i in range(1, depth):
+        text = f"&a{i} [{text}, " + ", ".join([f"*a{i - 1}"] * 8) + "]"
+    return text
