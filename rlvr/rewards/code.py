@@ -15,9 +15,11 @@ variable ``RLVR_SANDBOX``, which the trainer sets from the config.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
+from collections import OrderedDict
 
 from rlvr.sandbox import Limits, run_tests
 
@@ -64,37 +66,55 @@ def _tests_of(fields: dict, i: int):
     return None
 
 
+_OUTCOMES: OrderedDict = OrderedDict()
+"""(code, tests) -> the passed list of a run of every test: what ``code_tests_frac`` ran answers
+``code_tests`` too (and an identical completion later), so a step with both rules runs each program once."""
+_OUTCOMES_MAX = 4096
+
+
 def _score(completions: list[str], fields: dict, *, fraction: bool) -> list[float]:
     """The completions' scores; their sandboxes run side by side, one per core (each a process: the
-    threads here only wait)."""
+    threads here only wait). Identical (code, tests) pairs run once; a pair whose every test already ran
+    (:data:`_OUTCOMES`) does not run again."""
     from concurrent.futures import ThreadPoolExecutor
 
     isolation = os.environ.get(SANDBOX_ENV, "bwrap")
+    keys: list[tuple | None] = []
+    for i, completion in enumerate(completions):
+        tests, code = _tests_of(fields, i), extract_code(completion)
+        ok = tests and tests.get("cases") and code is not None
+        keys.append((code, json.dumps(tests, sort_keys=True, default=str)) if ok else None)
 
-    def one(i: int) -> float:
-        tests, code = _tests_of(fields, i), extract_code(completions[i])
-        if not tests or not tests.get("cases") or code is None:
-            return 0.0
+    def run(key: tuple) -> list[bool]:
+        code, tests = key[0], json.loads(key[1])
         outcome = run_tests(
-            code,
-            tests["kind"],
-            tests["cases"],
-            fn_name=tests.get("fn_name", ""),
-            setup=tests.get("setup", ""),
-            limits=Limits(),
-            stop_on_fail=not fraction,
-            isolation=isolation,
-        )
+            code, tests["kind"], tests["cases"], fn_name=tests.get("fn_name", ""), setup=tests.get("setup", ""),
+            limits=Limits(), stop_on_fail=not fraction, isolation=isolation,
+        )  # fmt: skip
         with _STATS_LOCK:
             _STATS["programs"] += 1
             _STATS["timeouts"] += outcome.timeouts
             _STATS["sandbox_errors"] += outcome.error is not None
             _STATS["exec_s"] += outcome.seconds
-        passed = sum(outcome.passed)
-        return passed / len(outcome.passed) if fraction else float(passed == len(outcome.passed))
+            if (fraction or all(outcome.passed)) and outcome.error is None:  # every test ran: keep it
+                _OUTCOMES[key] = list(outcome.passed)
+                while len(_OUTCOMES) > _OUTCOMES_MAX:
+                    _OUTCOMES.popitem(last=False)
+        return list(outcome.passed)
 
+    with _STATS_LOCK:
+        known = {k: _OUTCOMES[k] for k in set(keys) if k is not None and k in _OUTCOMES}
+    todo = [k for k in dict.fromkeys(keys) if k is not None and k not in known]
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        return list(pool.map(one, range(len(completions))))
+        known.update(zip(todo, pool.map(run, todo)))
+
+    def score(key: tuple | None) -> float:
+        if key is None:
+            return 0.0
+        passed = known[key]
+        return sum(passed) / len(passed) if fraction else float(all(passed) and len(passed) > 0)
+
+    return [score(k) for k in keys]
 
 
 def code_tests(completions: list[str], labels: list, **fields) -> list[float]:

@@ -117,3 +117,24 @@ def test_the_step_metrics_count_what_ran_in_the_sandbox():
     stats = drain_stats()
     assert stats["programs"] == 2 and stats["timeouts"] == 1 and stats["sandbox_errors"] == 0
     assert stats["exec_s"] > 0.5 and drain_stats() == {}
+
+
+@needs_bwrap
+def test_both_code_rules_and_identical_completions_run_each_program_once(monkeypatch):
+    """code_tests_frac runs every test; code_tests (the preset's second rule) then reads that run, and G
+    identical completions run once: the sandbox's work per step halves for code_simple's two rules."""
+    import rlvr.rewards.code as code_rule
+    from rlvr.rewards.code import drain_stats
+
+    monkeypatch.setattr(code_rule, "_OUTCOMES", type(code_rule._OUTCOMES)())
+    drain_stats()
+    tests = {"kind": "call", "fn_name": "f", "cases": [{"args": [1], "expected": 2}, {"args": [2], "expected": 3}]}
+    right, half = "```python\ndef f(x):\n    return x + 1\n```", "```python\ndef f(x):\n    return 2\n```"
+    completions = [right, right, half, right, "no code"]
+    assert get("code_tests_frac")(completions, [""] * 5, tests=[tests] * 5) == [1.0, 1.0, 0.5, 1.0, 0.0]
+    assert drain_stats()["programs"] == 2  # two distinct programs
+    assert get("code_tests")(completions, [""] * 5, tests=[tests] * 5) == [1.0, 1.0, 0.0, 1.0, 0.0]
+    assert drain_stats() == {}  # every answer was known from the full runs
+    other = {**tests, "cases": [{"args": [5], "expected": 6}]}  # the same code, other tests: runs again
+    assert get("code_tests")([half], [""], tests=[other]) == [0.0]
+    assert drain_stats()["programs"] == 1
