@@ -87,3 +87,22 @@ def test_an_unknown_tool_is_one_line(cwd, tiny_model, capsys, command):
     err = capsys.readouterr().err
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "unknown tool 'calculater'" in err and "did you mean 'calculator'" in err
+
+
+def test_generate_runs_code_feedback_episodes_and_chat_refuses_them(cwd, tiny_model, capsys, monkeypatch):
+    """`rlvr generate --max-turns 2` on rows that carry tests: the episodes run (each row says its turns);
+    chat has no tests, so `--max-turns` there is one line; with tools, one line too."""
+    monkeypatch.setenv("RLVR_SANDBOX", "none")
+    tests = {"kind": "call", "fn_name": "f", "cases": [{"args": [1], "expected": 2}]}
+    rows = [{"question": f"what is {i} + {i} ?", "tests": tests} for i in range(2)]
+    (cwd / "code.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["generate", "--model", str(tiny_model), "-i", "code.jsonl", "-o", "gen.jsonl", "--max-turns", "2"]
+    assert main([*argv, *PLAIN, "--max-new-tokens", "40", "--stop", "?", "--temperature", "0"]) == 0
+    assert "code episodes with execution feedback, up to 2 turns" in capsys.readouterr().err
+    out = [json.loads(line) for line in (cwd / "gen.jsonl").read_text().splitlines()]
+    assert all(len(r["turns"]) == 1 and r["turns"][0] in (1, 2) for r in out)
+    assert any(r["turns"] == [2] for r in out), out  # a turn ended on "?" and got the feedback
+    assert main(["chat", "--model", str(tiny_model), "--once", "hi", "--max-turns", "3", *PLAIN]) == 2
+    assert "a chat has none; use rlvr eval --max-turns" in capsys.readouterr().err
+    assert main([*argv, *PLAIN, "--tools", "calculator"]) == 2
+    assert "one rollout runs one environment" in capsys.readouterr().err
