@@ -15,7 +15,7 @@ from rlvr.models.tiny import save_tiny_model
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # a by-hand benchmark's plumbing: 2 trainings and 6 evaluations (CI's time budget)
 def test_the_benchmark_runs_both_variants_on_a_tiny_model(tmp_path):
     model = save_tiny_model(tmp_path / "tiny")
     tiny = [
