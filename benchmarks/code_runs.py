@@ -21,24 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tool_runs import _jsonl, _mean, cpu_capability  # the same run files, the same means
+
 RESULTS = Path(__file__).parent / "results"
 VARIANTS = {"single": 1, "feedback": 3}
 """Variant -> rollout.max_turns of its training."""
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def _mean(rows: list[dict], key: str) -> float | None:
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return round(statistics.fmean(values), 3) if values else None
 
 
 def evaluate(model: str, out: Path, *, turns: int, limit: int, env: dict, extra: list[str]) -> dict:
@@ -100,10 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("overrides", nargs="*", help="extra config overrides for every run, after --")
     args = ap.parse_args(argv)
     env = dict(os.environ)
-    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    capability = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    capability = cpu_capability(env)
     runs = Path(args.runs)
     extra = args.eval_args.split()
     base = {

@@ -51,6 +51,14 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return round(statistics.fmean(values), 3) if values else None
 
 
+def cpu_capability(env: dict) -> str:
+    """``torch.backends.cpu.get_cpu_capability()`` as the runs see it (``env`` may force AVX2 dispatch)."""
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    return subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def by_kind(predictions: list[dict]) -> dict:
     """Held-out greedy accuracy and tool-use rate per kind of problem: ``needs_tool`` (a product, which a
     135M model cannot do in its head) and ``no_tool`` (a sum, ``arithmetic_tool_choice``'s other half)."""
@@ -137,10 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("overrides", nargs="*", help="extra config overrides for every run, after --")
     args = ap.parse_args(argv)
     env = {**os.environ, **(AVX2_ENV if args.avx2 else {})}
-    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    capability = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    capability = cpu_capability(env)
     rows = []
     for preset in args.presets:
         for seed in args.seeds:

@@ -15,3 +15,9 @@ class UserError(Exception):
     def __str__(self) -> str:
         text = super().__str__()
         return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def failure_line(e: BaseException) -> str:
+    """``Type: first line of the message`` (at most 200 characters): how a fail-soft fallback names what failed."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"

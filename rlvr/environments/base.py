@@ -13,6 +13,7 @@ scoring pool's threads, never touch tensors, and see text.
 
 from __future__ import annotations
 
+import abc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -62,7 +63,7 @@ class Step:
             raise ValueError("an environment's Step that does not end the episode needs an observation")
 
 
-class Environment:
+class Environment(abc.ABC):
     """Base class of environments (subclass it; a plugin is ``package.module:Class`` or
     ``path/to/file.py:Class`` in ``rollout.environment``, built with no arguments for each episode).
 
@@ -85,9 +86,9 @@ class Environment:
         closing text). May depend on the episode's state (none once the call limit is reached)."""
         return ()
 
+    @abc.abstractmethod
     def step(self, turn: Turn) -> Step:
-        """Answers a finished turn (:class:`Step`)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define step(turn)")
+        """Answers a finished turn (:class:`Step`); every environment defines it."""
 
     @classmethod
     def step_all(cls, pairs: list[tuple[Environment, Turn]]) -> list[Step]:

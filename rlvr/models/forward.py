@@ -14,6 +14,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from rlvr import algos
 from rlvr.algos import logprobs as _logprobs_mod
+from rlvr.errors import failure_line
 from rlvr.models import shared_prefix
 
 
@@ -222,7 +223,7 @@ def _logprobs(model, run, tokens: Tensor, *, temperature: float, entropy: bool, 
         except torch.OutOfMemoryError:
             raise
         except Exception as e:  # noqa: BLE001 - any failure of the path that never ran here: fall back
-            fused_failure = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            fused_failure = failure_line(e)
             print(
                 f"warning: the fused LM-head log-probs failed ({fused_failure}); computing them from the full "
                 f"logits from here on ({FUSED_ENV}=0 always does, {FUSED_ENV}=1 makes this an error)",

@@ -12,6 +12,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria
 
 from rlvr.cpu import LeanDecoder, PackedLinears, lean_unsupported, why_unpackable
+from rlvr.errors import failure_line
 from rlvr.models.loading import cast_copy, eval_mode, gather_parameters
 from rlvr.rollout.base import RolloutBatch, cut_at_stop, response_mask_from_eos
 from rlvr.rollout.decode import GlobalRNGPicker, GreedyPicker, SeededPicker, decode
@@ -238,7 +239,7 @@ class HFRolloutEngine:
         """Leaves the static decode for the dynamic one for the engine's life, in one line (fail soft: the
         compiled step has run on no GPU yet; a compile, recompile-limit or capture failure must not end a
         run that the dynamic decode can carry)."""
-        why = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        why = failure_line(e)
         print(
             f"warning: the static decode failed ({why}); decoding with the dynamic decode from here on "
             "(rollout.static_decode=false always does)",

@@ -54,6 +54,7 @@ from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from rlvr.algos import entropy_from_logits
+from rlvr.errors import failure_line
 from rlvr.models.forward import cache_kwargs, output_cache
 from rlvr.rollout.decode import Decoded
 from rlvr.rollout.sampling import counter_uniform, draw
@@ -130,7 +131,7 @@ pinning_failure: str | None = None
 
 def _pinning_failed(e: BaseException) -> None:
     global pinning_failure
-    pinning_failure = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    pinning_failure = failure_line(e)
     print(
         f"warning: pinned host memory was refused ({pinning_failure}); the static decode copies through pageable "
         "memory from here on (each host read then waits for the device; rollout.static_decode=false avoids it)",
