@@ -45,6 +45,13 @@ measured matmul rate (``compute_s``) and the roofline, the larger of the two ter
 also ``torch.cuda.max_memory_allocated`` and the count of graphs dynamo compiled during warm-up and
 during the timed calls (none expected in the latter).
 
+**Attention traffic** (after the timed calls; ``--no-traffic`` skips it): the static decode's step
+traced once more at the first prompts (8 rows or one group) with a backend that keeps dynamo's graph,
+and the bytes its attention calls read as keys and values and the bytes copies of them write and read
+(``rlvr.models.gqa_decode.attention_traffic``): rlvr's step, which folds a grouped-query layer's
+query heads onto their key/value heads, beside transformers' sdpa attention as it runs compiled with a
+mask (``repeat_kv``: the keys and values once per query head).
+
 Writes ``benchmarks/results/decode-<date>-<device>.json`` (``<device>``: ``cpu-<capability>`` or the
 GPU's name; ``--out`` to change) with the machine (``torch.backends.cpu.get_cpu_capability()``,
 threads, load), the settings, the rates, the EOS calibration (random models with ``--eos-every``)
@@ -202,6 +209,47 @@ def table(calls: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def step_traffic(model, tokenizer, prompts: list[str], G: int, tokens: int = 4) -> dict | None:
+    """The keys and values the static decode's step attends per token, and the bytes repeats copy, read off
+    the graph dynamo traces for it (a backend that keeps the graph and runs it uncompiled), at the first
+    prompts' batch and window: the step's own attention (``folded``, :mod:`rlvr.models.gqa_decode`) and
+    transformers' sdpa attention as it runs compiled (``repeated``, for comparison). None for a model
+    that is not sdpa."""
+    import contextlib
+
+    import rlvr.rollout.static as static
+    from rlvr.models.gqa_decode import attention_traffic
+    from rlvr.rollout.hf import eos_token_ids
+
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return None
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    out = {}
+    for name, attention in (("folded", static.gqa_decode), ("repeated", lambda m: contextlib.nullcontext())):
+        graphs = []
+
+        def keep(gm, example_inputs, graphs=graphs):
+            graphs.append(gm)
+            return gm.forward
+
+        decoder = static.StaticDecoder(model, compile=keep, sync_every=tokens)
+        how = static.Sampler(greedy=True)
+        kw = dict(max_new_tokens=tokens, how=how, seeds=None, eos_ids=eos_token_ids(model, tokenizer))
+        before, static.gqa_decode = static.gqa_decode, attention
+        try:
+            decoder.decode(enc.input_ids, enc.attention_mask, G, pad_id=tokenizer.pad_token_id, **kw)
+        finally:
+            static.gqa_decode = before
+        out[name] = attention_traffic(graphs[0])
+        del decoder
+    folded, repeated = out["folded"], out["repeated"]
+    out["read_ratio"] = repeated["attention_kv_bytes"] / max(1, folded["attention_kv_bytes"])
+    out["moved_ratio"] = (repeated["attention_kv_bytes"] + repeated["kv_copy_bytes"]) / max(
+        1, folded["attention_kv_bytes"] + folded["kv_copy_bytes"]
+    )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N")
@@ -227,6 +275,9 @@ def main() -> None:
         help="random models and the prompt file",
     )
     ap.add_argument("--out", type=Path, help="result JSON (default benchmarks/results/decode-<date>-<device>.json)")
+    ap.add_argument(
+        "--no-traffic", dest="traffic", action="store_false", help="skip tracing the step's attention traffic"
+    )
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
     if not cuda:  # as rlvr's command line runs: glibc's malloc on huge pages where that applies
@@ -292,6 +343,7 @@ def main() -> None:
         )
         call.update(derived(call))
     median = sorted(calls, key=lambda c: c["seconds"])[len(calls) // 2] if calls else warm
+    traffic = step_traffic(engine.model, tokenizer, prompts[: max(1, 8 // G)], G) if args.traffic else None
     calibration = eos_calibration(path) if args.eos_every else None
     if calibration:
         calibration["expected_len_mean"] = expected_len_mean(calibration["eos_probability"], args.max_new_tokens)
@@ -325,6 +377,7 @@ def main() -> None:
         "host_reads": engine.decoder.host_reads if engine.decoder is not None else None,
         "cudagraph_skips": int(torch._dynamo.utils.counters["inductor"].get("cudagraph_skips", 0)),
         "static_failure": engine.static_failure,
+        "attention_traffic": traffic,
         "summary": {k: v for k, v in median.items() if k != "lengths"},
         "warmup": warm,
         "calls": calls,
@@ -344,6 +397,14 @@ def main() -> None:
     )
     if calibration:
         print(f"expected mean length (independent draws): {calibration['expected_len_mean']:.1f}")
+    if traffic:
+        f, r = traffic["folded"], traffic["repeated"]
+        print(
+            f"attention per step at {f['batch']} rows x {f['window']} positions: keys and values read "
+            f"{f['attention_kv_bytes'] / 1e6:.2f} MB, copied {f['kv_copy_bytes'] / 1e6:.2f} MB (rlvr's step); "
+            f"transformers' compiled sdpa reads {r['attention_kv_bytes'] / 1e6:.2f} MB and copies "
+            f"{r['kv_copy_bytes'] / 1e6:.2f} MB ({traffic['moved_ratio']:.1f}x the bytes)"
+        )
     print(f"{md}\n\nwrote {out}")
 
 

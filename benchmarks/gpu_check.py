@@ -9,7 +9,8 @@ pass the deadline is skipped and said so:
 1. ``versions``: torch, transformers, CUDA, the device, bf16 support, rlvr's commit.
 2. ``decode-SHAPE-static`` / ``-dynamic`` (Qwen2.5-0.5B and 1.5B shapes, random weights, 64 rows x 256
    tokens, bf16): ``benchmarks/decode.py``'s ms/token, fraction of the byte floor, dynamo graphs, host
-   reads, CUDA-graph skips, and whether the static decode fell back.
+   reads, CUDA-graph skips, whether the static decode fell back, and (static) the bytes the step's
+   attention reads and copies against transformers' compiled attention.
 3. ``agreement``: the static decode against the dynamic one, greedy: at float32 every row must be equal;
    at bf16 the share of equal rows is reported against :data:`BF16_ROWS_EQUAL` (compiled and eager code
    round differently, so a long greedy row can part at a near-tie).
@@ -135,6 +136,7 @@ def decode(
             "--dtype",
             dtype,
             "--static" if static else "--dynamic",
+            *([] if static else ["--no-traffic"]),  # the step's traffic is traced once, with the static decode
             "--workdir",
             str(work),
             "--out",
@@ -154,6 +156,7 @@ def decode(
         "cudagraph_skips": r.get("cudagraph_skips"),
         "static_failure": r.get("static_failure"),
         "engine": r.get("engine"),
+        "attention_traffic": r.get("attention_traffic"),
     }
 
 

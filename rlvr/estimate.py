@@ -27,7 +27,10 @@ beside it at the end. Every item is a formula over the model shape and the confi
   under bf16 autocast: matmul inputs are bf16, norms and residuals fp32), where tokens = the
   micro-batch's prompt tokens (once per group with ``train.shared_prompt_forward``) plus its
   response tokens; the shared prompt's key/values repeated to every row add
-  ``layers × b × prompt × 2 × (hidden + kv_dim)`` elements. With gradient checkpointing only
+  ``layers × b × prompt × 2 × (hidden + kv_dim)`` elements. Two of the nine hidden-sized elements are
+  the keys and values repeated to every query head (sdpa with a mask repeats them and backward keeps
+  the copies); a CUDA update of packed rows attends with no mask, where sdpa's grouped-query kernels keep
+  ``2 × kv_dim`` instead (:data:`ACT_ELEMENTS_KV_COPIES`). With gradient checkpointing only
   each layer's input is saved (``layers × tokens × hidden`` fp32) plus one layer's activations
   while it is recomputed. Under bf16 autocast the bf16 copies of the weights (N × 2 bytes) are
   cached for the pass; LoRA's frozen base weights are instead cast again by each forward pass
@@ -55,6 +58,12 @@ beside it at the end. Every item is a formula over the model shape and the confi
   the longer of the rollout's and the evaluation's new tokens, rounded up to
   :data:`STATIC_CAPACITY_MULTIPLE`; plus its boolean attention mask (rows × capacity) and int64
   response (rows × new tokens). The rollout then holds no other cache.
+- **CUDA-graph pool** (CUDA, static decode: the step is compiled and captured): the private memory
+  pool of its CUDA graphs, which stays reserved for the run: as large as the step's transients, about
+  :data:`GRAPH_POOL_VOCAB_TENSORS` float32 ``rows × vocab`` tensors (logits, log-softmax, the sampler's)
+  plus one layer's activations. The step's attention copies no keys or values
+  (:mod:`rlvr.models.gqa_decode`); with transformers' compiled attention the pool would also hold one
+  layer's keys and values repeated per query head (about 2.8 GB at 7B, 64 rows × 3,072 positions).
 - **runtime** (CPU only): Python, torch, transformers, the tokenizer and the prompts.
 
 Besides the training peak, :func:`load_memory` gives one process's peak while the models load
@@ -92,7 +101,17 @@ CPU_RUNTIME_BYTES = int(0.7 * GiB)
 """Python + torch + transformers + tokenizer + prepared prompts, measured on the quickstart:
 1,462 MiB RSS after setup minus the 772 MiB of fp32 weights and their bf16 rollout copy."""
 ACT_ELEMENTS_HIDDEN = 9
-"""Saved elements per token and layer, per unit of hidden size (norms, q/k/v/o inputs, residuals)."""
+"""Saved elements per token and layer, per unit of hidden size (norms, q/k/v/o inputs, residuals, and the
+keys and values repeated to every query head: :data:`ACT_ELEMENTS_KV_COPIES` of the nine)."""
+ACT_ELEMENTS_KV_COPIES = 2
+"""Of :data:`ACT_ELEMENTS_HIDDEN`: the keys and the values repeated to every query head (``heads × head_dim``
+= hidden each). sdpa given a mask repeats them (``repeat_kv``) and autograd keeps the copies for backward;
+the calibration model (SmolLM2, 3 query heads per key/value head) counted them. A CUDA update of packed
+rows attends with no mask, and sdpa's grouped-query kernels keep the unrepeated ``kv_dim`` instead."""
+GRAPH_POOL_VOCAB_TENSORS = 4
+"""float32 ``[rows, vocab]`` tensors the compiled decode step holds at its peak (the logits, their
+log-softmax, the sampler's probabilities and their sort), the largest of its transients: its CUDA
+graphs' private pool keeps that much reserved for the run. Counted, not yet measured on a GPU."""
 ACT_ELEMENTS_INTERMEDIATE = 4
 """Saved elements per token and layer, per unit of intermediate size (gate, up, act, product)."""
 ACT_BYTES_FP32 = 4.0
@@ -512,6 +531,10 @@ def estimate(
         tokens, responses = (b // share) * Lp + b * T, b * T
     a = ACT_BYTES_AUTOCAST if autocast else ACT_BYTES_FP32
     per_token_layer = ACT_ELEMENTS_HIDDEN * H + ACT_ELEMENTS_INTERMEDIATE * I
+    repeats = device != "cuda" or not budget  # packed rows on CUDA: sdpa's grouped-query kernels, no copies
+    if not repeats:
+        per_token_layer -= ACT_ELEMENTS_KV_COPIES * (H - shape.kv_dim)
+    kv_copies = (1 if ckpt else L) * tokens * ACT_ELEMENTS_KV_COPIES * (H if repeats else shape.kv_dim) * a
     if ckpt:
         saved = L * tokens * H * 4 + tokens * per_token_layer * a
     else:
@@ -549,6 +572,9 @@ def estimate(
     capacity = -(-(Lp + new_tokens) // STATIC_CAPACITY_MULTIPLE) * STATIC_CAPACITY_MULTIPLE
     static_kv = 2 * L * shape.kv_dim * static_rows * capacity * BYTES[rollout_dtype]
     static_kv += static_rows * (capacity + 8 * new_tokens)  # the bool attention mask (1 B), the int64 response
+    # compiled on CUDA: the step's CUDA graphs keep a private pool as large as its transients (no KV copies:
+    # rlvr.models.gqa_decode); the logits' float32 [rows, vocab] tensors dominate, one layer's activations besides
+    graph_pool = static_rows * (GRAPH_POOL_VOCAB_TENSORS * V * 4 + 4 * (H + I) * BYTES[rollout_dtype])
 
     items = []
     if device == "cpu":
@@ -632,7 +658,9 @@ def estimate(
             )
             + (", checkpointed" if ckpt else f", prompt shared by {share}" if share > 1 else "")
             + (", bf16 autocast" if autocast else ", fp32")
-            + f"; log-probs {logits / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
+            + f"; log-probs {logits / GiB:.2f} GiB and keys/values"
+            + (" repeated per query head " if repeats else " (grouped-query sdpa, unrepeated) ")
+            + f"{kv_copies / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
         )
     )
     if static:
@@ -645,6 +673,16 @@ def estimate(
                 f"{rollout_dtype}, + mask and response; kept through the update (rollout.static_decode)",
             )
         )
+        if device == "cuda":
+            items.append(
+                Item(
+                    "CUDA-graph pool",
+                    graph_pool,
+                    "resident",
+                    f"the compiled step's transients, {static_rows} rows: {GRAPH_POOL_VOCAB_TENSORS} float32 "
+                    f"[rows, {V}] (logits, sampling) + one layer's activations; reserved for the run",
+                )
+            )
         items.append(Item("KV cache", 0, "rollout", "none besides the static KV cache"))
     else:
         items.append(
@@ -698,6 +736,7 @@ REDUCE = {
     "KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller)",
     "static KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller); it stays allocated through the update "
     "(rollout.static_decode=false decodes dynamically and frees it, at the cost of the compiled step)",
+    "CUDA-graph pool": "rollout.batch_seqs (smaller), or rollout.static_decode=false (no compiled step)",
     "AdamW state": "model.lora.rank (LoRA), or offload.params=true and offload.optimizer=true (FSDP on GPUs)",
     "gradients": "model.lora.rank (LoRA)",
     "parameters": "model.lora.rank (LoRA) with a bfloat16 model.dtype",

@@ -115,8 +115,11 @@ def test_the_static_decode_cache_is_resident_through_the_update():
     #   + bool mask 4 * 256 * 1 = 1024 + int64 response 4 * 24 * 8 = 768 -> 263936
     assert got["static KV cache"] == 263936 and phase["static KV cache"] == "resident"
     assert got["KV cache"] == 0  # the rollout holds no other cache
-    # resident: parameters 90752 + reference 90752 + AdamW 181504 + cache 263936; update: 90752 + 550502
-    assert est.total == 90752 + 90752 + 181504 + 263936 + 90752 + 550502
+    # the compiled step's CUDA-graph pool, resident: 4 rows * (4 float32 [rows, 128 vocab] = 2048
+    #   + one layer's activations 4 * (32 hidden + 64 intermediate) * 4 B = 1536) = 14336
+    assert got["CUDA-graph pool"] == 14336 and phase["CUDA-graph pool"] == "resident"
+    # resident: parameters 90752 + reference 90752 + AdamW 181504 + cache 263936 + pool; update: 90752 + 550502
+    assert est.total == 90752 + 90752 + 181504 + 263936 + 14336 + 90752 + 550502
     line = next(l for l in est.lines() if "static KV cache" in l)
     assert "resident" in line and "4 rows x 256 positions (16 prompt + 24 response" in line, line
     # past 256 positions: 250 + 24 = 274 -> 512; batch_seqs 1 < G: one group's 2 rows
@@ -411,3 +414,22 @@ def test_the_estimate_counts_the_bf16_micro_batch_where_training_autocasts():
     off = estimate(load_config(None, [*TINY_RUN, *passes, "model.autocast_bf16=false"]), TINY, device="cpu")
     act = lambda e: next(i for i in e.items if i.name == "activations")  # noqa: E731
     assert "micro-batch 8 seqs" in act(on).how and "micro-batch 2 seqs" in act(off).how
+
+
+def test_the_updates_repeated_keys_and_values_are_counted_where_sdpa_makes_them():
+    """Issue 61 item 4: sdpa given a mask repeats each layer's keys and values to every query head and
+    backward keeps the copies (two of the nine hidden-sized elements per token and layer); packed rows on
+    CUDA attend with no mask, where the grouped-query kernels keep the unrepeated kv_dim instead."""
+    packed = [*TINY_RUN, "train.micro_batch_tokens=48", "train.shared_prompt_forward=false"]
+    cpu = estimate(load_config(None, packed), TINY, device="cpu")
+    cuda = estimate(load_config(None, packed), TINY, device="cuda")
+    line = {
+        e: next(l for l in est.lines() if l.lstrip().startswith("activations"))
+        for e, est in [("cpu", cpu), ("cuda", cuda)]
+    }
+    assert "repeated per query head" in line["cpu"] and "unrepeated" in line["cuda"], line
+    # 48 tokens x 2 layers x 2 (K, V) x (32 hidden - 16 kv dims) x 4 B, x 1.4 for backward
+    saved = 48 * 2 * 2 * (32 - 16) * 4
+    assert abs(_items(cpu)["activations"] - _items(cuda)["activations"] - 1.4 * saved) <= 1
+    rows = estimate(load_config(None, TINY_RUN), TINY, device="cuda")  # row micro-batches: a padding mask
+    assert "repeated per query head" in next(l for l in rows.lines() if l.lstrip().startswith("activations"))

@@ -56,6 +56,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from rlvr.algos import entropy_from_logits
 from rlvr.errors import failure_line
 from rlvr.models.forward import cache_kwargs, output_cache
+from rlvr.models.gqa_decode import gqa_decode
 from rlvr.rollout.decode import Decoded
 from rlvr.rollout.sampling import counter_uniform, draw
 
@@ -477,7 +478,8 @@ class StaticDecoder:
 
         done = False
         while t < max_new_tokens and not done:
-            step(self._view(b, self._window(L + t)))
+            with gqa_decode(self.model):  # no copies of keys and values per query head
+                step(self._view(b, self._window(L + t)))
             steps, row_steps, t = steps + 1, row_steps + b, t + 1
             if t % self.sync_every == 0:
                 snapshot()

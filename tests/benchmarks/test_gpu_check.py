@@ -32,4 +32,7 @@ def test_the_dry_run_passes_and_writes_both_summaries(tmp_path):
     stages = {r["stage"]: r.get("result") for r in report["stages"]}
     assert stages["decode-tiny-static"]["engine"]["static"] and not stages["decode-tiny-dynamic"]["engine"]["static"]
     assert stages["agreement"]["float32_exact"] and stages["train"]["steps"] == 2
+    traffic = stages["decode-tiny-static"]["attention_traffic"]  # the step's attention copies no keys or values
+    assert traffic["folded"]["kv_copies"] == 0 < traffic["repeated"]["kv_copies"]
+    assert stages["decode-tiny-dynamic"]["attention_traffic"] is None
     assert summary.with_suffix(".md").read_text().startswith("# GPU check: CPU")

@@ -5,6 +5,8 @@ or under torch.compile's eager backend; on a GPU (``pytest --device cuda``) the 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from host_syncs import HostSyncs
@@ -12,6 +14,7 @@ from tiny_run import metrics, tiny_config
 
 from rlvr.config import load_config
 from rlvr.errors import UserError
+from rlvr.models.gqa_decode import attention_traffic, gqa_decode_attention
 from rlvr.models.tiny import tiny_model, tiny_qwen2, tiny_tokenizer
 from rlvr.rollout import HFRolloutEngine
 from rlvr.rollout.decode import GreedyPicker, decode
@@ -352,3 +355,54 @@ def test_a_growing_cache_lets_the_old_one_go_before_making_the_new(monkeypatch):
     decoder.decode(*args, **kw)
     assert decoder.capacity > 16 and decoder.rows >= 12
     assert alive_at_first_new == [0]
+
+
+def _traced_step_traffic(model, monkeypatch=None) -> dict:
+    """The attention traffic of the static decode's step as dynamo traces it (a backend that keeps the graph)."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    tok = tiny_tokenizer()
+    decoder = StaticDecoder(model, compile=keep)
+    args, kw = _decoder_inputs(model, tok, new=6)
+    decoder.decode(*args, **kw)
+    assert len(graphs) == 1
+    return attention_traffic(graphs[0])
+
+
+def test_the_compiled_step_attends_grouped_heads_without_copying_keys_and_values(monkeypatch):
+    """Issue 61 item 1: compiled, transformers' sdpa attention repeats each layer's keys and values to every
+    query head; the step's own attention folds the query heads instead. Counted in the traced graph, and
+    the same count under transformers' attention shows the copies (the count can see them)."""
+    model = tiny_qwen2().eval()
+    groups = model.config.num_attention_heads // model.config.num_key_value_heads
+    assert model.config._attn_implementation == "sdpa" and groups > 1
+    folded = _traced_step_traffic(model)
+    assert folded["attention_calls"] == model.config.num_hidden_layers
+    assert (folded["kv_copies"], folded["kv_copy_bytes"]) == (0, 0)
+    monkeypatch.setattr("rlvr.rollout.static.gqa_decode", lambda model: contextlib.nullcontext())
+    repeated = _traced_step_traffic(model)
+    assert repeated["kv_copies"] == 2 * model.config.num_hidden_layers
+    assert repeated["attention_kv_bytes"] == groups * folded["attention_kv_bytes"]
+    assert repeated["kv_copy_bytes"] == 2 * repeated["attention_kv_bytes"]
+    assert model.config._attn_implementation == "sdpa"  # left as it was
+
+
+def test_the_folded_attention_equals_transformers_attention():
+    """One token of a grouped-query layer, folded, gives transformers' sdpa output (same shapes, float32)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    model = tiny_qwen2().eval()
+    layer = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 4, 1, 8, generator=g)
+    k, v = torch.randn(3, 2, 11, 8, generator=g), torch.randn(3, 2, 11, 8, generator=g)
+    mask = torch.rand(3, 1, 1, 11, generator=g) > 0.3
+    mask[..., 0] = True
+    ours, _ = gqa_decode_attention(layer, q, k, v, mask, scaling=0.3)
+    theirs, _ = sdpa_attention_forward(layer, q, k, v, mask, scaling=0.3)
+    assert ours.shape == theirs.shape == (3, 1, 4, 8)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
