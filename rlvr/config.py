@@ -268,6 +268,8 @@ class RolloutConfig:
     """The environment each sampled sequence is an episode of (docs/code-and-environments.md): '' = the tool loop with rollout.tools, code with execution feedback with rollout.max_turns > 1, else single-turn; tools, code_feedback, or a plugin 'package.module:Class' / 'path/to/file.py:Class' (a subclass of rlvr.environments.Environment with reset(row) and step(turn))."""
     turn_discount: float = 1.0
     """Per-turn discount of an episode's reward: the reward of an episode that took n model turns is multiplied by turn_discount ** (n - 1) (1.0 = none), so a first-attempt pass is worth more than a third-attempt one."""
+    max_staleness: int = 0
+    """Asynchronous rollouts (distributed.rollout_workers > 0): how many weight versions the batch a step trains on may lag behind the policy it updates. 0 = synchronous (each step samples with the weights it then updates); 1 = one-step-off (the rollout of step k+1 runs during the update of step k); k = step j samples with the weights after step j-k. The update corrects for the sampler with the engine's log-probs and a truncated importance weight (algo.tis_cap, 2.0 when unset). Ignored, with a note, where no rollout workers run."""
     max_tool_calls: int = 4
     """Most tool calls per response; a call past it is not run (generation no longer pauses at it)."""
     tool_call: str = TOOL_CALL_SYNTAX
@@ -298,6 +300,10 @@ class RolloutConfig:
             "environment; set rollout.environment='' (or tools), or rollout.tools=[]",
         )
         _check(0 < self.turn_discount <= 1, f"rollout.turn_discount={self.turn_discount}: must be in (0, 1] (1 = none)")
+        _check(
+            self.max_staleness >= 0,
+            f"rollout.max_staleness={self.max_staleness}: must be >= 0 (0 = synchronous, 1 = one-step-off)",
+        )
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1")
         _check(self.temperature > 0, "rollout.temperature must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p must be in (0, 1]")
@@ -647,6 +653,8 @@ class DistributedConfig:
     """How long a worker waits inside one collective (a gradient all-reduce, an FSDP all-gather, the gather of a step's rewards) for the others before it gives up (torch.distributed's timeout); the run then ends with one line that names the rank that never arrived."""
     async_save: bool = True
     """Under FSDP, write the periodic checkpoints' shards in the background (torch.distributed.checkpoint's async_save) while training goes on: each worker first copies its shard of the policy and AdamW state into host memory; the checkpoint appears in checkpoints/ only once whole. The final checkpoint, one on a signal and the next save wait for it."""
+    rollout_workers: int = 0
+    """Ray actors that only generate and score rollouts (docs/distributed.md#asynchronous-rollouts), apart from the num_workers trainers, each with cpus_per_worker / gpus_per_worker of its own: the trainers push their new weights to them after every update, and they take whole steps in turn. 0 = the trainers sample their own batches (synchronous). With rollout.max_staleness > 0 a step's rollout runs during the previous update."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables for the workers (Ray's runtime_env), over the defaults PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less fragmentation of GPU memory) and NCCL_DEBUG=WARN (NCCL says why a collective failed), e.g. {NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5}; a value "" drops a default."""
 
@@ -672,6 +680,7 @@ class DistributedConfig:
                 "(CPUs and GPUs go in cpus_per_worker and gpus_per_worker)",
             )
         _check(bool(self.address), "distributed.address is empty: use local, auto or HOST:PORT")
+        _check(self.rollout_workers >= 0, f"distributed.rollout_workers={self.rollout_workers}: must be >= 0")
         if self.backend == Backend.RAY:
             _check(
                 importlib.util.find_spec("ray") is not None,
@@ -679,6 +688,11 @@ class DistributedConfig:
             )
         else:
             _check(self.num_workers == 1, f"distributed.num_workers={self.num_workers} needs distributed.backend=ray")
+            _check(
+                self.rollout_workers == 0,
+                f"distributed.rollout_workers={self.rollout_workers} runs rollouts in Ray actors apart from the "
+                "trainer: set distributed.backend=ray (or distributed.rollout_workers=0)",
+            )
             _check(
                 self.strategy == Strategy.DDP,
                 f"distributed.strategy={self.strategy} shards the model over Ray workers: "

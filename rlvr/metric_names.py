@@ -119,6 +119,23 @@ TIME_REWARD_S = "time/reward_s"
 TIME_REFERENCE_S = "time/reference_s"
 TIME_UPDATE_S = "time/update_s"
 TIME_STEP_S = "time/step_s"
+TIME_WAIT_ROLLOUT_S = "time/wait_rollout_s"
+"""Asynchronous rollouts: how long the trainers waited for the step's rollout (0 when it was ready)."""
+TIME_ROLLOUT_IDLE_S = "time/rollout_idle_s"
+"""Asynchronous rollouts: how long the rollout worker waited (for weights or work) before it began the
+step's rollout."""
+TIME_WEIGHT_PUSH_S = "time/weight_push_s"
+"""Asynchronous rollouts: the push of the weights the step's rollout sampled with (the trainer's put and
+the worker's load; 0 when the worker already held them)."""
+
+# -- async/: asynchronous rollouts (distributed.rollout_workers > 0)
+ASYNC = "async/"
+ASYNC_STALENESS = "async/staleness"
+"""Updates between the weights that sampled the step's batch and the weights it trains (0 = on-policy)."""
+ASYNC_QUEUE_DEPTH = "async/queue_depth"
+"""Rollouts made or under way and not yet trained, this step's included, as the step began."""
+ASYNC_OVERLAP_FRAC = "async/overlap_frac"
+"""The share of the step's rollout time that the trainers did not wait for (1 = hidden behind updates)."""
 
 # -- perf/: throughput and memory
 GEN_TOKENS_PER_S = "perf/gen_tokens_per_s"

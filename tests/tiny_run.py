@@ -60,7 +60,7 @@ def tiny_config(model_dir: Path | str, run_dir: Path | str, *extra: str, preset:
 
 
 def _timing(key: str) -> bool:
-    return key.startswith(("time/", "perf/")) or key.endswith("time_s")
+    return key.startswith(("time/", "perf/")) or key.endswith("time_s") or key == "async/overlap_frac"
 
 
 def metrics(run_dir: Path | str, *, timings: bool = True) -> list[dict]:

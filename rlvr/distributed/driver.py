@@ -18,9 +18,12 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from rlvr import metric_names as M
 from rlvr.choices import Strategy
 from rlvr.config import Config
+from rlvr.distributed.pipeline import RolloutPipeline
 from rlvr.distributed.placement import absolute_paths, placement
+from rlvr.distributed.rollout_worker import RolloutWorker
 from rlvr.distributed.versions import require_fsdp
 from rlvr.distributed.worker import Worker
 from rlvr.errors import UserError
@@ -46,6 +49,9 @@ class RayTrainer:
         self.console = console or make_console(stderr=True)
         self.printer = StepPrinter(cfg.train.steps, enabled=False, console=self.console)
         self.workers: list = []
+        self.rollout_actors: list = []
+        """distributed.rollout_workers: the actors that make the rollouts (:mod:`rlvr.distributed.rollout_worker`)."""
+        self.pipeline: RolloutPipeline | None = None
         self.pgs: list = []
         self.started_ray = False
         self.busy = False  # a call to the workers is under way (a second signal leaves them to ray.kill)
@@ -77,6 +83,8 @@ class RayTrainer:
                 finally:
                     self._all("unmark", self.workers[:1], name, printed=False)
                 self._all("setup", self.workers[1:])
+            if ok and self.rollout_actors:
+                self._start_pipeline()
         except BaseException:
             self.close()
             raise
@@ -84,12 +92,62 @@ class RayTrainer:
             self.close()
         return ok
 
+    def _start_pipeline(self) -> None:
+        """Sets up the rollout workers (each loads the weights the trainers start from) and launches the
+        first rollouts; a resume trains first on the rollouts its checkpoint held."""
+        d, r = self.cfg.distributed, self.cfg.rollout
+        try:
+            ray.get([a.setup.remote() for a in self.rollout_actors], timeout=d.step_timeout_s or None)
+        except (GetTimeoutError, RayActorError, RayTaskError) as e:
+            raise self._rollout_lost(e, "setup") from None
+        restored = self._all("resumed_inflight", self.workers[:1], printed=False)[0]
+        self.pipeline = RolloutPipeline(
+            self.rollout_actors, staleness=r.max_staleness, steps=self.cfg.train.steps, start=self.start_step,
+            restored=restored,
+        )  # fmt: skip
+        kept = f"; {len(restored)} made before the checkpoint restored" if restored else ""
+        plural = "s" if d.rollout_workers > 1 else ""
+        self.printer.note(
+            f"{d.rollout_workers} Ray rollout worker{plural} apart from the trainers, "
+            f"rollout.max_staleness={r.max_staleness}"
+            + (" (one-step-off)" if r.max_staleness == 1 else " (synchronous)" if r.max_staleness == 0 else "")
+            + kept
+        )
+
+    def _rollout_lost(self, error, what: str) -> UserError:
+        """The one line for a rollout worker that raised, died or hung during ``what``."""
+        if isinstance(error, RayTaskError) and isinstance(error.cause, UserError):
+            return UserError(str(error.cause))
+        if isinstance(error, GetTimeoutError):
+            how = f"did not answer within distributed.step_timeout_s={self.cfg.distributed.step_timeout_s:g} s (hung?)"
+        elif isinstance(error, RayActorError):
+            how = f"died ({type(error).__name__})"
+        else:
+            cause = str(getattr(error, "cause", error)).strip().splitlines()
+            how = f"failed ({cause[-1] if cause else type(error).__name__})"
+        return UserError(f"a Ray rollout worker {how} during {what}; {self._saved()}")
+
     def evaluate_start(self) -> None:
         self._all("evaluate_start", self.workers)  # each evaluates a share of the rows (rank 0 writes)
 
     def step(self, step: int) -> dict:
-        """Every worker's shard of ``step``; returns the step's metrics (rank 0's, of the global batch)."""
-        return self._all("step", self.workers, step)[0]
+        """Every worker's shard of ``step``; returns the step's metrics (rank 0's, of the global batch).
+        With rollout workers the trainers train on the step's rollout, then rank 0 pushes the new
+        weights and the rollout they serve is launched (:class:`RolloutPipeline`)."""
+        if self.pipeline is None:
+            return self._all("step", self.workers, step)[0]
+        t0 = time.perf_counter()
+        try:
+            _, handed, pipe = self.pipeline.take(step, self.cfg.distributed.step_timeout_s or None)
+        except (GetTimeoutError, RayActorError, RayTaskError) as e:
+            raise self._rollout_lost(e, f"the rollout of step {step + 1}") from None
+        metrics = self._all("step_rollout", self.workers, step, handed)[0]
+        pushed = self.workers[0].push_weights.remote() if self.pipeline.wants_push() else None
+        self.pipeline.updated(pushed)
+        self.workers[0].hold_inflight.remote(self.pipeline.inflight())  # before record: a checkpoint keeps them
+        metrics.update(pipe)
+        metrics[M.TIME_STEP_S] = time.perf_counter() - t0  # the pipeline's step: waiting, training, pushing
+        return metrics
 
     def record(self, step: int, metrics: dict) -> None:
         """Every worker: each evaluates a share of the rows when due; rank 0 logs (and under FSDP every
@@ -122,9 +180,9 @@ class RayTrainer:
                 self._all("close", self.workers, timeout=60)
             except Exception as e:  # the run's files are already saved; say so and release the rest
                 self.printer.note(f"warning: closing the Ray workers failed ({type(e).__name__}: {e})")
-        for w in self.workers:
+        for w in [*self.workers, *self.rollout_actors]:
             ray.kill(w)
-        self.workers = []
+        self.workers, self.rollout_actors, self.pipeline = [], [], None
         for pg in self.pgs:
             remove_placement_group(pg)
         self.pgs = []
@@ -148,7 +206,8 @@ class RayTrainer:
         if not ray.is_initialized():  # inside a Ray job the job's driver is already connected
             if d.address == "local":
                 # at least the workers' CPUs, so 2 workers fit on a 1-core CI machine too (slower)
-                ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(n * cpus)), log_to_driver=True)
+                want = math.ceil((n + d.rollout_workers) * cpus)
+                ray.init(num_cpus=max(os.cpu_count() or 1, want), log_to_driver=True)
             else:
                 try:
                     ray.init(address=d.address, log_to_driver=True)
@@ -185,12 +244,41 @@ class RayTrainer:
             ).remote(self.cfg, rank, n, max(1, int(cpus)))
             for rank in range(n)
         ]
+        if d.rollout_workers:
+            self._start_rollout_actors(bundle)
         host, port = ray.get(self.workers[0].address.remote())
         self._all("connect", self.workers, host, port, printed=False)
         nodes = self._all("node", self.workers, printed=False)
         plural = lambda k, what: f"{k} {what}{'s' if k > 1 else ''}"  # noqa: E731
         shape = f", HSDP: {len(sizes)} shard groups of {sizes[0]}" if hsdp else ""
         self.printer.note(f"{plural(n, 'Ray worker')} on {plural(len(set(nodes)), 'node')}{shape}")
+
+    def _start_rollout_actors(self, bundle: dict) -> None:
+        """``distributed.rollout_workers`` actors in a placement group of their own, each with a worker's
+        CPUs and GPUs (on a GPU cluster: devices of their own)."""
+        d = self.cfg.distributed
+        pg = placement_group([bundle] * d.rollout_workers, strategy="PACK")
+        self.pgs.append(pg)
+        ready, _ = ray.wait([pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not ready:
+            raise UserError(
+                f"the Ray cluster has no room for distributed.rollout_workers={d.rollout_workers} besides the "
+                f"{d.num_workers} trainers, {bundle} each, within {PLACEMENT_TIMEOUT_S} s (it has "
+                f"{ray.available_resources()}); lower rollout_workers or cpus_per_worker/gpus_per_worker, or add nodes"
+            )
+        actor = ray.remote(RolloutWorker)
+        self.rollout_actors = [
+            actor.options(
+                num_cpus=d.cpus_per_worker,
+                num_gpus=d.gpus_per_worker,
+                resources=dict(d.resources_per_worker) or None,
+                runtime_env={"env_vars": d.worker_env} if d.worker_env else None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=i
+                ),
+            ).remote(self.cfg, i, max(1, int(d.cpus_per_worker)))
+            for i in range(d.rollout_workers)
+        ]
 
     def _on(self, name: str, *args):
         """Rank 0's ``name(*args)``; prints what it printed, returns its value."""

@@ -24,6 +24,7 @@ from rlvr.choices import Strategy
 from rlvr.distributed.group import TorchGroup
 from rlvr.distributed.placement import check_shared, mark_shared, process_group_backend, unmark, worker_device
 from rlvr.distributed.versions import require_fsdp
+from rlvr.errors import UserError
 from rlvr.models import resolve_device
 from rlvr.training.trainer import Trainer
 
@@ -125,6 +126,52 @@ class Worker:
         prompts, first = shard(self.trainer.stream.batch(step), self.rank, self.world_size)
         metrics = self.trainer.step(step, prompts, first_group=first)
         return self._printed(metrics if self.rank == 0 else None)  # the same on every rank
+
+    def step_rollout(self, step: int, rollout):
+        """This rank's shard of ``step``, trained on the step's rollout that a rollout worker made
+        (:class:`rlvr.training.inflight.Rollout`): the same groups every rank would have sampled."""
+        P = len(rollout.got.rows)
+        groups, _ = shard(list(range(P)), self.rank, self.world_size)
+        got = rollout.got if self.world_size == 1 else rollout.got.select(groups)
+        metrics = self.trainer.step(step, collected=(got, rollout.sampled, dict(rollout.info)))
+        return self._printed(metrics if self.rank == 0 else None)
+
+    def push_weights(self) -> tuple:
+        """Rank 0: the rollout weights after the last update into Ray's object store; returns (their
+        object ref, the seconds the put took)."""
+        import time
+
+        import ray
+
+        t0 = time.perf_counter()
+        ref = ray.put(self.trainer.pushed_weights())
+        return ref, time.perf_counter() - t0
+
+    def hold_inflight(self, items: list) -> None:
+        """Rank 0: the rollouts made but not yet trained (object refs, or rollouts a resume restored),
+        which a checkpoint written now holds; fetched only when one is written."""
+        import ray
+
+        def fetch() -> list:
+            try:
+                return [ray.get(x) if isinstance(x, ray.ObjectRef) else x for x in items]
+            except ray.exceptions.RayError as e:  # its rollout worker died or failed: this checkpoint cannot be whole
+                saved = self.trainer.run.checkpoints()
+                where = (
+                    f"the last checkpoint {saved[-1]} is intact: continue with resume={self.trainer.run_dir}"
+                    if saved
+                    else "no checkpoint was saved yet"
+                )
+                raise UserError(
+                    f"a Ray rollout worker was lost before a checkpoint could keep the rollouts it made ahead "
+                    f"({type(e).__name__}); {where}"
+                ) from None
+
+        self.trainer.inflight = fetch
+
+    def resumed_inflight(self) -> list:
+        """Rank 0: the rollouts the resumed checkpoint held."""
+        return self.trainer.resumed_inflight
 
     def record(self, step: int, metrics: dict):
         """``Trainer.record`` (evaluation when due, metrics, samples, periodic checkpoint) on every rank:

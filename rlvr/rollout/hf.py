@@ -266,6 +266,26 @@ class HFRolloutEngine:
             self.packed.invalidate([p for p in self.model.parameters() if p.requires_grad])
 
     @torch.no_grad()
+    def load_weights(self, named: dict) -> None:
+        """Weights pushed from another process (a trainer's :meth:`pushed` tensors: every weight that
+        training changes) copied into the generation model in place, by name, and the packed copies
+        marked stale. A name the model lacks is an error: the two sides built different models."""
+        params = dict(self.model.named_parameters())
+        missing = sorted(set(named) - set(params))
+        if missing:
+            raise ValueError(f"pushed weights the rollout model lacks: {missing[:3]} (of {len(missing)})")
+        for name, tensor in named.items():
+            params[name].copy_(tensor)
+        if self.packed is not None:
+            self.packed.invalidate()
+
+    def pushed(self, trainable: set[str]) -> dict:
+        """The generation model's current weights named in ``trainable`` (what training changes), for
+        :meth:`load_weights` elsewhere: in the rollout dtype, so a rollout worker holds what this
+        engine samples with, bit for bit. Call after :meth:`sync_weights` (or :meth:`gather_weights`)."""
+        return {n: p.detach() for n, p in self.model.named_parameters() if n in trainable}
+
+    @torch.no_grad()
     def gather_weights(self) -> None:
         """A sharded policy's current weights into this engine's whole copy, one parameter at a
         time (``DTensor.full_tensor``, an all-gather: every rank calls it at the same point)."""

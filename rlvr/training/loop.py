@@ -357,11 +357,12 @@ def rollout_entropy_applies(cfg: Config) -> bool:
     """Whether ``train/entropy`` comes from the rollout's record of its sampling distribution
     (``train.rollout_entropy``; ``RolloutBatch.entropy``) rather than from the update's passes: the
     policy the update starts from is the one that sampled (``algo.num_iterations=1``), the entropy
-    is not in the loss (no ``algo.entropy_coef``), and the rollout is single-turn (tool rollouts record
-    none). The rollout engine records it where this holds; a batch without the record falls back
-    to the update's passes."""
+    is not in the loss (no ``algo.entropy_coef``), the rollout is single-turn (tool rollouts record
+    none) and not made by older weights (asynchronous rollouts). The rollout engine records it where
+    this holds; a batch without the record falls back to the update's passes."""
     algo = cfg.algo
     plain = algo.num_iterations == 1 and not algo.entropy_coef and not cfg.rollout.tools and cfg.rollout.max_turns == 1
+    plain = plain and not (cfg.rollout.max_staleness and cfg.distributed.rollout_workers)  # an older policy sampled
     return cfg.train.rollout_entropy and plain
 
 

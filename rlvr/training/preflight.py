@@ -99,6 +99,7 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
             cfg, precision = resolve_precision(cfg, where)
         cfg, micro_batch = bf16_micro_batch(cfg)
         precision += [micro_batch] if micro_batch else []
+    cfg, async_notes = async_settings(cfg)
     cfg = pin_hub_data(cfg, earlier=RunDir(Path(cfg.resume)).read_config() if cfg.resume else None)
     train_split, test_rows = load_split(cfg.data, "train"), load_split(cfg.data, "test").rows
     scorer = Scorer.from_config(cfg.reward)  # unknown rules fail now, not after the first rollout
@@ -118,8 +119,34 @@ def preflight(cfg: Config, *, device: bool = True, shards: bool = False, writes:
         _check_run_dir(cfg, checked.run_dir, model_path)
     mkl = cpu.mkl_avx512_note() if where is not None and where.type == "cpu" else None
     precision += [mkl] if mkl else []
-    checked.precision, checked.notes = precision, sandbox + _eval_note(cfg, test_rows) + _load_note()
+    checked.precision, checked.notes = precision, sandbox + async_notes + _eval_note(cfg, test_rows) + _load_note()
     return checked
+
+
+ASYNC_TIS_CAP = 2.0
+"""The truncated importance weight's cap asynchronous rollouts take when ``algo.tis_cap`` is unset
+(veRL's token-TIS default)."""
+
+
+def async_settings(cfg: Config) -> tuple[Config, list[str]]:
+    """``cfg`` with what ``rollout.max_staleness`` needs, and the lines that say so: with rollout workers
+    and a staleness above 0 the update corrects for the older sampler, by the engine's log-probs and
+    ``algo.tis_cap`` (:data:`ASYNC_TIS_CAP` when unset); without rollout workers the key is ignored."""
+    s, workers = cfg.rollout.max_staleness, cfg.distributed.rollout_workers
+    if not s:
+        return cfg, []
+    if not workers:
+        return cfg, [
+            f"rollout.max_staleness={s} is ignored: every step samples with the weights it updates where no rollout "
+            "workers run (distributed.backend=ray distributed.rollout_workers=1 overlaps the rollout with the update)"
+        ]
+    if cfg.algo.tis_cap is not None:
+        return cfg, []
+    cfg = replace(cfg, algo=replace(cfg.algo, tis_cap=ASYNC_TIS_CAP))
+    return cfg, [
+        f"rollout.max_staleness={s}: algo.tis_cap={ASYNC_TIS_CAP:g} weighs each token by min(p_update_start / "
+        "p_sampler, cap) to correct for the older weights that sampled it; set algo.tis_cap to change the cap"
+    ]
 
 
 def _code_checks(cfg: Config, train_split) -> list[str]:

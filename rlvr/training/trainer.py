@@ -49,6 +49,7 @@ from rlvr.tools import Toolbox
 from rlvr.tracking import MetricsLogger, peak_memory, train_state_bytes
 from rlvr.tracking.console import StepPrinter
 from rlvr.training import checkpoint as ckpt
+from rlvr.training.inflight import from_plain, to_plain
 from rlvr.training.loop import adamw, batch_logprobs, lr_scheduler, rollout_entropy_applies, update_policy
 from rlvr.training.preflight import Checked, preflight, summary_lines
 from rlvr.training.replicas import OneProcess
@@ -134,6 +135,10 @@ class Trainer:
         """The last step's rows for samples.jsonl (only on steps that ``log.samples_every`` picks)."""
         self.notes: tuple[str, ...] = ()
         """Lines the caller wants printed after the run's summary (:func:`train`'s ``notes``)."""
+        self.inflight = None
+        """Asynchronous rollouts: what returns the rollouts made but not yet trained (a checkpoint keeps them)."""
+        self.resumed_inflight: list = []
+        """Those a resumed checkpoint held (:class:`rlvr.training.inflight.Rollout`), for the driver to train on."""
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -175,6 +180,22 @@ class Trainer:
             self.engine.tools.warm()
         self.printer.start(self.start_step)
         return True
+
+    def setup_rollout(self) -> int:
+        """A rollout worker's part of :meth:`setup` (:mod:`rlvr.distributed.rollout_worker`): the checked
+        inputs, the prompts, the policy (the checkpoint's when resuming, LoRA's adapter in it) and the
+        engine, the scoring pool warm; nothing printed or written, no optimizer or reference. Returns the
+        version of its weights: the updates they hold."""
+        self.logs = False
+        checked = self._check_inputs()
+        self._prepare_prompts(checked.train_split)
+        self.policy, self.adapter = self._load_policy()
+        self.engine = self._build_engine()
+        self.stream = PromptStream(len(self.train_rows), self.cfg.train.prompts_per_step, self.cfg.seed)
+        self.scorer.warm((self.cfg.reward.accuracy_rule,))
+        if self.engine.tools is not None:
+            self.engine.tools.warm()
+        return self.start_step
 
     def _check_inputs(self) -> Checked:
         """Config, data, reward, model path, checkpoint and run directory errors (:func:`preflight`),
@@ -469,6 +490,7 @@ class Trainer:
             group["lr"] = base * fn(self.scheduler.last_epoch)
         self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
         ckpt.set_rng_state(state["rng"])
+        self.resumed_inflight = [from_plain(r) for r in state.get("inflight", [])]
         if "ref" in state and not self.shards:  # a reference refreshed from the policy (algo.ref_sync_every)
             self.ref.load_state_dict(state["ref"])
         self.skipped_steps = state.get("skipped_steps", 0)
@@ -486,7 +508,9 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------
 
-    def step(self, step: int, prompts: list[int] | None = None, *, first_group: int = 0) -> dict:
+    def step(
+        self, step: int, prompts: list[int] | None = None, *, first_group: int = 0, collected: tuple | None = None
+    ) -> dict:
         """One GRPO step: rollout and rewards, fixed log-probs, advantages, ``algo.num_iterations`` updates.
 
         Args:
@@ -495,6 +519,8 @@ class Trainer:
                 of the prompt stream. A data-parallel worker passes its shard (whole groups).
             first_group: index of ``prompts[0]`` in the step's batch (a worker's shard offset); with
                 ``seed`` and ``step`` it seeds each sequence's sampling.
+            collected: (this rank's scored groups, the step's :class:`Sampled`, info) that a rollout
+                worker made (:mod:`rlvr.distributed.rollout_worker`): trained on instead of sampling.
 
         Returns:
             The step's metrics (:mod:`rlvr.metric_names`), tensors and floats; the sinks make floats.
@@ -503,7 +529,7 @@ class Trainer:
         cfg, t_step = self.cfg, time.perf_counter()
         # 1-2. prompts -> rollout -> rewards on what the assistant said (DAPO dynamic sampling
         #      may draw extra prompts; the rollout/* metrics cover everything sampled)
-        got, sampled, info = self._sample(step, self.stream.batch(step) if prompts is None else prompts, first_group)
+        got, sampled, info = collected or self._sample(step, prompts, first_group)
         t_rollout, t_reward = info.pop("rollout_s"), info.pop("reward_s")
         batch = self._to_device(got.batch)
 
@@ -542,8 +568,17 @@ class Trainer:
             **peak_memory(self.device),
         }
 
-    def _sample(self, step: int, prompts: list[int], first_group: int):
-        """:func:`collect` of the step's groups from the policy's current weights."""
+    def pushed_weights(self) -> dict:
+        """What a rollout worker loads after each update: the rollout engine's copy of every weight that
+        trains (with LoRA the adapter's alone), in the rollout dtype, refreshed from the policy first
+        (under FSDP the step gathered it already)."""
+        self.engine.sync_weights()
+        trainable = {n for n, p in self.policy.named_parameters() if p.requires_grad}
+        return self.engine.pushed(trainable)
+
+    def _sample(self, step: int, prompts: list[int] | None, first_group: int):
+        """:func:`collect` of the step's groups (default its batch of the stream) from the policy's current weights."""
+        prompts = self.stream.batch(step) if prompts is None else prompts
         self.engine.sync_weights()
         kw = dict(prefix=self.prefix, first_group=first_group, group=self.group)
         return collect(self.engine, self.scorer, self.train_rows, prompts, step, self.cfg, **kw)
@@ -749,6 +784,8 @@ class Trainer:
             "rng": ckpt.rng_state(),
             "skipped_steps": self.skipped_steps,
         }
+        if self.logs and self.inflight is not None:  # made ahead, not yet trained: a resume trains on them
+            trainer_state["inflight"] = [to_plain(r) for r in self.inflight()]
         if self.shards:
             return self._save_sharded(step, trainer_state, background=background)
         trainer_state["optimizer"] = self.optimizer.state_dict()

@@ -1,0 +1,106 @@
+"""Asynchronous rollouts (issue 63): rollout workers apart from the trainers, weights pushed after each
+update, one-step-off, and exact resume with the rollouts in flight kept by the checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny_run import metrics
+
+from rlvr.commands.train import run_training as train
+from rlvr.config import load_config
+from rlvr.errors import UserError
+
+pytestmark = pytest.mark.slow
+
+ASYNC = ("distributed.backend=ray", "distributed.rollout_workers=1")
+
+
+def _weights(run):
+    return load_file(run / "checkpoints" / "last" / "model.safetensors")
+
+
+def test_a_rollout_worker_at_staleness_0_trains_what_one_process_trains(dp_args, tmp_path):
+    """The rollout worker samples every step's groups with the weights the step updates (the same
+    prompts and seeds as one process), and the trainer trains on them: the same run, bit for bit."""
+    pytest.importorskip("ray")
+    one, apart = tmp_path / "one", tmp_path / "apart"
+    train(load_config(None, dp_args(one)))
+    train(load_config(None, dp_args(apart, *ASYNC, "rollout.max_staleness=0")))
+    a, b = metrics(one, timings=False), metrics(apart, timings=False)
+    assert [r["async/staleness"] for r in b] == [0.0, 0.0, 0.0]
+    assert [{k: v for k, v in r.items() if not k.startswith("async/")} for r in b] == a
+    wa, wb = _weights(one), _weights(apart)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_one_step_off_samples_the_next_step_during_the_update(dp_args, tmp_path):
+    """Step k+1's rollout is made with the weights step k starts from: staleness 0 at the first step,
+    1 after; the update weighs tokens by the truncated importance weight (tis_cap defaults to 2); the
+    weights pushed after an update reach the worker before the rollout they serve."""
+    pytest.importorskip("ray")
+    run = tmp_path / "run"
+    train(load_config(None, dp_args(run, *ASYNC, "rollout.max_staleness=1", "train.steps=4")))
+    rows = metrics(run)
+    assert [r["async/staleness"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert all(r["async/queue_depth"] == 2.0 for r in rows[:3])
+    assert all("train/tis_weight_mean" in r for r in rows)
+    assert rows[0]["time/weight_push_s"] == 0.0 and rows[2]["time/weight_push_s"] > 0  # R_2: version 1, pushed
+    assert all(0.0 <= r["async/overlap_frac"] <= 1.0 for r in rows)
+
+
+def _killing_reward(tmp_path, at: int, run=None) -> tuple[str, ...]:
+    """The `sevens` reward as a plugin that SIGKILLs the process scoring its ``at``-th call (the rollout
+    worker: the trainers score nothing here), once ``run``'s checkpoint ``step_{at-2}`` is in place;
+    never with ``at`` 0. One file for every run, so that their reward metrics have the same names."""
+    path, control, calls = tmp_path / "lost.py", tmp_path / "kill_at", tmp_path / "calls"
+    control.write_text(f"{at} {run / 'checkpoints' / f'step_{at - 2:06d}' if run else ''}", encoding="utf-8")
+    calls.unlink(missing_ok=True)
+    path.write_text(
+        f"""
+import os, signal, time
+from pathlib import Path
+
+def lost(completions, labels, **fields):
+    at, *before = Path({str(control)!r}).read_text().split()
+    if int(at):
+        calls = Path({str(calls)!r})
+        n = int(calls.read_text()) + 1 if calls.exists() else 1
+        calls.write_text(str(n))
+        if n == int(at):
+            for _ in range(600):
+                if not before or Path(before[0]).is_dir():
+                    break
+                time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGKILL)
+    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
+""",
+        encoding="utf-8",
+    )
+    rule = f"{path}:lost"
+    return f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}"
+
+
+def test_a_lost_rollout_worker_is_one_line_and_the_resume_is_bit_exact(dp_args, tmp_path):
+    """One-step-off, 5 steps, a checkpoint each: the rollout worker is SIGKILLed while it makes step 4's
+    rollout (sampled with version 2, during step 3's update). One line names the intact checkpoint; it
+    holds step 3's rollout, made with version 1 and not yet trained, so the resumed run trains on it and
+    ends where the uninterrupted run ends, bit for bit."""
+    pytest.importorskip("ray")
+    straight, cut = tmp_path / "straight", tmp_path / "cut"
+    common = (*ASYNC, "rollout.max_staleness=1", "train.steps=5", "train.save_every=1")
+    train(load_config(None, dp_args(straight, *common, *_killing_reward(tmp_path, 0))))
+    killed = (*common, *_killing_reward(tmp_path, 4, cut))
+    with pytest.raises(UserError) as err:
+        train(load_config(None, dp_args(cut, *killed)))
+    line = str(err.value)
+    assert "a Ray rollout worker" in line and "step_000002 is intact" in line and "\n" not in line, line
+    assert 2 <= len(metrics(cut)) <= 3
+    state = torch.load(cut / "checkpoints" / "step_000002" / "trainer_state.pt", weights_only=True)
+    assert [r["step"] for r in state["inflight"]] == [2] and state["inflight"][0]["version"] == 1
+    _killing_reward(tmp_path, 0)
+    train(load_config(None, dp_args(cut, *common, *_killing_reward(tmp_path, 0), f"resume={cut}")))
+    assert metrics(cut, timings=False) == metrics(straight, timings=False)
+    wa, wb = _weights(straight), _weights(cut)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
