@@ -1,8 +1,8 @@
 """The linear products of one decode step: PyTorch's ``F.linear`` against oneDNN-prepacked weights.
 
-    .venv/bin/python benchmarks/packed_products.py                 # the built-in model's shapes
+    .venv/bin/python benchmarks/dev/packed_products.py                 # the built-in model's shapes
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \\
-        .venv/bin/python benchmarks/packed_products.py
+        .venv/bin/python benchmarks/dev/packed_products.py
 
 What ``rlvr.cpu.packed`` rests on. For SmolLM2-135M's shapes (30 layers x q, k, v, o, gate,
 up, down, and the 49,152 x 576 LM head; random float32 weights, 538 MB in all, far larger than
@@ -19,13 +19,16 @@ prints a table. Nothing else should run on the machine: the times are the point.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from roofline import _best, write_report  # benchmarks/ is this script's folder
 
-from rlvr.cpu.packed import pack_weight, packed_linear
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # roofline.py, in benchmarks/
+from roofline import _best, write_report  # noqa: E402
+
+from rlvr.cpu.packed import pack_weight, packed_linear  # noqa: E402
 
 H, I, KV, V, LAYERS = 576, 1536, 192, 49152, 30  # SmolLM2-135M
 SHAPES = [(H, H), (KV, H), (KV, H), (H, H), (I, H), (I, H), (H, I)]  # (out, in) of q, k, v, o, gate, up, down

@@ -15,7 +15,7 @@ each with the CPU attention's core length on (``shared_prefix.core_length``, the
 (padded to the longest), under bf16 autocast (``--fp32``: without). Random token ids, the built-in
 model, the quickstart's config (one pass of 32 rows, shared prompt, answers unpadded).
 
-    python benchmarks/long_answers.py --rounds 8
+    python benchmarks/dev/long_answers.py --rounds 8
 
 Writes benchmarks/results/long_answers-<capability>-<precision>-<date>.json and prints a table.
 Nothing else should run on the machine meanwhile.
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 PROMPT, P, G = 126, 4, 8
 CASES = {
     "all 17": [17] * 32,

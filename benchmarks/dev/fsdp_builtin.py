@@ -6,7 +6,7 @@ metrics side by side, the weight difference after every step (max absolute, and 
 difference relative to the tensor's own scale), what each worker held of the training state
 (``perf/train_state_mib``) and the wall times. Run by hand, with nothing else running:
 
-    .venv/bin/python benchmarks/fsdp_builtin.py --steps 2
+    .venv/bin/python benchmarks/dev/fsdp_builtin.py --steps 2
 
 On a real model the two agree to float rounding in the first step; later steps may sample a
 different token where rounding flips one (docs/distributed.md, "What to expect").
@@ -28,7 +28,7 @@ from rlvr.commands.train import run_training
 from rlvr.config import load_config
 from rlvr.run_dir import RunDir
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 COMMON = ("eval.at_start=false", "eval.at_end=false", "log.report=false", "log.progress=false", "train.save_every=1")
 FSDP = ("distributed.backend=ray", "distributed.num_workers=2", "distributed.strategy=fsdp")
 

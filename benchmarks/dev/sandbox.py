@@ -5,7 +5,7 @@ call tests (bubblewrap, the harness, the candidate's process, six call cases), o
 tests (a process per case, three cases), and a step's worth of completions scored by the rule
 (``--batch`` completions, side by side on every core), against the same harness without bubblewrap.
 
-    python benchmarks/sandbox.py --rounds 20 --batch 32
+    python benchmarks/dev/sandbox.py --rounds 20 --batch 32
 
 Writes benchmarks/results/sandbox-<capability>-<date>.json. Nothing else should run meanwhile.
 """
@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 ADD = "def add_k(x):\n    return x + 3\n"
 ECHO = "print(int(input()) * 2)\n"
 

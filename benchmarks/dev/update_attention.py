@@ -10,9 +10,9 @@ as float32 (the rotary's output under autocast) and the values as bf16, [1, head
 decides as the one pass does (``shared_prefix._shared_prefix_attention``: the torch side by segment,
 with a core length, or padded).
 
-    python benchmarks/update_attention.py --rounds 30
+    python benchmarks/dev/update_attention.py --rounds 30
     git show 565f642:rlvr/cpu/update_attention.c > /tmp/before.c   # per-thread sums, not deterministic
-    python benchmarks/update_attention.py --against /tmp/before.c
+    python benchmarks/dev/update_attention.py --against /tmp/before.c
 
 ``--against FILE`` times another version of ``update_attention.c`` as a third side, interleaved
 (what the determinism of issue 58 costs: FILE the version before it). Each compiled side's backward
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 H, KV, D = 9, 3, 64
 SHAPES = {
     "quickstart, answers of 17": dict(P=4, G=8, Lp=125, lengths=[17] * 32, pads=[10, 0, 16, 5]),

@@ -5,7 +5,7 @@ G=8 samples; reasoning of a few hundred characters; the answer boxed as an integ
 with ``$``/units/commas, as a fraction, as an expression, wrong, missing, or truncated).
 Reports the cold time (worker pool start-up included), the warm time (pool reused, as in
 training after step 1), and the math-verify-only rate on symbolic answers.
-Run by hand: `python benchmarks/reward_throughput.py` (writes benchmarks/results/reward_throughput.json).
+Run by hand: `python benchmarks/dev/reward_throughput.py` (writes benchmarks/results/reward_throughput.json).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main() -> None:
             "processor": platform.processor() or platform.machine(),
         },
     }
-    out = Path(__file__).parent / "results" / "reward_throughput.json"
+    out = Path(__file__).resolve().parents[1] / "results" / "reward_throughput.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

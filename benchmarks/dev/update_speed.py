@@ -2,7 +2,7 @@
 
 Compares the plain per-row forward with the shared-prompt forward, in float32 and under bf16
 autocast, and checks that the bf16 gradient stays close to the float32 one.
-Run by hand: `python benchmarks/update_speed.py` (writes benchmarks/results/update_speed.json).
+Run by hand: `python benchmarks/dev/update_speed.py` (writes benchmarks/results/update_speed.json).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main(P: int = 4, G: int = 8, prompt_len: int = 126, T: int = 64, mb: int = 8
         cos = torch.nn.functional.cosine_similarity(g, ref, dim=0).item()
         results[name].update(grad_rel_err_vs_plain_fp32=rel, grad_cosine_vs_plain_fp32=cos)
         print(name, "rel err", rel, "cos", cos)
-    out = Path(__file__).parent / "results" / "update_speed.json"
+    out = Path(__file__).resolve().parents[1] / "results" / "update_speed.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
 

@@ -11,9 +11,9 @@ updates after ``--warmup`` untimed ones; so a slow spell of a shared VM hits bot
 side's processes run in the environment its own ``rlvr`` command gives itself (:func:`tree_env`),
 and under ``--bf16`` with the compiled update attention where its tree has it (as its trainer would).
 
-    python benchmarks/update_ab.py --base b6df056                # fp32
-    python benchmarks/update_ab.py --base b6df056 --bf16         # under bf16 autocast
-    python benchmarks/update_ab.py --base b6df056 --shape vs_trl # long, uneven answers
+    python benchmarks/dev/update_ab.py --base b6df056                # fp32
+    python benchmarks/dev/update_ab.py --base b6df056 --bf16         # under bf16 autocast
+    python benchmarks/dev/update_ab.py --base b6df056 --shape vs_trl # long, uneven answers
 
 Writes benchmarks/results/update_ab-<capability>-<precision>-<date>.json and prints a table. Nothing
 else should run on the machine meanwhile.
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from remove_padding import SHAPES  # the batch shapes (prompts, padded prompt length, longest response T)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -43,7 +43,7 @@ def child(args) -> None:
     """Time ``args.updates`` updates in this process; print one JSON line."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "dev"))
     from update_tokens import quickstart_batch
 
     import rlvr

@@ -6,9 +6,9 @@ fused LM head), a token-mean loss of the log-probs, its backward, and a fused Ad
 marked with ``torch.profiler.record_function``; operators are ranked by self CPU time. The first
 repeat warms up (allocator, oneDNN primitives) and is left out.
 
-    .venv/bin/python benchmarks/profile_update.py                 # fp32
-    .venv/bin/python benchmarks/profile_update.py --bf16          # under bf16 autocast
-    .venv/bin/python benchmarks/profile_update.py --packed        # the trainer's fp32 path on AVX-512
+    .venv/bin/python benchmarks/dev/profile_update.py                 # fp32
+    .venv/bin/python benchmarks/dev/profile_update.py --bf16          # under bf16 autocast
+    .venv/bin/python benchmarks/dev/profile_update.py --packed        # the trainer's fp32 path on AVX-512
 
 ``--packed`` multiplies by oneDNN-prepacked weights (:class:`rlvr.cpu.packed.PackedLinears`, repacked
 after each optimizer step), as the trainer does in fp32 where ``packed_training_pays()``; without it
@@ -33,7 +33,7 @@ from rlvr.cpu.packed import PackedLinears
 from rlvr.models import load_model, resolve_model_path
 from rlvr.models.forward import pass_logprobs
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 PHASES = ("forward + log-probs", "backward", "AdamW step")
 
 

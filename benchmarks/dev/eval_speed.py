@@ -1,6 +1,6 @@
 """How long greedy evaluation of N arithmetic problems takes (the cost of eval.at_start / eval.at_end).
 
-    .venv/bin/python benchmarks/eval_speed.py [--model smollm2-135m-instruct] [--limit 200] [--batch 64]
+    .venv/bin/python benchmarks/dev/eval_speed.py [--model smollm2-135m-instruct] [--limit 200] [--batch 64]
 
 Uses the quickstart's prompt (r1 template, assistant prefix '<think>', 64 new tokens) and prints
 one JSON line: problems, seconds, problems/s, accuracy, and the 1-minute load average before and

@@ -1,7 +1,7 @@
 """Time preparing 50,000 GSM8K-shaped rows: read the JSONL, map it (gsm8k preset), render the R1
 template, tokenise on data.num_workers processes, write the cache; then the cached (warm) run.
 
-Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/data_prepare.py [--rows 50000] [--workers 2]
+Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dev/data_prepare.py [--rows 50000] [--workers 2]
 Writes benchmarks/results/data_prepare.json. Uses the built-in model's tokenizer
 (~/.cache/rlvr/models/smollm2-135m-instruct) when it has been converted, else the tiny test tokenizer.
 """
@@ -82,7 +82,7 @@ def main() -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
     }
-    out = Path(__file__).parent / "results" / "data_prepare.json"
+    out = Path(__file__).resolve().parents[1] / "results" / "data_prepare.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

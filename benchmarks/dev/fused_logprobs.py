@@ -11,7 +11,7 @@ Three measurements, each variant in a fresh process so that one's memory does no
 - ``sharing``: the shared prompt's pass against the plain pass over prompt lengths, for the cost
   rule of ``rlvr.models.forward.prompt_sharing_pays`` (the break-even prompt length per micro-batch).
 
-Run by hand: ``python benchmarks/fused_logprobs.py [--threads=N] [memory|speed|sharing ...]`` (all
+Run by hand: ``python benchmarks/dev/fused_logprobs.py [--threads=N] [memory|speed|sharing ...]`` (all
 three by default); writes ``benchmarks/results/fused_logprobs-<CPU capability>-<date>-<parts>.json``.
 On cores that other processes share, ``--threads=1`` and the CPU times are the steadier measure:
 with two threads, one waits (spinning, which counts as CPU time) whenever the other is descheduled.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def _peak_rss_bytes() -> int:

@@ -14,7 +14,7 @@ each case with and without it.
 with one zero gradient per parameter shape and no norm pass (the default in one process) against a
 zero tensor per parameter and a computed norm (what several ranks do).
 
-    python benchmarks/update_ops.py --rounds 8 --zeros-ab
+    python benchmarks/dev/update_ops.py --rounds 8 --zeros-ab
 
 Writes benchmarks/results/update_ops-<capability>-<precision>-<date>.json and prints tables. Nothing
 else should run on the machine meanwhile.
@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 CASES = {"every group trained": 0, "three of four forward only": 3, "every group forward only": 4}
 
 

@@ -7,7 +7,7 @@ rank reports its resident memory before loading, its peak (``ru_maxrss``) after,
 of the load and sharding. Results go to ``benchmarks/results/sharded_load-<capability>-<date>.json``.
 Run by hand:
 
-    .venv/bin/python benchmarks/sharded_load.py [--model PATH_OR_NAME]
+    .venv/bin/python benchmarks/dev/sharded_load.py [--model PATH_OR_NAME]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 WORLD = 2
 MiB = 2**20
 

@@ -6,7 +6,7 @@ The batch: ``--prompts`` (default 2) prompts x 8 samples, prompts of 110 to 126 
 (speed does not depend on them), fp32, the plain model (no packed CPU weights). Each side runs
 ``accumulate_gradients`` (one update's forward + backward) and ``batch_logprobs`` (a no-grad pass)
 through rlvr's loop, in rounds over all sides, the best of ``--repeats`` rounds. Run by hand:
-`python benchmarks/update_tokens.py` (writes benchmarks/results/update_tokens-<cpu>-<threads>t.json).
+`python benchmarks/dev/update_tokens.py` (writes benchmarks/results/update_tokens-<cpu>-<threads>t.json).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def main(repeats: int, threads: int, P: int) -> None:
             "all_logprob_pass_s": logprobs,
         }
     print(json.dumps(results, indent=2))
-    out = Path(__file__).parent / "results" / f"update_tokens-{results['cpu_capability']}-{threads}t.json"
+    out = Path(__file__).resolve().parents[1] / "results" / f"update_tokens-{results['cpu_capability']}-{threads}t.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
 

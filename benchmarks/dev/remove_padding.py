@@ -9,7 +9,7 @@ re-executes itself in the environment rlvr's command line runs in (``rlvr.cpu.ru
 positions each side's linears compute are counted from its passes. The first round warms up and is
 left out.
 
-    .venv/bin/python benchmarks/remove_padding.py [--rounds 4] [--threads 0] [--bf16] [--tag T]
+    .venv/bin/python benchmarks/dev/remove_padding.py [--rounds 4] [--threads 0] [--bf16] [--tag T]
 
 Writes benchmarks/results/remove_padding-<capability>-<precision>-<date>.json and prints a table.
 Nothing else should run on the machine meanwhile.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 SHAPES = {"vs_trl": dict(P=2, T=128, prompt_len=128), "quickstart": dict(P=4, T=21, prompt_len=126)}
 
 
