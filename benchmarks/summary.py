@@ -11,8 +11,8 @@ the files. Its first table, one row per kind of machine, is what README.md shows
 
 Newest means the latest date, then the latest time on that date: ``started_utc`` where the file has
 one, else :data:`LEGACY`. The kind of machine is read from the file where it says (``cpu``,
-``dispatch``, ``machine.device``), else from its name (``zen5``, ``AVX2-dispatch``), else from
-:data:`LEGACY`. Files written before the scripts recorded the time and the CPU carry neither; for
+``dispatch``, ``machine.device``), else from :data:`LEGACY`, else from its name (``zen5``,
+``AVX2-dispatch``). Files written before the scripts recorded the time and the CPU carry neither; for
 the ones this summary shows, LEGACY holds the time their commit landed (``git log``, UTC) and the
 CPU the docs name for them. Older files the docs cite are listed last, not summarised.
 """
@@ -132,8 +132,9 @@ def _kind(name: str, d: dict) -> str | None:
 
 
 def _kind_from_name(name: str, d: dict) -> str:
-    """Files named before the CPU was recorded: ``zen5`` and ``dispatch`` in the name say it; the
-    other AVX-512 files of the days kept here are Zen 4's, the other AVX2 ones a real AVX2 CPU's."""
+    """Files named before the CPU was recorded: ``zen5`` and ``dispatch`` in the name say it; other
+    AVX-512 files count as Zen 4's (those of 2026-11-23..25 ran on other hosts, and none is the newest
+    of its kind), other AVX2 ones as a real AVX2 CPU's."""
     machine = d.get("machine") if isinstance(d.get("machine"), dict) else {}
     named = re.search(r"-(AVX2|AVX512)\b", name)
     capability = d.get("cpu_capability") or machine.get("cpu_capability") or (named.group(1) if named else "")

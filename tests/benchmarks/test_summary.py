@@ -18,9 +18,9 @@ def test_the_committed_summary_is_what_the_script_writes():
 
 def test_every_kind_of_the_table_has_a_row_and_the_gpu_comes_last():
     rows = summary.readme_block(summary.render()).splitlines()[3:-1]
-    assert [r.split(" | ")[0].lstrip("| ") for r in rows] == [
-        summary.KINDS[k] for k in ("Zen 5", "Zen 4", "AVX2 dispatch", "AVX2 only", "GPU")
-    ]
+    machines = [r.split(" | ")[0].lstrip("| ") for r in rows]
+    known = [m for m in machines if m in summary.KINDS.values()]
+    assert known == list(summary.KINDS.values()) and machines[-1] == summary.KINDS["GPU"]
 
 
 def _quickstart(path: Path, tag: str, when: str, cpu: dict, wall: float, dispatch: str = "native") -> None:
