@@ -9,13 +9,15 @@ the first and last 10 steps, and the greedy evaluation before and after.
     python benchmarks/quickstart_runs.py --seeds 0 --avx2        # PyTorch/oneDNN dispatch as on an AVX2-only CPU
     python benchmarks/quickstart_runs.py --seeds 0 --tag old -- rollout.stop=[] train.steps=40
 
-Writes benchmarks/results/quickstart-<capability>-<tag>-seed<N>.json (one per run) and prints a
-Markdown table. Nothing else should run on the machine meanwhile: the times are the point.
+Writes benchmarks/results/quickstart-<capability>-<tag>-seed<N>.json (one per run, with the date, the
+start time, the CPU and the dispatch, from which benchmarks/summary.py tells the kind of machine) and
+prints a Markdown table. Nothing else should run on the machine meanwhile: the times are the point.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -34,6 +36,22 @@ def _jsonl(path: Path) -> list[dict]:
 
 def _mean(rows: list[dict], key: str) -> float:
     return statistics.fmean(r[key] for r in rows)
+
+
+def cpu_identity() -> dict:
+    """The first processor's vendor, family, model and name in /proc/cpuinfo ({} where there is none)."""
+    ident = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                if key.strip() in ("vendor_id", "cpu family", "model", "model name"):
+                    ident[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return ident
 
 
 def summarise(run_dir: Path, *, wall_s: float, capability: str, seed: int, overrides: list[str]) -> dict:
@@ -92,11 +110,17 @@ def main() -> None:
             "log.progress=false",
             *args.overrides,
         ]
-        t0 = time.perf_counter()
+        started, t0 = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-        row = summarise(
-            run_dir, wall_s=time.perf_counter() - t0, capability=capability, seed=seed, overrides=args.overrides
-        )
+        row = {
+            "date": started.date().isoformat(),
+            "started_utc": started.strftime("%Y-%m-%d %H:%M"),
+            "cpu": cpu_identity(),
+            "dispatch": "avx2" if args.avx2 else "native",
+            **summarise(
+                run_dir, wall_s=time.perf_counter() - t0, capability=capability, seed=seed, overrides=args.overrides
+            ),
+        }
         out = RESULTS / f"quickstart-{capability}-{args.tag}-seed{seed}.json"
         out.write_text(json.dumps(row, indent=2) + "\n")
         rows.append(row)

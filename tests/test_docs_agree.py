@@ -64,3 +64,19 @@ def test_the_r1_zero_presets_take_hub_names_everywhere():
     for name in ("r1_zero_qwen25_0.5b", "r1_zero_qwen25_7b", "r1_zero_qwen25_7b_lora"):
         text = (PRESETS_DIR / f"{name}.yaml").read_text()
         assert re.search(r"^\s+path: Qwen/Qwen2\.5-", text, re.MULTILINE) or "defaults:" in text, name
+
+
+def test_the_notes_sections_that_code_and_docs_name_exist():
+    """A docstring or page that points to ``benchmarks/NOTES.md`` ("Some section") names a heading there."""
+    headings = " ".join(
+        line.lower() for line in (ROOT / "benchmarks" / "NOTES.md").read_text().splitlines() if line.startswith("#")
+    )
+    pages = [*(ROOT / "rlvr").rglob("*.py"), *(ROOT / "rlvr").rglob("*.c"), *(ROOT / "docs").glob("*.md")]
+    missing = []
+    for page in pages:
+        text = " ".join(page.read_text().split())
+        for quoted in re.findall(r'NOTES\.md`{0,2}\)?,? \(?((?:"[^"]+",? ?)+)', text):
+            for name in re.findall(r'"([^"]+)"', quoted):
+                if name.rstrip(".,").lower() not in headings:
+                    missing.append(f"{page.relative_to(ROOT)}: {name}")
+    assert not missing, f"benchmarks/NOTES.md has no heading for: {missing}"

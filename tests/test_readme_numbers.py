@@ -1,6 +1,7 @@
 """The README's quickstart figure and the numbers beside it come from one run: the newest results file
 that benchmarks/quickstart_figures.py wrote holds both the numbers and the digest of the figure it drew,
-so a figure regenerated without the numbers (or the reverse) fails here."""
+so a figure regenerated without the numbers (or the reverse) fails here. The headline table is
+benchmarks/results/SUMMARY.md's, which benchmarks/summary.py writes from the result files and copies."""
 
 from __future__ import annotations
 
@@ -40,3 +41,21 @@ def test_the_readme_quotes_the_newest_run():
     ]
     missing = [q for q in quoted if q not in readme]
     assert not missing, f"README.md does not quote the newest quickstart run: {missing}"
+
+
+def test_the_readmes_results_table_is_the_summarys():
+    """README.md's headline table is benchmarks/results/SUMMARY.md's, copied by benchmarks/summary.py."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import summary
+
+    readme, table = (ROOT / "README.md").read_text(), summary.readme_block(summary.SUMMARY.read_text())
+    assert table in readme, "README.md's results table is not SUMMARY.md's: run `python benchmarks/summary.py`"
+    assert readme.count(summary.BEGIN) == 1 and readme.count(summary.END) == 1
+    # the negative control: one digit changed in the README's copy no longer matches, and the script restores it
+    pos = readme.index(table) + table.index(" GiB") - 1
+    assert readme[pos].isdigit()
+    changed = readme[:pos] + str((int(readme[pos]) + 1) % 10) + readme[pos + 1 :]
+    assert table not in changed
+    assert summary.with_readme_block(changed, summary.SUMMARY.read_text()) == readme

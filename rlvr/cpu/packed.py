@@ -4,7 +4,7 @@ Why: on a CPU, ``F.linear`` runs MKL's sgemm, which repacks the weight on every 
 AMD EPYC CPUs this project runs on, takes its AVX2 code path even where the CPU has AVX-512.
 oneDNN's inner product on a weight reordered once into its blocked layout
 (``torch.ops.mkldnn._reorder_linear_weight``, what ``torch.compile``'s CPU freezing pass uses)
-does neither (``benchmarks/NOTES.md`` and ``benchmarks/packed_products.py`` measure both).
+does neither (``benchmarks/NOTES.md`` and ``benchmarks/dev/packed_products.py`` measure both).
 
 How: :class:`PackedLinears` keeps one packed copy of every ``nn.Linear`` weight of a model, and,
 once a forward needs gradients, one of its transpose (each a further copy of those weights in

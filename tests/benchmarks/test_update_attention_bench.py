@@ -1,4 +1,4 @@
-"""benchmarks/update_attention.py's harness: its call is the one pass's attention on the rows it
+"""benchmarks/dev/update_attention.py's harness: its call is the one pass's attention on the rows it
 builds, and the compiled and torch sides it times compute the same attention."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from rlvr.cpu import update_attention as ua
 from rlvr.models import shared_prefix
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "dev"))
 import update_attention  # noqa: E402
 
 

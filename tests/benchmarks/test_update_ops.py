@@ -1,4 +1,4 @@
-"""benchmarks/update_ops.py's parts on a tiny model: the in-place operator timing counts what ran, the
+"""benchmarks/dev/update_ops.py's parts on a tiny model: the in-place operator timing counts what ran, the
 split by pass covers the update, and the zeros comparison runs both sides and puts the code back."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rlvr.rollout.hf import sample_seed
 from rlvr.training import loop
 from rlvr.training.loop import adamw, lr_scheduler, update_policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "dev"))
 import update_ops  # noqa: E402
 
 
