@@ -293,3 +293,34 @@ def test_long_lines_stay_whole_into_a_file_or_pipe():
     StepPrinter(3, console=make_console(file=out)).note(command)
     make_console(file=out).print(command, highlight=False)
     assert out.getvalue().splitlines() == [command, command]
+
+
+# --- hostile inputs (issue 62.3): each is one line and exit 2 before anything is written -------------
+
+
+PLUGIN_FILES = {
+    "a syntax error": ("def fn(:\n", "SyntaxError: invalid syntax"),
+    "raises at import": ('raise RuntimeError("no network\\n" + "x" * 10_000)\n', "RuntimeError: no network"),
+    "exits at import": ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+}
+
+
+@pytest.mark.parametrize("name", PLUGIN_FILES)
+def test_a_reward_file_outside_the_project_that_fails_to_import(cwd, capsys, tiny_model, tmp_path_factory, name):
+    """``reward.rules=[/elsewhere/bad.py:fn]``: the file and its exception in one line (its first line, cut
+    at 200 characters); ``sys.exit`` at import used to end rlvr with status 3 and no word."""
+    source, exception = PLUGIN_FILES[name]
+    bad = tmp_path_factory.mktemp("elsewhere") / "bad.py"
+    bad.write_text(source)
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", f"reward.rules=[{bad}:fn]", "reward.weights=[1]"]
+    line = _error_line(capsys, argv, [f"reward plugin file {bad} failed to import: {exception}"])
+    assert len(line) < 400, line
+    _no_run_written(cwd)
+
+
+def test_a_reward_module_that_raises_at_import(cwd, capsys, tiny_model, monkeypatch):
+    (cwd / "raising_rule_62.py").write_text("raise ValueError('half-configured')\n")
+    monkeypatch.syspath_prepend(str(cwd))
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "reward.rules=[raising_rule_62:fn]", "reward.weights=[1]"]
+    _error_line(capsys, argv, ["reward module 'raising_rule_62'", "failed to import: ValueError: half-configured"])
+    _no_run_written(cwd)
