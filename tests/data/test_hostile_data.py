@@ -1,0 +1,94 @@
+"""Hostile data files (issue 62.3): a JSONL line of 1 GiB.
+Each ends fast, with bounded memory, as exit 2 and one ``error:`` line that names the file or row and the
+limit, through ``rlvr data preview`` (the command that reads data as training does) or ``load_split``."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.config import DataConfig
+from rlvr.data import load_split
+from rlvr.data.files import MAX_LINE_MIB, read_file
+from rlvr.errors import UserError
+
+GOOD = '{"question": "1+1?", "answer": "2"}'
+
+
+@pytest.fixture
+def preview(tmp_path, monkeypatch, capsys, chat_model):
+    """``rlvr data preview PATH`` on the tiny chat model: (exit code, stdout, stderr)."""
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+
+    def run(path, *extra, model=chat_model):
+        rc = main(["data", "preview", str(path), f"model.path={model}", *extra, "--n", "1"])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        return rc, out, err
+
+    return run
+
+
+def _one_line(rc: int, err: str, *needles: str) -> str:
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for needle in needles:
+        assert needle in err, err
+    return err.strip()
+
+
+# --- a JSONL line of 1 GiB -------------------------------------------------------------------
+
+
+def test_the_line_limit_is_the_config_default():
+    assert DataConfig().max_line_mib == MAX_LINE_MIB
+
+
+def test_a_gib_line_is_refused_holding_a_mib(tmp_path):
+    """A sparse file (no disk, no time to write): line 2 is 1 GiB of NULs with no newline. The default
+    limit refuses it after looking 256 MiB ahead, a MiB at a time; nothing near the line is ever held."""
+    path = tmp_path / "big.jsonl"
+    with open(path, "wb") as f:
+        f.write(GOOD.encode() + b'\n{"question": "')
+        f.truncate(f.tell() + (1 << 30))
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError) as e:
+            load_split(DataConfig(task="files", path=str(path)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert str(e.value) == (
+        f"{path}:2: a line of more than 256 MiB (data.max_line_mib=256), too long for one row; "
+        "write one JSON object per line, or raise data.max_line_mib"
+    )
+    assert peak < 8 << 20, f"{peak / 2**20:.0f} MiB traced while refusing the line"
+
+
+def test_a_line_over_data_max_line_mib_is_one_line_and_exit_2(tmp_path, preview):
+    path = tmp_path / "d.jsonl"
+    path.write_text(GOOD + "\n" + json.dumps({"question": "9" * (3 << 19), "answer": "7"}) + "\n")  # a 1.5 MiB word
+    for extra in ([], ["data.on_bad_row=skip"]):  # a resource bound, not a bad row: skip does not skip it
+        rc, _, err = preview(path, "data.max_line_mib=1", *extra)
+        _one_line(
+            rc, err, f"error: {path}:2: a line of more than 1 MiB (data.max_line_mib=1)", "raise data.max_line_mib"
+        )
+    rc, out, err = preview(path, "data.max_line_mib=2")
+    assert rc == 0 and "2 train rows" in out, err
+
+
+def test_lines_longer_than_a_read_chunk_parse_and_count_as_before(tmp_path):
+    """A long line is read twice (its end found, then the line): its value and the line numbers after it
+    are those of a file read whole, a BOM and a last line without a newline included."""
+    rows = [{"question": "x" * (5 << 19), "answer": "1"}, {"question": "q", "answer": "3"}]
+    rows.append({"question": "é" * (3 << 20), "answer": "2"})  # 6 MiB in UTF-8
+    path = tmp_path / "d.jsonl"
+    path.write_text("\ufeff" + "\n\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    source = read_file(path)
+    assert source.records == rows and source.lines == [1, 3, 5]
+    path.write_text(path.read_text(encoding="utf-8") + "\n{oops\n", encoding="utf-8")
+    with pytest.raises(UserError, match=rf"{path.name}:6: not valid JSON"):
+        read_file(path)
