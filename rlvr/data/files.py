@@ -55,6 +55,13 @@ MAX_LINE_MIB = 256
 problems that carry their hidden tests; a line of hundreds of MiB is more likely a whole JSON document
 on one line, or a hostile file. A longer line stops the read before it is held in memory."""
 
+MAX_COLUMNS = 1000
+"""Most keys (columns) a data row may have. A row is one problem: its question, its answer and a few
+fields for rewards; the widest schemas rlvr reads (the code sets) have a few dozen. Wider is a mistake or
+a hostile file, and costs out of proportion to its bytes: pandas and Arrow keep state per column, each
+row carries every key into the cache, and a bad row's error lists its keys. So the count is checked
+before rows are built, from the schema or header where the format has one."""
+
 _CHUNK = 1 << 20
 """Bytes read at a time while a long line's end is looked for: what refusing a line of any length costs."""
 
@@ -272,11 +279,22 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _check_columns(where: str, count: int) -> None:
+    """A one-line error when a row (or a file's schema) has more than :data:`MAX_COLUMNS` columns."""
+    if count > MAX_COLUMNS:
+        raise UserError(
+            f"{where}: {count:,} columns (keys), more than the {MAX_COLUMNS:,} a data row may have; "
+            "keep the ones the task reads (question, answer, fields for rewards) in a new file"
+        )
+
+
 def _read_jsonl(path: Path, skip: bool, max_line_mib: int) -> Source:
     records, lines, not_json, not_object = [], [], [], []
     kw = dict(hint=SKIP_HINT, max_line_mib=max_line_mib, limit_key="data.max_line_mib")
     for lineno, obj in read_jsonl_values(path, skipped=not_json if skip else None, **kw):
-        if not isinstance(obj, (dict, list)):
+        if isinstance(obj, dict):
+            _check_columns(f"{path}:{lineno}", len(obj))
+        elif not isinstance(obj, list):
             if skip:
                 not_object.append(lineno)
                 continue
@@ -297,6 +315,7 @@ def _read_json(path: Path, skip: bool) -> Source:
     if isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), list):
         obj = next(iter(obj.values()))  # {"data": [...]}
     elif isinstance(obj, dict) and obj and all(isinstance(v, list) for v in obj.values()):
+        _check_columns(str(path), len(obj))
         lengths = {len(v) for v in obj.values()}
         if len(lengths) != 1:
             raise UserError(f"{path}: an object of columns needs equal-length lists (lengths {sorted(lengths)})")
@@ -304,6 +323,9 @@ def _read_json(path: Path, skip: bool) -> Source:
         obj = [dict(zip(cols, vals)) for vals in zip(*obj.values())]
     if not isinstance(obj, list):
         raise UserError(f"{path}: expected a JSON list of records (or an object of columns), got {type(obj).__name__}")
+    for i, rec in enumerate(obj):
+        if isinstance(rec, dict):
+            _check_columns(f"{path} row {i + 1}", len(rec))
     bad = [i + 1 for i, rec in enumerate(obj) if not isinstance(rec, (dict, list))]
     if bad and not skip:
         rec = obj[bad[0] - 1]
@@ -330,19 +352,34 @@ def _read_hf_file(path: Path, fmt: str) -> Source:
     cache = str(_datasets_cache())
     try:
         if fmt == "parquet":
+            _check_columns(str(path), _schema_width(path, fmt))
             ds = datasets.Dataset.from_parquet(str(path), cache_dir=cache)
         elif fmt == "csv":
             with open(path, encoding="utf-8-sig", newline="") as f:  # every column as text: '007' stays '007'
                 header = next(csv.reader(f), [])
+            _check_columns(str(path), len(header))
             features = datasets.Features({name: datasets.Value("string") for name in header})
             ds = datasets.Dataset.from_csv(str(path), cache_dir=cache, features=features, keep_default_na=False)
         else:  # arrow: an Arrow stream file such as save_to_disk writes
+            _check_columns(str(path), _schema_width(path, fmt))
             ds = datasets.Dataset.from_file(str(path), in_memory=True)
     except UserError:
         raise
     except Exception as e:  # pyarrow/pandas raise many types for a malformed file
         raise _hf_error(path, fmt, e) from None
     return Source(str(path), ds.to_list())
+
+
+def _schema_width(path: Path, fmt: str) -> int:
+    """The columns of a parquet file or an Arrow stream, from its schema alone (no rows are read)."""
+    import pyarrow as pa
+
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return len(pq.read_schema(str(path)).names)
+    with pa.memory_map(str(path)) as source:
+        return len(pa.ipc.open_stream(source).schema.names)
 
 
 def _datasets_cache() -> Path:
@@ -365,15 +402,20 @@ def _read_saved(folder: Path, split: str, *, required: bool) -> list[Source]:
             raise UserError(
                 f"{folder} has no split '{split}' (it has: {', '.join(ds)}); set data.train_split / data.test_split"
             )
+        _check_columns(f"{folder}[{split}]", len(ds[split].column_names))
         return [Source(f"{folder}[{split}]", ds[split].to_list())]
-    return [Source(str(folder), ds.to_list())] if required else []
+    if not required:
+        return []
+    _check_columns(str(folder), len(ds.column_names))
+    return [Source(str(folder), ds.to_list())]
 
 
 def read_file(path: Path, fmt: str = "auto", *, on_bad_row: str = "error", max_line_mib: int = MAX_LINE_MIB) -> Source:
     """All records of one file; with ``on_bad_row='skip'`` less the JSON(L) ones that are not objects.
 
     Raises:
-        UserError: as :func:`read_sources`; a JSONL line over ``max_line_mib``.
+        UserError: as :func:`read_sources`; a JSONL line over ``max_line_mib``; a row or schema of
+            more than :data:`MAX_COLUMNS` columns.
     """
     if fmt == "auto":
         fmt = FORMATS.get(path.suffix.lower())
@@ -413,7 +455,7 @@ def read_sources(
     Raises:
         UserError: missing file, unknown format, unreadable or non-UTF-8 file, malformed JSON; a Hub
             data set that is neither cached nor downloadable, or lacks the config or split asked for;
-            a JSONL line over ``max_line_mib``.
+            a JSONL line over ``max_line_mib``, a row of more than :data:`MAX_COLUMNS` columns.
     """
     how = dict(fmt=fmt, on_bad_row=on_bad_row, max_line_mib=max_line_mib)
     sources: list[Source] = []

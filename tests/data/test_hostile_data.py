@@ -1,10 +1,11 @@
-"""Hostile data files (issue 62.3): a JSONL line of 1 GiB.
+"""Hostile data files (issue 62.3): a JSONL line of 1 GiB, a file of 10^5 columns.
 Each ends fast, with bounded memory, as exit 2 and one ``error:`` line that names the file or row and the
 limit, through ``rlvr data preview`` (the command that reads data as training does) or ``load_split``."""
 
 from __future__ import annotations
 
 import json
+import time
 import tracemalloc
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from rlvr.cli import main
 from rlvr.config import DataConfig
 from rlvr.data import load_split
-from rlvr.data.files import MAX_LINE_MIB, read_file
+from rlvr.data.files import MAX_COLUMNS, MAX_LINE_MIB, read_file
 from rlvr.errors import UserError
 
 GOOD = '{"question": "1+1?", "answer": "2"}'
@@ -92,3 +93,65 @@ def test_lines_longer_than_a_read_chunk_parse_and_count_as_before(tmp_path):
     path.write_text(path.read_text(encoding="utf-8") + "\n{oops\n", encoding="utf-8")
     with pytest.raises(UserError, match=rf"{path.name}:6: not valid JSON"):
         read_file(path)
+
+
+# --- 10^5 columns ----------------------------------------------------------------------------
+
+
+def _wide_files(tmp_path, n: int) -> dict[str, tuple]:
+    """name -> (path, columns): one row of ``n`` extra columns besides question and answer, per format."""
+    row = {"question": "1+1?", "answer": "2", **{f"k{i}": "v" for i in range(n)}}
+    files = {}
+    files["jsonl"] = tmp_path / "wide.jsonl"
+    files["jsonl"].write_text(json.dumps(row) + "\n")
+    files["json list"] = tmp_path / "list.json"
+    files["json list"].write_text(json.dumps([row]))
+    files["json columns"] = tmp_path / "columns.json"
+    files["json columns"].write_text(json.dumps({k: [v] for k, v in row.items()}))
+    files["csv"] = tmp_path / "wide.csv"
+    files["csv"].write_text(",".join(row) + "\n" + ",".join(row.values()) + "\n")
+    return {name: (path, n + 2) for name, path in files.items()}
+
+
+def _arrow_files(tmp_path, n: int) -> dict[str, tuple]:
+    """Parquet and Arrow stream files of ``n + 2`` columns (building 10^5 Arrow columns takes seconds)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"question": ["1+1?"], "answer": ["2"], **{f"k{i}": ["v"] for i in range(n)}})
+    pq.write_table(table, tmp_path / "wide.parquet")
+    with pa.OSFile(str(tmp_path / "wide.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return {"parquet": (tmp_path / "wide.parquet", n + 2), "arrow": (tmp_path / "wide.arrow", n + 2)}
+
+
+def test_a_file_of_a_hundred_thousand_columns_is_one_line_at_once(tmp_path, preview):
+    """10^5 columns, in every format that names them: refused from the row, header or schema. The CSV
+    took over a minute and a GiB inside pandas and Arrow before this check."""
+    files = {**_wide_files(tmp_path, 100_000), **_arrow_files(tmp_path, MAX_COLUMNS)}
+    for name, (path, columns) in files.items():
+        t0 = time.perf_counter()
+        rc, _, err = preview(path)
+        where = f"{path}:1" if name == "jsonl" else f"{path} row 1" if name == "json list" else f"{path}"
+        _one_line(rc, err, f"error: {where}: {columns:,} columns (keys), more than the 1,000 a data row may have")
+        assert len(err) < 300, err  # not a list of the keys
+        assert time.perf_counter() - t0 < 30, name  # a guard against the minute, not a timing claim
+
+
+def test_a_thousand_columns_are_read(tmp_path, preview):
+    for path, _ in _wide_files(tmp_path, MAX_COLUMNS - 2).values():
+        rc, out, err = preview(path)
+        assert rc == 0 and "1 train rows" in out, (path, err)
+
+
+def test_a_saved_dataset_of_too_many_columns(tmp_path, preview):
+    """A save_to_disk folder (a Dataset and a DatasetDict): its columns are counted before its rows are listed."""
+    import datasets
+
+    datasets.disable_progress_bars()  # as rlvr does
+    ds = datasets.Dataset.from_dict({"question": ["1+1?"], "answer": ["2"], **{f"k{i}": ["v"] for i in range(1000)}})
+    ds.save_to_disk(str(tmp_path / "one"))
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(tmp_path / "dict"))
+    for folder, where in ((tmp_path / "one", tmp_path / "one"), (tmp_path / "dict", f"{tmp_path / 'dict'}[train]")):
+        rc, _, err = preview(folder)
+        _one_line(rc, err, f"error: {where}: 1,002 columns (keys), more than the 1,000")
