@@ -173,7 +173,7 @@ class DataConfig:
     dedupe: bool = True
     """Drop file rows whose question (and system prompt) repeats an earlier row's (counted); built-in tasks never dedupe."""
     max_prompt_tokens: int = 0
-    """Longest rendered prompt in tokens (0 = no limit); longer ones follow data.on_long_prompt."""
+    """Longest rendered prompt in tokens (0 = no limit); longer ones follow data.on_long_prompt. A prompt longer than the model's context (max_position_embeddings in its config.json) is an error unless this limit drops it first."""
     on_long_prompt: str = "drop"
     """A prompt over data.max_prompt_tokens: drop (counted) or error."""
     num_workers: int = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -153,6 +154,28 @@ def resolve_model_path(spec: str, *, weights: bool = True, label: str | None = N
         raise UserError(f"{label} is not a Hugging Face model directory (no config.json)")
     hub.check_no_remote_code(path, label)
     return path
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "seq_length")
+"""Where a config.json states the model's context in tokens (Llama, Qwen, Mistral...; GPT-2; ChatGLM)."""
+
+
+def context_tokens(path: Path) -> int:
+    """The model's context in tokens, from ``path/config.json`` (or its ``text_config``); 0 when it states none.
+
+    The data a run prepares is checked against it (:func:`rlvr.data.prepare.prepare_rows`): a prompt
+    longer than the context cannot be answered, and one of 10^6 tokens would fill memory on the way."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    for section in (config, config.get("text_config") if isinstance(config, dict) else None):
+        if isinstance(section, dict):
+            for key in CONTEXT_KEYS:
+                value = section.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+    return 0
 
 
 def load_tokenizer(path: Path):

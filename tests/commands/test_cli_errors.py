@@ -298,6 +298,17 @@ def test_long_lines_stay_whole_into_a_file_or_pipe():
 # --- hostile inputs (issue 62.3): each is one line and exit 2 before anything is written -------------
 
 
+def test_a_prompt_longer_than_the_model_context_stops_training(cwd, capsys, tiny_model):
+    """The tiny model's context is 256 tokens (max_position_embeddings); a 300-token prompt stops the run
+    before its model loads, naming the row (tests/data/test_hostile_data.py: a 10^6-token one)."""
+    rows = [{"question": "1 + 1", "answer": "2"}, {"question": " ".join(["7"] * 300), "answer": "7"}]
+    (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.jsonl"]
+    argv += ["data.template=plain", "data.assistant_prefix="]
+    _error_line(capsys, argv, ["train row 2: the prompt is 300 tokens, over the model's context of 256 tokens"])
+    _no_run_written(cwd)
+
+
 PLUGIN_FILES = {
     "a syntax error": ("def fn(:\n", "SyntaxError: invalid syntax"),
     "raises at import": ('raise RuntimeError("no network\\n" + "x" * 10_000)\n', "RuntimeError: no network"),

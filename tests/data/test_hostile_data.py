@@ -1,9 +1,10 @@
-"""Hostile data files (issue 62.3): a JSONL line of 1 GiB, a file of 10^5 columns.
+"""Hostile data files (issue 62.3): a JSONL line of 1 GiB, a file of 10^5 columns, a prompt of 10^6 tokens.
 Each ends fast, with bounded memory, as exit 2 and one ``error:`` line that names the file or row and the
 limit, through ``rlvr data preview`` (the command that reads data as training does) or ``load_split``."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 import tracemalloc
@@ -15,8 +16,10 @@ from rlvr.config import DataConfig
 from rlvr.data import load_split
 from rlvr.data.files import MAX_COLUMNS, MAX_LINE_MIB, read_file
 from rlvr.errors import UserError
+from rlvr.models.tiny import save_tiny_model
 
 GOOD = '{"question": "1+1?", "answer": "2"}'
+PREPARE = importlib.import_module("rlvr.data.prepare")  # the module (rlvr.data.prepare is also a function's name)
 
 
 @pytest.fixture
@@ -155,3 +158,89 @@ def test_a_saved_dataset_of_too_many_columns(tmp_path, preview):
     for folder, where in ((tmp_path / "one", tmp_path / "one"), (tmp_path / "dict", f"{tmp_path / 'dict'}[train]")):
         rc, _, err = preview(folder)
         _one_line(rc, err, f"error: {where}: 1,002 columns (keys), more than the 1,000")
+
+
+# --- a prompt of 10^6 tokens -----------------------------------------------------------------
+
+
+def _byte_level_model(path):
+    """A tiny model whose tokenizer is byte-level BPE without merges: a token per byte, a tokenizer that
+    encodes every byte as most LLMs' do (its longest entries, '<pad>' and '<eos>', are 5 characters)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    save_tiny_model(path)  # max_position_embeddings 256: the context
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", *sorted(pre_tokenizers.ByteLevel.alphabet())])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>").save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def counted(monkeypatch) -> list:
+    """Every token count preparation returns, None for a prompt refused by its characters (not tokenised)."""
+    seen: list = []
+    real = PREPARE._render_chunk
+
+    def spy(bounds):
+        prompts, counts = real(bounds)
+        seen.extend(counts)
+        return prompts, counts
+
+    monkeypatch.setattr(PREPARE, "_render_chunk", spy)
+    return seen
+
+
+def test_a_prompt_of_a_million_tokens_is_refused_without_tokenising_it(tmp_path, preview, counted):
+    model = _byte_level_model(tmp_path / "m")
+    path = tmp_path / "d.jsonl"
+    path.write_text(GOOD + "\n" + json.dumps({"question": "7" * 10**6, "answer": "7"}) + "\n")
+    rc, _, err = preview(path, "data.template=plain", "data.assistant_prefix=", model=model)
+    _one_line(
+        rc,
+        err,
+        "error: train row 2: the prompt is 1,000,000 characters, more than the model's context of 256 tokens can hold",
+        "set data.max_prompt_tokens to at most 256 to drop such prompts",
+    )
+    assert counted[0] is not None and counted[1] is None  # the path: row 2 was never tokenised
+    counted.clear()
+    rc, out, err = preview(
+        path, "data.template=plain", "data.assistant_prefix=", "data.max_prompt_tokens=64", model=model
+    )  # drop: counted
+    assert rc == 0 and "dropped 1 prompts over data.max_prompt_tokens=64" in out and "1 train rows" in out, err
+    assert counted == [counted[0], None]
+
+
+def test_a_prompt_over_the_context_is_counted_where_characters_bound_nothing(tmp_path, preview, counted):
+    """A word-level tokenizer may read a whole word as one unknown token: no character bound, the prompt is
+    tokenised and its count named."""
+    path = tmp_path / "d.jsonl"
+    path.write_text(GOOD + "\n" + json.dumps({"question": " ".join(["7"] * 300), "answer": "7"}) + "\n")
+    rc, _, err = preview(path)
+    _one_line(rc, err, "error: train row 2: the prompt is 3", " tokens, over the model's context of 256 tokens")
+    assert None not in counted
+
+
+def test_the_character_bound_holds_for_a_trained_byte_level_bpe():
+    """chars_bound's claim, that a prompt of c characters is at least c / K tokens (K: the longest entry),
+    checked on a byte-level BPE with merges, for text it was trained on and text it was not."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["the answer is 42", "7 7 7 7 7 7", "=" * 64, "über straße ünd ärger", "数学 问题 答案"] * 50
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    core.train_from_iterator(corpus, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core)
+    longest = PREPARE.chars_bound(tok, 1) // 2
+    assert longest == max(map(len, tok.get_vocab())) > 10
+    for text in [*set(corpus), "=" * 1000, "7 " * 500, "数学" * 300, "zzz qqq"]:
+        assert len(tok(text)["input_ids"]) >= len(text) / longest, text
+    from rlvr.models.tiny import tiny_tokenizer
+
+    assert PREPARE.chars_bound(tiny_tokenizer(), 256) == 0  # word-level: an unknown word is one token
+    assert PREPARE.chars_bound(tok, 0) == 0
