@@ -168,10 +168,12 @@ class DataConfig:
     """Shuffle file rows (seeded by data.train_seed / data.test_seed) before data.limit picks them."""
     on_bad_row: str = "error"
     """A bad row (a JSONL line that is not valid JSON or not an object, a missing or empty question/answer, a non-text label): error (stop, naming file and line) or skip (counted; the lines are listed). An unreadable file always stops."""
+    max_line_mib: int = 256
+    """Longest line of a JSONL data file (one row), in MiB; a longer one stops the run with the file and line, before it is read into memory."""
     dedupe: bool = True
     """Drop file rows whose question (and system prompt) repeats an earlier row's (counted); built-in tasks never dedupe."""
     max_prompt_tokens: int = 0
-    """Longest rendered prompt in tokens (0 = no limit); longer ones follow data.on_long_prompt."""
+    """Longest rendered prompt in tokens (0 = no limit); longer ones follow data.on_long_prompt. A prompt longer than the model's context (max_position_embeddings in its config.json) is an error unless this limit drops it first."""
     on_long_prompt: str = "drop"
     """A prompt over data.max_prompt_tokens: drop (counted) or error."""
     num_workers: int = 0
@@ -217,6 +219,7 @@ class DataConfig:
         )
         _check(self.limit >= 0 and self.test_limit >= 0, "data.limit and data.test_limit must be >= 0 (0 = all rows)")
         _check(self.max_prompt_tokens >= 0, "data.max_prompt_tokens must be >= 0 (0 = no limit)")
+        _check(self.max_line_mib >= 1, "data.max_line_mib must be >= 1 (MiB)")
         _check(self.num_workers >= 0, "data.num_workers must be >= 0 (0 = one per core)")
         _check(1 <= self.difficulty <= 4, f"data.difficulty={self.difficulty}: must be 1..4")
         for key in ("date_from", "date_to"):

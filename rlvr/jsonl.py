@@ -13,26 +13,27 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterable
 
 
 def parse_lines(
-    text: str,
+    lines: str | Iterable[str],
     *,
-    on_error: Callable[[int, Exception], NoReturn] | None = None,
+    on_error: Callable[[int, Exception], None] | None = None,
     parse_constant: Callable[[str], Any] | None = None,
 ) -> list[tuple[int, object]]:
-    """(line number, parsed JSON value) for every non-blank line of ``text``, numbered from 1.
+    """(line number, parsed JSON value) for every non-blank line, numbered from 1.
 
     Args:
-        text: the file's text.
+        lines: the file's text, or its lines in order (a data file is read one line at a time,
+            :func:`rlvr.data.files.read_jsonl_values`).
         on_error: called with (line number, exception) for a line that is not JSON
-            (``ValueError``, ``RecursionError`` for deep nesting); it raises. None: the line is
-            skipped, as a line cut by a crash must be.
+            (``ValueError``, ``RecursionError`` for deep nesting); it raises, or returns and the
+            line is left out. None: the line is left out, as a line cut by a crash must be.
         parse_constant: ``json.loads``'s hook for NaN/Infinity (None accepts them).
     """
     values = []
-    for lineno, line in enumerate(text.split("\n"), start=1):
+    for lineno, line in enumerate(lines.split("\n") if isinstance(lines, str) else lines, start=1):
         if not line.strip():
             continue
         try:

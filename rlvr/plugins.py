@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from rlvr.errors import UserError
+from rlvr.errors import UserError, failure_line
 
 
 def is_plugin(name: str, builtins: dict) -> bool:
@@ -60,6 +60,8 @@ def load(name: str, builtins: dict, *, kind: str, expects: str, context: str = "
                 f"cannot import {kind} module '{where}' (from '{name}'): {e}; "
                 "check it is on PYTHONPATH, or give a file as path/to/file.py:function"
             ) from None
+        except (Exception, SystemExit) as e:  # the module raised while it ran
+            raise UserError(f"{kind} module '{where}' (from '{name}') failed to import: {failure_line(e)}") from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         what = "function" if expects.startswith("(") else "class"
@@ -80,7 +82,7 @@ def _load_file(path: Path, name: str, kind: str):
     sys.modules[key] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit() at import would end rlvr with no word
         del sys.modules[key]
-        raise UserError(f"{kind} plugin file {path} failed to import: {type(e).__name__}: {e}") from None
+        raise UserError(f"{kind} plugin file {path} failed to import: {failure_line(e)}") from None
     return module

@@ -40,6 +40,34 @@ def test_no_eval_exec_or_sympify_and_no_remote_code(path):
                 )
 
 
+def _auto_loads(tree: ast.AST) -> list[ast.Call]:
+    """Calls such as ``AutoTokenizer.from_pretrained(...)`` and ``AutoModelForCausalLM.from_config(...)``."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("from_pretrained", "from_config")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id.startswith("Auto")
+    ]
+
+
+def test_every_transformers_auto_load_passes_trust_remote_code_false():
+    """Not left unset: with None, transformers asks on stdin whether to run a model repo's code and runs
+    it on 'y' (a piped answer too). False makes it refuse instead (tests/commands/test_cli_errors.py)."""
+    calls = 0
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in _auto_loads(ast.parse(path.read_text(encoding="utf-8"))):
+            calls += 1
+            given = {kw.arg: kw.value for kw in node.keywords}
+            value = given.get("trust_remote_code")
+            assert isinstance(value, ast.Constant) and value.value is False, (
+                f"{path.relative_to(PACKAGE)}:{node.lineno}: {ast.unparse(node.func)} without trust_remote_code=False"
+            )
+    assert calls >= 6  # the check reaches the loads: tokenizer, model, config, GGUF conversion
+
+
 def test_difficulty_4_answers_are_the_arithmetic_of_their_question():
     """The generator no longer evals its own expression; check its answers by hand-parsing."""
     for row in tasks.arithmetic(200, seed=3, difficulty=4):

@@ -54,17 +54,21 @@ def _config(args):
     return load_cli_config(argparse.Namespace(config=config, overrides=overrides))
 
 
-def _tokenizer(cfg):
-    from rlvr.models import load_tokenizer, resolve_model_path
+def _tokenizer_and_context(cfg) -> tuple:
+    """(the model's tokenizer, its context in tokens)."""
+    from rlvr.models import context_tokens, load_tokenizer, resolve_model_path
 
-    return load_tokenizer(resolve_model_path(cfg.model.path, weights=False))  # a hub id: no weights fetched
+    folder = resolve_model_path(cfg.model.path, weights=False)  # a hub id: no weights fetched
+    return load_tokenizer(folder), context_tokens(folder)
 
 
-def _prepared(cfg, split: str, tokenizer=None):
+def _prepared(cfg, split: str, model: tuple | None = None):
+    """``split``'s prepared rows; ``model`` is :func:`_tokenizer_and_context`'s pair (None: loaded here)."""
     from rlvr.data import load_split, prepare_rows
 
     loaded = load_split(cfg.data, split)
-    return prepare_rows(loaded, cfg.data, tokenizer or _tokenizer(cfg))
+    tokenizer, context = model or _tokenizer_and_context(cfg)
+    return prepare_rows(loaded, cfg.data, tokenizer, context=context)
 
 
 def cmd_preview(args) -> int:
@@ -101,10 +105,10 @@ def cmd_stats(args) -> int:
 
     cfg = _config(args)
     quiet_libraries()
-    tokenizer = _tokenizer(cfg)
+    model = _tokenizer_and_context(cfg)
     out = {}
     for split in ("train", "test"):
-        prepared = _prepared(cfg, split, tokenizer)
+        prepared = _prepared(cfg, split, model)
         out[split] = {**summary(prepared), "notes": prepared.notes}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -128,10 +132,10 @@ def cmd_prepare(args) -> int:
     if not cfg.data.cache:
         raise UserError("data.cache=false: nothing to prepare; drop the override to build the cache")
     quiet_libraries()
-    tokenizer = _tokenizer(cfg)
+    model = _tokenizer_and_context(cfg)
     for split in ("train", "test"):
         t0 = time.perf_counter()
-        prepared = _prepared(cfg, split, tokenizer)
+        prepared = _prepared(cfg, split, model)
         for note in prepared.notes:
             print(f"# {note}")
         state = "already cached" if prepared.cached else "prepared"

@@ -22,7 +22,7 @@ def data_prompt_length(cfg):
     try:
         from rlvr.data import load_split, prepare_rows
         from rlvr.estimate import data_prompt_tokens
-        from rlvr.models import hub, load_tokenizer, resolve_model_path
+        from rlvr.models import context_tokens, hub, load_tokenizer, resolve_model_path
 
         remote = hub.parse_hub_id(cfg.model.path)
         if remote is None:
@@ -32,7 +32,8 @@ def data_prompt_length(cfg):
             if folder is None:
                 return None, f"the tokenizer of {remote.spec} is not in the Hugging Face cache {hub.cache_folder()}"
         tokenizer = load_tokenizer(folder)
-        return data_prompt_tokens(prepare_rows(load_split(cfg.data, "train"), cfg.data, tokenizer).rows), None
+        prepared = prepare_rows(load_split(cfg.data, "train"), cfg.data, tokenizer, context=context_tokens(folder))
+        return data_prompt_tokens(prepared.rows), None
     except (UserError, OSError, ValueError) as e:
         return None, str(e).splitlines()[0] if str(e) else type(e).__name__
 

@@ -24,14 +24,16 @@ record that is not an object) is left out instead, and :attr:`Source.skipped` na
 
 from __future__ import annotations
 
+import codecs
 import csv
 import glob
 import hashlib
+import itertools
 import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Callable, Iterator, NoReturn
 
 from rlvr.data import hub
 from rlvr.errors import UserError
@@ -46,6 +48,22 @@ SKIP_HINT = "; fix it or set data.on_bad_row=skip"
 # reasons a record is left out by data.on_bad_row=skip before any preset sees it
 NOT_JSON = "not valid JSON"
 NOT_OBJECT = "not a JSON object"
+
+MAX_LINE_MIB = 256
+"""The default of ``data.max_line_mib`` (and the limit of `rlvr generate --input` and `rlvr reward score
+--input`): the longest line of a JSONL file, one row, in MiB. The largest rows rlvr reads are code
+problems that carry their hidden tests; a line of hundreds of MiB is more likely a whole JSON document
+on one line, or a hostile file. A longer line stops the read before it is held in memory."""
+
+MAX_COLUMNS = 1000
+"""Most keys (columns) a data row may have. A row is one problem: its question, its answer and a few
+fields for rewards; the widest schemas rlvr reads (the code sets) have a few dozen. Wider is a mistake or
+a hostile file, and costs out of proportion to its bytes: pandas and Arrow keep state per column, each
+row carries every key into the cache, and a bad row's error lists its keys. So the count is checked
+before rows are built, from the schema or header where the format has one."""
+
+_CHUNK = 1 << 20
+"""Bytes read at a time while a long line's end is looked for: what refusing a line of any length costs."""
 
 FORMATS = {
     ".jsonl": "jsonl",
@@ -165,23 +183,75 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
-def read_jsonl_values(path: Path, *, skipped: list[int] | None = None, hint: str = "") -> list[tuple[int, object]]:
+def _text_lines(path: Path, max_bytes: int, too_long: Callable[[int], NoReturn]) -> Iterator[str]:
+    """The lines of a UTF-8 text file (a leading BOM dropped), one at a time, without their newline.
+
+    A line of more than ``max_bytes`` bytes calls ``too_long(line number)``, which raises, before the line
+    is read: its end is looked for a chunk at a time (:data:`_CHUNK`), so refusing a 1 GiB line holds
+    1 MiB, and the lines before it are never all in memory at once either.
+
+    Raises:
+        UserError: bytes that are not UTF-8 (naming the file and the byte).
+    """
+    with open(path, "rb") as f:
+        for lineno in itertools.count(1):
+            start = f.tell()
+            raw = f.readline(_CHUNK)
+            if not raw:
+                return
+            if len(raw) == _CHUNK and not raw.endswith(b"\n"):  # a long line: find its end, keeping nothing
+                size = len(raw)
+                while size <= max_bytes and (piece := f.readline(_CHUNK)):
+                    size += len(piece)
+                    if piece.endswith(b"\n"):
+                        break
+                if size - 1 > max_bytes:  # (one byte may be the newline)
+                    too_long(lineno)
+                f.seek(start)
+                raw = f.read(size)
+            raw = raw.removesuffix(b"\n")
+            if len(raw) > max_bytes:
+                too_long(lineno)
+            bom = lineno == 1 and raw.startswith(codecs.BOM_UTF8)
+            try:
+                yield raw[3:].decode("utf-8") if bom else raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(
+                    f"{path} is not UTF-8 text (byte {start + e.start + 3 * bom}); save it as UTF-8"
+                ) from None
+
+
+def read_jsonl_values(
+    path: Path,
+    *,
+    skipped: list[int] | None = None,
+    hint: str = "",
+    max_line_mib: int = MAX_LINE_MIB,
+    limit_key: str = "",
+) -> list[tuple[int, object]]:
     """(line number, parsed JSON value) for every non-blank line of a UTF-8 JSONL data file.
 
     For data files, `rlvr generate --input` and `rlvr reward score --input` (a run's own files
     are read tolerantly by :func:`rlvr.jsonl.read_jsonl`); callers check the shape of each value.
+    The file is read one line at a time (:func:`_text_lines`).
 
     Args:
         path: the file.
         skipped: when given, a line that is not JSON is left out and its number appended here;
             when None, it raises.
         hint: appended to the error for a line that is not JSON (e.g. :data:`SKIP_HINT`).
+        max_line_mib: the longest line, in MiB (:data:`MAX_LINE_MIB`).
+        limit_key: the setting that raises ``max_line_mib``, named in its error ('' = none).
 
     Raises:
-        UserError: non-UTF-8 bytes, or (``skipped`` None) a line that is not JSON; it names the file and line.
+        UserError: non-UTF-8 bytes, a line over ``max_line_mib`` (whatever ``skipped``), or
+            (``skipped`` None) a line that is not JSON; it names the file and line.
     """
 
-    def bad_line(lineno: int, e: Exception) -> NoReturn:
+    def bad_line(lineno: int, e: Exception) -> None:
+        if skipped is not None:
+            skipped.append(lineno)
+            return
         if isinstance(e, json.JSONDecodeError):
             raise UserError(
                 f"{path}:{lineno}: not valid JSON ({e.msg}); each line must be one JSON object{hint}"
@@ -194,22 +264,37 @@ def read_jsonl_values(path: Path, *, skipped: list[int] | None = None, hint: str
         why = "a number of more than 4300 digits; write it as a string" if "digits" in str(e) else f"{e}; drop the row"
         raise UserError(f"{path}:{lineno}: not valid JSON ({why}){hint}") from None
 
-    text = _read_text(path)
-    values = parse_lines(text, on_error=None if skipped is not None else bad_line, parse_constant=_no_constant)
-    if skipped is not None:  # parse_lines drops such lines silently: they are the non-blank lines it did not return
-        parsed = {lineno for lineno, _ in values}
-        skipped += [n for n, line in enumerate(text.split("\n"), start=1) if line.strip() and n not in parsed]
-    return values
+    def too_long(lineno: int) -> NoReturn:
+        setting = f" ({limit_key}={max_line_mib})" if limit_key else ""
+        raise UserError(
+            f"{path}:{lineno}: a line of more than {max_line_mib} MiB{setting}, too long for one row; "
+            "write one JSON object per line" + (f", or raise {limit_key}" if limit_key else "")
+        )
+
+    lines = _text_lines(path, max_line_mib << 20, too_long)
+    return parse_lines(lines, on_error=bad_line, parse_constant=_no_constant)
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _read_jsonl(path: Path, skip: bool) -> Source:
+def _check_columns(where: str, count: int) -> None:
+    """A one-line error when a row (or a file's schema) has more than :data:`MAX_COLUMNS` columns."""
+    if count > MAX_COLUMNS:
+        raise UserError(
+            f"{where}: {count:,} columns (keys), more than the {MAX_COLUMNS:,} a data row may have; "
+            "keep the ones the task reads (question, answer, fields for rewards) in a new file"
+        )
+
+
+def _read_jsonl(path: Path, skip: bool, max_line_mib: int) -> Source:
     records, lines, not_json, not_object = [], [], [], []
-    for lineno, obj in read_jsonl_values(path, skipped=not_json if skip else None, hint=SKIP_HINT):
-        if not isinstance(obj, (dict, list)):
+    kw = dict(hint=SKIP_HINT, max_line_mib=max_line_mib, limit_key="data.max_line_mib")
+    for lineno, obj in read_jsonl_values(path, skipped=not_json if skip else None, **kw):
+        if isinstance(obj, dict):
+            _check_columns(f"{path}:{lineno}", len(obj))
+        elif not isinstance(obj, list):
             if skip:
                 not_object.append(lineno)
                 continue
@@ -230,6 +315,7 @@ def _read_json(path: Path, skip: bool) -> Source:
     if isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), list):
         obj = next(iter(obj.values()))  # {"data": [...]}
     elif isinstance(obj, dict) and obj and all(isinstance(v, list) for v in obj.values()):
+        _check_columns(str(path), len(obj))
         lengths = {len(v) for v in obj.values()}
         if len(lengths) != 1:
             raise UserError(f"{path}: an object of columns needs equal-length lists (lengths {sorted(lengths)})")
@@ -237,6 +323,9 @@ def _read_json(path: Path, skip: bool) -> Source:
         obj = [dict(zip(cols, vals)) for vals in zip(*obj.values())]
     if not isinstance(obj, list):
         raise UserError(f"{path}: expected a JSON list of records (or an object of columns), got {type(obj).__name__}")
+    for i, rec in enumerate(obj):
+        if isinstance(rec, dict):
+            _check_columns(f"{path} row {i + 1}", len(rec))
     bad = [i + 1 for i, rec in enumerate(obj) if not isinstance(rec, (dict, list))]
     if bad and not skip:
         rec = obj[bad[0] - 1]
@@ -263,19 +352,34 @@ def _read_hf_file(path: Path, fmt: str) -> Source:
     cache = str(_datasets_cache())
     try:
         if fmt == "parquet":
+            _check_columns(str(path), _schema_width(path, fmt))
             ds = datasets.Dataset.from_parquet(str(path), cache_dir=cache)
         elif fmt == "csv":
             with open(path, encoding="utf-8-sig", newline="") as f:  # every column as text: '007' stays '007'
                 header = next(csv.reader(f), [])
+            _check_columns(str(path), len(header))
             features = datasets.Features({name: datasets.Value("string") for name in header})
             ds = datasets.Dataset.from_csv(str(path), cache_dir=cache, features=features, keep_default_na=False)
         else:  # arrow: an Arrow stream file such as save_to_disk writes
+            _check_columns(str(path), _schema_width(path, fmt))
             ds = datasets.Dataset.from_file(str(path), in_memory=True)
     except UserError:
         raise
     except Exception as e:  # pyarrow/pandas raise many types for a malformed file
         raise _hf_error(path, fmt, e) from None
     return Source(str(path), ds.to_list())
+
+
+def _schema_width(path: Path, fmt: str) -> int:
+    """The columns of a parquet file or an Arrow stream, from its schema alone (no rows are read)."""
+    import pyarrow as pa
+
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return len(pq.read_schema(str(path)).names)
+    with pa.memory_map(str(path)) as source:
+        return len(pa.ipc.open_stream(source).schema.names)
 
 
 def _datasets_cache() -> Path:
@@ -298,12 +402,21 @@ def _read_saved(folder: Path, split: str, *, required: bool) -> list[Source]:
             raise UserError(
                 f"{folder} has no split '{split}' (it has: {', '.join(ds)}); set data.train_split / data.test_split"
             )
+        _check_columns(f"{folder}[{split}]", len(ds[split].column_names))
         return [Source(f"{folder}[{split}]", ds[split].to_list())]
-    return [Source(str(folder), ds.to_list())] if required else []
+    if not required:
+        return []
+    _check_columns(str(folder), len(ds.column_names))
+    return [Source(str(folder), ds.to_list())]
 
 
-def read_file(path: Path, fmt: str = "auto", *, on_bad_row: str = "error") -> Source:
-    """All records of one file; with ``on_bad_row='skip'`` less the JSON(L) ones that are not objects."""
+def read_file(path: Path, fmt: str = "auto", *, on_bad_row: str = "error", max_line_mib: int = MAX_LINE_MIB) -> Source:
+    """All records of one file; with ``on_bad_row='skip'`` less the JSON(L) ones that are not objects.
+
+    Raises:
+        UserError: as :func:`read_sources`; a JSONL line over ``max_line_mib``; a row or schema of
+            more than :data:`MAX_COLUMNS` columns.
+    """
     if fmt == "auto":
         fmt = FORMATS.get(path.suffix.lower())
         if fmt is None:
@@ -312,7 +425,7 @@ def read_file(path: Path, fmt: str = "auto", *, on_bad_row: str = "error") -> So
                 f"{', '.join(FORMATS)} or set data.format"
             )
     if fmt == "jsonl":
-        return _read_jsonl(path, on_bad_row == "skip")
+        return _read_jsonl(path, on_bad_row == "skip", max_line_mib)
     if fmt == "json":
         return _read_json(path, on_bad_row == "skip")
     return _read_hf_file(path, fmt)
@@ -326,6 +439,7 @@ def read_sources(
     required: bool = True,
     key: str = "data.path",
     on_bad_row: str = "error",
+    max_line_mib: int = MAX_LINE_MIB,
 ) -> list[Source]:
     """Records of every file named by ``spec`` that belongs to ``split``.
 
@@ -336,15 +450,18 @@ def read_sources(
         required: False when asking a train path for its test split: nothing found is not an error.
         on_bad_row: ``data.on_bad_row``; 'skip' leaves out JSONL lines that are not valid JSON and
             JSON(L) records that are not objects (see :attr:`Source.skipped`) instead of raising.
+        max_line_mib: ``data.max_line_mib``, the longest JSONL line (:data:`MAX_LINE_MIB`).
 
     Raises:
         UserError: missing file, unknown format, unreadable or non-UTF-8 file, malformed JSON; a Hub
-            data set that is neither cached nor downloadable, or lacks the config or split asked for.
+            data set that is neither cached nor downloadable, or lacks the config or split asked for;
+            a JSONL line over ``max_line_mib``, a row of more than :data:`MAX_COLUMNS` columns.
     """
+    how = dict(fmt=fmt, on_bad_row=on_bad_row, max_line_mib=max_line_mib)
     sources: list[Source] = []
     for path in _entries(spec, key):
         if isinstance(path, hub.Snapshot):
-            sources += _read_snapshot(path, split, required=required, fmt=fmt, on_bad_row=on_bad_row)
+            sources += _read_snapshot(path, split, required=required, **how)
         elif path.is_dir():
             if _is_saved_dataset(path):
                 sources += _read_saved(path, split, required=required)
@@ -357,13 +474,15 @@ def read_sources(
                 files = [f for f in files if split.lower() in f.name.lower()]
             elif not required:
                 files = []
-            sources += [read_file(f, fmt, on_bad_row=on_bad_row) for f in files]
+            sources += [read_file(f, **how) for f in files]
         elif required:  # a plain file holds only the split it was given for
-            sources.append(read_file(path, fmt, on_bad_row=on_bad_row))
+            sources.append(read_file(path, **how))
     return sources
 
 
-def _read_snapshot(snap: hub.Snapshot, split: str, *, required: bool, fmt: str, on_bad_row: str) -> list[Source]:
+def _read_snapshot(
+    snap: hub.Snapshot, split: str, *, required: bool, fmt: str, on_bad_row: str, max_line_mib: int
+) -> list[Source]:
     """The records of ``split``'s files in a Hub data set's snapshot, as local files are read."""
     files = snap.splits.get(split)
     if files is None:
@@ -374,7 +493,8 @@ def _read_snapshot(snap: hub.Snapshot, split: str, *, required: bool, fmt: str, 
             f"the data set {snap.name} has no split '{split}' (it has: {', '.join(snap.splits) or 'none'}); "
             f"set data.train_split / data.test_split{only_test}"
         )
-    return [replace(read_file(f, fmt, on_bad_row=on_bad_row), dataset=snap.name.repo) for f in files]
+    how = dict(on_bad_row=on_bad_row, max_line_mib=max_line_mib)
+    return [replace(read_file(f, fmt, **how), dataset=snap.name.repo) for f in files]
 
 
 def stable_hash(obj) -> str:

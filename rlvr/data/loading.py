@@ -146,7 +146,7 @@ def load_split(data, split: str = "train") -> Split:
     if data.task != "files":
         return Split(_builtin(data, split), split, key=split_key(data, split))
 
-    kw = dict(fmt=data.format, on_bad_row=data.on_bad_row)
+    kw = dict(fmt=data.format, on_bad_row=data.on_bad_row, max_line_mib=data.max_line_mib)
     if split == "train":
         sources = read_sources(data.path, split=data.train_split, **kw)
     elif data.test_path:

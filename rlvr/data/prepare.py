@@ -78,12 +78,35 @@ def _cache_root() -> Path:
 _WORK: tuple | None = None
 
 
-def _render_chunk(bounds: tuple[int, int]) -> tuple[list[str], list[int]]:
-    tokenizer, template, rows = _WORK
+def _render_chunk(bounds: tuple[int, int]) -> tuple[list[str], list[int | None]]:
+    tokenizer, template, rows, max_chars = _WORK
     lo, hi = bounds
     prompts = [render(tokenizer, template, r["question"], system=r["system"]) for r in rows[lo:hi]]
-    counts = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
-    return prompts, counts
+    counted = [p for p in prompts if not max_chars or len(p) <= max_chars]  # the others are surely too long
+    ids = iter(tokenizer(counted, add_special_tokens=False)["input_ids"] if counted else [])
+    return prompts, [len(next(ids)) if not max_chars or len(p) <= max_chars else None for p in prompts]
+
+
+def chars_bound(tokenizer, tokens: int) -> int:
+    """Characters beyond which a prompt is surely more than ``tokens`` tokens, known without tokenising it;
+    0 = no such bound (``tokens`` 0, or a tokenizer that can map any length of text to one token).
+
+    A tokenizer that encodes every byte (byte-level BPE, as GPT-2, Llama 3, Qwen and SmolLM have, or
+    byte fallback, as Llama 2 and Mistral have) has no unknown token that could stand for a run of
+    text: none of its tokens covers more characters than its longest vocabulary entry (``K``) has,
+    so a prompt of ``c`` characters is at least ``c / K`` tokens. The bound is ``2 * K * tokens``, the
+    2 leaving room for a normalizer that composes characters (NFC). A word-level tokenizer, or one with
+    an unknown token, has no bound: its prompts are tokenised whole. So a prompt of 10^6 tokens is refused
+    without being tokenised.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not tokens or backend is None:
+        return 0
+    pre = backend.pre_tokenizer
+    byte_level = pre is not None and b'"ByteLevel"' in pre.__getstate__()
+    if not (byte_level or getattr(backend.model, "byte_fallback", False)):
+        return 0
+    return 2 * tokens * max(map(len, tokenizer.get_vocab()), default=1)
 
 
 def _default_signals() -> None:
@@ -94,9 +117,12 @@ def _default_signals() -> None:
 
 
 def render_all(
-    rows: list[dict], tokenizer, template: PromptTemplate, *, num_workers: int = 0
-) -> tuple[list[str], list[int]]:
-    """Rendered prompts and their token counts for ``rows``, over ``num_workers`` processes (0 = per core, <= 8)."""
+    rows: list[dict], tokenizer, template: PromptTemplate, *, num_workers: int = 0, max_chars: int = 0
+) -> tuple[list[str], list[int | None]]:
+    """Rendered prompts and their token counts for ``rows``, over ``num_workers`` processes (0 = per core, <= 8).
+
+    A prompt of more than ``max_chars`` characters (:func:`chars_bound`; 0 = no bound) is not
+    tokenised: its count is None."""
     global _WORK
     if not rows:
         return [], []
@@ -104,7 +130,7 @@ def render_all(
     workers = num_workers or min(os.cpu_count() or 1, 8)
     if len(rows) < _PARALLEL_MIN_ROWS or "fork" not in multiprocessing.get_all_start_methods():
         workers = 1
-    _WORK = (tokenizer, template, rows)
+    _WORK = (tokenizer, template, rows, max_chars)
     try:
         if workers == 1:
             return _render_chunk((0, len(rows)))
@@ -174,22 +200,26 @@ def _load(path: Path) -> tuple[list[dict], dict] | None:
     return rows, meta
 
 
-def prepare_rows(split: Split, data, tokenizer, *, use_cache: bool | None = None) -> Prepared:
+def prepare_rows(split: Split, data, tokenizer, *, use_cache: bool | None = None, context: int = 0) -> Prepared:
     """Render and tokenise ``split``'s rows for ``tokenizer``; drop or reject long prompts; cache.
 
     Args:
         split: from :func:`rlvr.data.loading.load_split`.
         data: the :class:`rlvr.config.DataConfig` (template, system prompt, prefix, length policy, workers).
         use_cache: override ``data.cache``.
+        context: the model's context in tokens (:func:`rlvr.models.context_tokens`; 0 = unknown): a
+            prompt longer than that is an error whatever ``data.on_long_prompt`` says, unless
+            ``data.max_prompt_tokens`` drops it first.
 
     Raises:
         UserError: the template needs a chat template the tokenizer lacks; a prompt is longer than
-            ``data.max_prompt_tokens`` with ``data.on_long_prompt=error``.
+            ``data.max_prompt_tokens`` with ``data.on_long_prompt=error``, or than ``context``.
     """
     template = template_for(data)
     use_cache = data.cache if use_cache is None else use_cache
+    limit = data.max_prompt_tokens
     key = stable_hash(
-        [split.key, template.__dict__, tokenizer_fingerprint(tokenizer), data.max_prompt_tokens, data.on_long_prompt]
+        [split.key, template.__dict__, tokenizer_fingerprint(tokenizer), limit, data.on_long_prompt, context]
     )
     path = _cache_root() / key[:24]
     dropped = Counter(split.dropped)
@@ -198,19 +228,10 @@ def prepare_rows(split: Split, data, tokenizer, *, use_cache: bool | None = None
         dropped.update(meta.get("dropped_long", {}))
         return Prepared(rows, template, dropped, list(split.notes), cached=True)
 
-    prompts, counts = render_all(split.rows, tokenizer, template, num_workers=data.num_workers)
-    rows, long = [], 0
-    limit = data.max_prompt_tokens
-    for i, (row, prompt, n) in enumerate(zip(split.rows, prompts, counts)):
-        if limit and n > limit:
-            if data.on_long_prompt == "error":
-                raise UserError(
-                    f"{split.name} row {i + 1}: the prompt is {n} tokens, over data.max_prompt_tokens={limit} "
-                    f"(question starts {row['question'][:40]!r}); raise the limit or set data.on_long_prompt=drop"
-                )
-            long += 1
-            continue
-        rows.append({**row, "prompt": prompt, "prompt_tokens": n})
+    first = limit if limit and (not context or limit <= context) else context  # the bound a prompt meets first
+    max_chars = chars_bound(tokenizer, first)
+    prompts, counts = render_all(split.rows, tokenizer, template, num_workers=data.num_workers, max_chars=max_chars)
+    rows, long = _short_enough(split, prompts, counts, data, context, first)
     notes = list(split.notes)
     dropped_long = {f"prompt over {limit} tokens": long} if long else {}
     dropped.update(dropped_long)
@@ -224,6 +245,36 @@ def prepare_rows(split: Split, data, tokenizer, *, use_cache: bool | None = None
         except OSError as e:  # a read-only or full cache disk only costs time
             notes.append(f"could not write the data cache {path}: {e.strerror}")
     return Prepared(rows, template, dropped, notes)
+
+
+def _short_enough(split: Split, prompts: list[str], counts: list, data, context: int, first: int):
+    """(the rows with their prompts, the number dropped as longer than ``data.max_prompt_tokens``); a
+    prompt over the model's ``context`` raises. A count of None: longer than ``first`` tokens, not counted."""
+    limit = data.max_prompt_tokens
+    rows, long = [], 0
+    for i, (row, prompt, n) in enumerate(zip(split.rows, prompts, counts)):
+        where = f"{split.name} row {i + 1}: the prompt is"
+        starts = f"question starts {row['question'][:40]!r}"
+        if (n is None and first == limit) or (limit and n is not None and n > limit):
+            if data.on_long_prompt == "error":
+                length = _length(prompt, n, f"data.max_prompt_tokens={limit}")
+                raise UserError(f"{where} {length} ({starts}); raise the limit or set data.on_long_prompt=drop")
+            long += 1
+            continue
+        if n is None or (context and n > context):
+            length = _length(prompt, n, f"the model's context of {context:,} tokens")
+            raise UserError(
+                f"{where} {length} ({starts}); shorten or drop the row, "
+                f"or set data.max_prompt_tokens to at most {context} to drop such prompts"
+            )
+        rows.append({**row, "prompt": prompt, "prompt_tokens": n})
+    return rows, long
+
+
+def _length(prompt: str, n: int | None, bound: str) -> str:
+    """'N tokens, over BOUND', or for a prompt that was not counted (:func:`chars_bound`) 'C characters,
+    more than BOUND can hold'."""
+    return f"{n:,} tokens, over {bound}" if n is not None else f"{len(prompt):,} characters, more than {bound} can hold"
 
 
 def prepare(data, tokenizer, split: str = "train", **kw) -> Prepared:

@@ -4,6 +4,7 @@ from rlvr.models.forward import pass_logprobs, response_logits
 from rlvr.models.loading import (
     BUILTIN_MODELS,
     cache_dir,
+    context_tokens,
     eval_mode,
     load_model,
     load_tokenizer,
@@ -14,6 +15,7 @@ from rlvr.models.loading import (
 __all__ = [
     "BUILTIN_MODELS",
     "cache_dir",
+    "context_tokens",
     "eval_mode",
     "load_model",
     "load_tokenizer",

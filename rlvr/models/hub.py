@@ -210,22 +210,67 @@ def config_file(hub: HubId, label: str) -> Path:
 
 
 def check_no_remote_code(folder: Path, label: str) -> None:
-    """UserError when the model's config.json asks for code from the model repo (``auto_map``) for a
-    model_type transformers does not have: rlvr loads with ``trust_remote_code`` off, always."""
+    """UserError when loading the model would need code from its repo (an ``auto_map``) that transformers has
+    no class of its own for: a config.json model_type it lacks (or a causal LM for one that has none), or a
+    tokenizer class it lacks. rlvr loads with ``trust_remote_code=False``, always: without this check such a
+    folder would end in transformers' multi-line error."""
+    config, tokenizer = (_json_object(Path(folder) / name) for name in ("config.json", "tokenizer_config.json"))
+    why = _remote_model(config) or _remote_tokenizer(config, tokenizer)
+    if why:
+        raise UserError(
+            f"{label}: this model needs trust_remote_code ({why}); rlvr never runs a model repo's code and has "
+            "no switch for it: pick a model transformers supports, or a transformers that has it"
+        )
+
+
+def _json_object(path: Path) -> dict:
+    """A JSON file's object; {} when it is missing or not a JSON object (its loader says what is wrong)."""
     try:
-        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return  # the loader says what is wrong with it
-    if not isinstance(config, dict) or not config.get("auto_map"):
-        return
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _remote_model(config: dict) -> str:
+    """Why the model of ``config`` (config.json) needs its repo's code, or ''."""
+    auto_map = config.get("auto_map")
+    if not auto_map:
+        return ""
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    model_type = config.get("model_type")
-    if model_type in CONFIG_MAPPING_NAMES:
-        return  # transformers has the architecture itself and loads it without the repo's code
-    raise UserError(
-        f"{label}: this model needs trust_remote_code (its config.json maps model_type {model_type} to code in "
-        f"the repo, and transformers {transformers.__version__} has no such model); rlvr never runs a model "
-        "repo's code and has no switch for it: pick a model transformers supports, or a transformers that has it"
+    model_type, version = config.get("model_type"), transformers.__version__
+    if model_type not in CONFIG_MAPPING_NAMES:
+        return (
+            f"its config.json maps model_type {model_type} to code in the repo, and transformers {version} has no "
+            "such model"
+        )
+    if (
+        isinstance(auto_map, dict)
+        and "AutoModelForCausalLM" in auto_map
+        and model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    ):
+        return (
+            f"its config.json maps the causal LM of model_type {model_type} to code in the repo, and transformers "
+            f"{version} has no causal LM of that type"
+        )
+    return ""  # transformers has the architecture itself and loads it without the repo's code
+
+
+def _remote_tokenizer(config: dict, tokenizer: dict) -> str:
+    """Why the tokenizer (tokenizer_config.json, or config.json's ``auto_map``) needs its repo's code, or ''."""
+    model_map = config.get("auto_map")
+    if not tokenizer.get("auto_map") and not (isinstance(model_map, dict) and "AutoTokenizer" in model_map):
+        return ""
+    import transformers
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    name = str(tokenizer.get("tokenizer_class") or "").removesuffix("Fast")
+    if name and (tokenizer_class_from_name(name) or tokenizer_class_from_name(name + "Fast")):
+        return ""  # a class transformers has: it is loaded instead of the repo's code
+    return (
+        f"its tokenizer_config.json maps the tokenizer{f' {name}' if name else ''} to code in the repo, and "
+        f"transformers {transformers.__version__} has no such tokenizer"
     )

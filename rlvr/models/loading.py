@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -95,8 +96,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, trust_remote_code=False)
     _drop_quantizer(model)
     tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
     try:
@@ -154,10 +156,40 @@ def resolve_model_path(spec: str, *, weights: bool = True, label: str | None = N
     return path
 
 
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "seq_length")
+"""Where a config.json states the model's context in tokens (Llama, Qwen, Mistral...; GPT-2; ChatGLM)."""
+
+
+def context_tokens(path: Path) -> int:
+    """The model's context in tokens, from ``path/config.json`` (or its ``text_config``); 0 when it states none.
+
+    The data a run prepares is checked against it (:func:`rlvr.data.prepare.prepare_rows`): a prompt
+    longer than the context cannot be answered, and one of 10^6 tokens would fill memory on the way."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    for section in (config, config.get("text_config") if isinstance(config, dict) else None):
+        if isinstance(section, dict):
+            for key in CONTEXT_KEYS:
+                value = section.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+    return 0
+
+
 def load_tokenizer(path: Path):
+    """The tokenizer of a local HF directory, padding on the left (with EOS where it has no pad token).
+
+    Every transformers load in rlvr passes ``trust_remote_code=False``: never None, with which transformers
+    asks on stdin whether to run a repo's code (and runs it when the answer, piped or typed, is y).
+    """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(path))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except ValueError as e:  # a repo's code it was not allowed to run, among others
+        raise UserError(f"could not load the tokenizer from {path}: {str(e).splitlines()[0]}") from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -172,7 +204,7 @@ def load_model(path: Path, *, dtype: str = "float32", device: str = "cpu"):
         if _sharded_only(Path(path)):
             model = _from_shards(Path(path), DTYPES[dtype])
         else:
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype], trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise UserError(f"could not load model from {path}: {str(e).splitlines()[0]}") from e
     return _with_hooks(model.to(resolve_device(device)))
@@ -188,9 +220,9 @@ def empty_model(path: Path, *, dtype: str = "float32"):
 
     path = Path(path)
     try:
-        config = AutoConfig.from_pretrained(str(path))
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
+            model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype], trust_remote_code=False)
         if (path / "generation_config.json").is_file():
             model.generation_config = GenerationConfig.from_pretrained(str(path))
     except (OSError, ValueError) as e:
@@ -215,7 +247,8 @@ def _from_shards(path: Path, dtype: torch.dtype):
     import torch.distributed.checkpoint as dcp
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)), dtype=torch.float32)
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
     state = {"model": model.state_dict()}
     with warnings.catch_warnings():  # "... assuming the intent is to load in a single process": it is
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)

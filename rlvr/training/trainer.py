@@ -38,7 +38,7 @@ from rlvr.estimate import (
 from rlvr.evaluation.during_training import TrainingEval
 from rlvr.evaluation.during_training import describe as eval_line
 from rlvr.jsonl import JsonlWriter, truncate_jsonl
-from rlvr.models import load_model, load_tokenizer, lora
+from rlvr.models import context_tokens, load_model, load_tokenizer, lora
 from rlvr.models.forward import shared_prompt_group
 from rlvr.models.loading import cast_copy, empty_model, set_checkpointing
 from rlvr.models.precision import reference_dtype
@@ -254,7 +254,8 @@ class Trainer:
         packed-weights check; returns the lines to print with the run's summary."""
         cfg = self.cfg
         self.tokenizer = load_tokenizer(self.model_path)
-        prepared = prepare_rows(train_split, cfg.data, self.tokenizer)  # rendered prompts + token counts, cached
+        context = context_tokens(self.model_path)  # a prompt longer than the model's context is an error
+        prepared = prepare_rows(train_split, cfg.data, self.tokenizer, context=context)  # rendered + counted, cached
         self.train_rows, self.prefix = prepared.rows, prepared.template.assistant_prefix
         self.memory_estimate, estimate_lines = self._estimate_memory()
         if cfg.model.packed_weights == Switch.ON:  # before any weights load

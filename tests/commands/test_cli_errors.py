@@ -293,3 +293,111 @@ def test_long_lines_stay_whole_into_a_file_or_pipe():
     StepPrinter(3, console=make_console(file=out)).note(command)
     make_console(file=out).print(command, highlight=False)
     assert out.getvalue().splitlines() == [command, command]
+
+
+# --- hostile inputs (issue 62.3): each is one line and exit 2 before anything is written -------------
+
+
+def test_a_prompt_longer_than_the_model_context_stops_training(cwd, capsys, tiny_model):
+    """The tiny model's context is 256 tokens (max_position_embeddings); a 300-token prompt stops the run
+    before its model loads, naming the row (tests/data/test_hostile_data.py: a 10^6-token one)."""
+    rows = [{"question": "1 + 1", "answer": "2"}, {"question": " ".join(["7"] * 300), "answer": "7"}]
+    (cwd / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "data.task=files", "data.path=d.jsonl"]
+    argv += ["data.template=plain", "data.assistant_prefix="]
+    _error_line(capsys, argv, ["train row 2: the prompt is 300 tokens, over the model's context of 256 tokens"])
+    _no_run_written(cwd)
+
+
+PLUGIN_FILES = {
+    "a syntax error": ("def fn(:\n", "SyntaxError: invalid syntax"),
+    "raises at import": ('raise RuntimeError("no network\\n" + "x" * 10_000)\n', "RuntimeError: no network"),
+    "exits at import": ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+}
+
+
+@pytest.mark.parametrize("name", PLUGIN_FILES)
+def test_a_reward_file_outside_the_project_that_fails_to_import(cwd, capsys, tiny_model, tmp_path_factory, name):
+    """``reward.rules=[/elsewhere/bad.py:fn]``: the file and its exception in one line (its first line, cut
+    at 200 characters); ``sys.exit`` at import used to end rlvr with status 3 and no word."""
+    source, exception = PLUGIN_FILES[name]
+    bad = tmp_path_factory.mktemp("elsewhere") / "bad.py"
+    bad.write_text(source)
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", f"reward.rules=[{bad}:fn]", "reward.weights=[1]"]
+    line = _error_line(capsys, argv, [f"reward plugin file {bad} failed to import: {exception}"])
+    assert len(line) < 400, line
+    _no_run_written(cwd)
+
+
+def test_a_reward_module_that_raises_at_import(cwd, capsys, tiny_model, monkeypatch):
+    (cwd / "raising_rule_62.py").write_text("raise ValueError('half-configured')\n")
+    monkeypatch.syspath_prepend(str(cwd))
+    argv = ["train", "run_dir=r", f"model.path={tiny_model}", "reward.rules=[raising_rule_62:fn]", "reward.weights=[1]"]
+    _error_line(capsys, argv, ["reward module 'raising_rule_62'", "failed to import: ValueError: half-configured"])
+    _no_run_written(cwd)
+
+
+def _model_with_code(folder, tiny_model, *, config=None, tokenizer=None):
+    """A copy of the tiny model whose config.json / tokenizer_config.json get the keys given, beside a
+    ``remote.py`` that leaves a file ``ran`` next to it when it is imported."""
+    import shutil
+
+    shutil.copytree(tiny_model, folder)
+    for name, extra in (("config.json", config), ("tokenizer_config.json", tokenizer)):
+        if extra:
+            path = folder / name
+            path.write_text(json.dumps({**json.loads(path.read_text()), **extra}))
+    (folder / "remote.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('ran').write_text('x')\n"
+        "from transformers import PreTrainedTokenizerFast, PretrainedConfig\n"
+        "class RemoteTokenizer(PreTrainedTokenizerFast): pass\n"
+        "class RemoteConfig(PretrainedConfig): model_type = 'remote_arch'\n"
+    )
+    return folder
+
+
+REMOTE = {
+    "config.json": dict(config={"model_type": "remote_arch", "auto_map": {"AutoConfig": "remote.RemoteConfig"}}),
+    "tokenizer_config.json": dict(
+        tokenizer={
+            "tokenizer_class": "RemoteTokenizer",
+            "auto_map": {"AutoTokenizer": [None, "remote.RemoteTokenizer"]},
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("where", REMOTE)
+@pytest.mark.parametrize("command", ["train", "data preview"])
+def test_a_model_folder_that_asks_for_remote_code_is_refused(cwd, capsys, tiny_model, monkeypatch, where, command):
+    """A local ``model.path`` whose config.json or tokenizer_config.json maps a class to the folder's own
+    code. transformers, asked with trust_remote_code unset, prompts on stdin and runs the code on 'y':
+    here the answer waits on stdin, and nothing runs."""
+    import io
+
+    folder = _model_with_code(cwd / "shared_model", tiny_model, **REMOTE[where])
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10))
+    argv = [*command.split(), "run_dir=r", f"model.path={folder}"] if command == "train" else None
+    if argv is None:
+        (cwd / "d.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+        argv = ["data", "preview", "d.jsonl", f"model.path={folder}", "data.template=plain"]
+    _error_line(
+        capsys, argv, [f"model.path={folder}: this model needs trust_remote_code (its {where} maps", "never runs"]
+    )
+    assert not (folder / "ran").exists()
+    _no_run_written(cwd)
+
+
+def test_transformers_is_never_asked_to_run_a_repos_code(cwd, tiny_model, monkeypatch):
+    """The net under the check above: the loader passes trust_remote_code=False, so transformers refuses
+    (one line here) instead of prompting, whatever the check misses."""
+    import io
+
+    from rlvr.errors import UserError
+    from rlvr.models import load_tokenizer
+
+    folder = _model_with_code(cwd / "shared_model", tiny_model, **REMOTE["tokenizer_config.json"])
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10))
+    with pytest.raises(UserError, match="could not load the tokenizer from .*custom code"):
+        load_tokenizer(folder)
+    assert not (folder / "ran").exists()
