@@ -339,6 +339,18 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
         for sample in episode_samples(run):
             doc.sample(sample)
 
+    # -- asynchronous rollouts ------------------------------------------------------------------
+    async_rows = async_table(run)
+    if async_rows:
+        doc.h2("Asynchronous rollouts")
+        doc.p(
+            f"{run.cfg('distributed.rollout_workers', 1)} rollout worker(s) apart from the trainers, "
+            f"rollout.max_staleness={run.cfg('rollout.max_staleness', 0)}: each step trained on a rollout sampled "
+            "with weights that many updates older (staleness), made while the trainers updated; the trainers "
+            "waited only for what was not ready. Means over the steps after the first (which fills the pipeline):"
+        )
+        doc.table(["", "value"], async_rows)
+
     # -- aha moments ----------------------------------------------------------------------------
     doc.h2("Aha moments")
     hits, curve, scanned = aha_hits(run)
@@ -360,6 +372,32 @@ def build_report(run_dir: str | Path, output: str | Path | None = None, *, top: 
     (out / "report.md").write_text(doc.markdown(out), encoding="utf-8")
     (out / "report.html").write_text(doc.html(), encoding="utf-8")
     return out
+
+
+ASYNC_ROWS = (
+    (M.ASYNC_STALENESS, "staleness (updates between sampler and trained weights)", "{:.2f}"),
+    (M.ASYNC_QUEUE_DEPTH, "rollouts made or under way, not yet trained", "{:.2f}"),
+    (M.ASYNC_OVERLAP_FRAC, "share of the rollout time hidden behind updates", "{:.0%}"),
+    (M.TIME_WAIT_ROLLOUT_S, "trainers' wait for the rollout, s/step", "{:.2f}"),
+    (M.TIME_ROLLOUT_IDLE_S, "rollout worker idle, s/step", "{:.2f}"),
+    (M.TIME_WEIGHT_PUSH_S, "weight push (put + load), s", "{:.3f}"),
+    (M.TIME_ROLLOUT_S, "rollout (on the rollout worker), s/step", "{:.2f}"),
+    (M.TIME_UPDATE_S, "update (on the trainers), s/step", "{:.2f}"),
+    (M.TIME_STEP_S, "step (the pipeline's), s", "{:.2f}"),
+)
+
+
+def async_table(run) -> list[list[str]]:
+    """The asynchronous-rollout metrics' means over the steps after the first; empty for a run without them."""
+    rows = []
+    for key, label, spec in ASYNC_ROWS:
+        _, values = run.series(key)
+        if key == M.ASYNC_STALENESS and not values:
+            return []
+        if values:
+            later = values[1:] or values
+            rows.append([label, spec.format(sum(later) / len(later))])
+    return rows
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

@@ -226,6 +226,21 @@ def test_a_code_run_gets_its_sandbox_section_and_panel(tmp_path):
     assert "Code in the sandbox" not in (build_report(make_run(tmp_path, "plain")) / "report.md").read_text()
 
 
+def test_an_async_run_gets_its_pipeline_section(tmp_path):
+    """Issue 63: staleness, queue, overlap, waits and push time, means over the steps after the first."""
+    run = make_run(tmp_path, overrides=["rollout.max_staleness=1"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r.update({"async/staleness": float(i > 0), "async/queue_depth": 2.0, "async/overlap_frac": 0.5,
+                  "time/wait_rollout_s": 0.5, "time/rollout_idle_s": 0.0, "time/weight_push_s": 0.02})  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = (build_report(run) / "report.md").read_text().replace("\\_", "_")
+    assert "## Asynchronous rollouts" in md and "rollout.max_staleness=1" in md
+    assert "| staleness (updates between sampler and trained weights) | 1.00 |" in md
+    assert "| share of the rollout time hidden behind updates | 50% |" in md
+    assert "Asynchronous rollouts" not in (build_report(make_run(tmp_path, "plain")) / "report.md").read_text()
+
+
 def test_report_of_a_crashed_run_with_a_cut_last_line(tmp_path):
     run = make_run(tmp_path, steps=10, logged=4, complete=False)
     with (run / "metrics.jsonl").open("a") as f:
