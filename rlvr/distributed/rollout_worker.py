@@ -20,6 +20,7 @@ import torch
 from rich.console import Console
 
 from rlvr.distributed.placement import worker_device
+from rlvr.distributed.worker import from_bytes
 from rlvr.training.inflight import Rollout
 from rlvr.training.replicas import OneProcess
 from rlvr.training.sampling import collect
@@ -57,7 +58,7 @@ class RolloutWorker:
 
         ref, put_s = pushed
         t0 = time.perf_counter()
-        self.trainer.engine.load_weights(ray.get(ref))
+        self.trainer.engine.load_weights(from_bytes(ray.get(ref)))
         self.version = version
         self.push_s = put_s + time.perf_counter() - t0
 

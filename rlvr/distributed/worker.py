@@ -41,6 +41,26 @@ def shard(prompts: list[int], rank: int, world_size: int) -> tuple[list[int], in
     return prompts[rank * k : (rank + 1) * k], rank * k
 
 
+def as_bytes(named: dict) -> dict:
+    """Tensors as (dtype name, shape, their bytes as a NumPy array): Ray writes NumPy arrays into its
+    object store with one copy and reads them back without one, where a pickled tensor is copied on
+    both sides (bfloat16, which NumPy lacks, travels as bytes too)."""
+    flat = {n: t.detach().contiguous().reshape(-1) for n, t in named.items()}
+    return {
+        n: (str(t.dtype).removeprefix("torch."), tuple(named[n].shape), t.view(torch.uint8).numpy())
+        for n, t in flat.items()
+    }
+
+
+def from_bytes(packed: dict) -> dict:
+    """:func:`as_bytes`' tensors back (views of the arrays: read-only memory, to copy from)."""
+    import warnings
+
+    with warnings.catch_warnings():  # the object store's arrays are read-only; they are only copied from
+        warnings.simplefilter("ignore", UserWarning)
+        return {n: torch.from_numpy(a).view(getattr(torch, d)).view(shape) for n, (d, shape, a) in packed.items()}
+
+
 class Worker:
     """Rank ``rank`` of ``world_size``: :meth:`connect`, :meth:`setup`, then :meth:`step` per step.
 
@@ -144,7 +164,7 @@ class Worker:
         import ray
 
         t0 = time.perf_counter()
-        ref = ray.put(self.trainer.pushed_weights())
+        ref = ray.put(as_bytes(self.trainer.pushed_weights()))
         return ref, time.perf_counter() - t0
 
     def hold_inflight(self, items: list) -> None:

@@ -76,3 +76,20 @@ def test_bad_async_settings_are_one_line(overrides, says):
     pytest.importorskip("ray")
     with pytest.raises(UserError, match=says):
         load_config(None, overrides)
+
+
+def test_pushed_weights_travel_as_bytes_and_come_back_equal():
+    """The push's NumPy form (one copy into Ray's object store, none out) gives every dtype back bit for
+    bit, bfloat16 and a 0-dim tensor included."""
+    from rlvr.distributed.worker import as_bytes, from_bytes
+
+    named = {
+        "w": torch.randn(3, 4),
+        "b": torch.randn(5, 2).bfloat16(),
+        "s": torch.tensor(2.5),
+        "h": torch.randn(6).half(),
+    }
+    back = from_bytes(as_bytes(named))
+    assert all(
+        back[k].dtype == v.dtype and back[k].shape == v.shape and torch.equal(back[k], v) for k, v in named.items()
+    )
