@@ -1,4 +1,4 @@
-"""Calibrate rlvr/estimate.py's activation factors: the bytes autograd saves for one update micro-batch.
+"""Calibrate rlvr/estimate/peak.py's activation factors: the bytes autograd saves for one update micro-batch.
 
 Sums the storages that ``saved_tensors_hooks`` sees during the built-in model's forward pass
 (parameters excluded; autocast's bf16 weight copies included), and prints them per token x layer x

@@ -1,4 +1,4 @@
-"""The memory estimate (rlvr/estimate.py): its arithmetic by hand on a tiny shape, the parameter count
+"""The memory estimate (rlvr/estimate/): its arithmetic by hand on a tiny shape, the parameter count
 against instantiated models, the model shape from config.json or the built-in table, and LoRA."""
 
 import dataclasses

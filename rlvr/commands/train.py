@@ -79,7 +79,7 @@ def own_run_dir(cfg, args):
 def run_training(cfg, *, console=None, notes: tuple[str, ...] = ()):
     """Trains as configured, in this process or on Ray workers (``distributed.backend``); returns the
     run directory. The one place that picks, so ``training`` never imports ``distributed``."""
-    from rlvr.config import Backend
+    from rlvr.choices import Backend
 
     if cfg.distributed.backend == Backend.RAY:
         from rlvr.distributed import train  # Ray is imported only when a run asks for it

@@ -60,7 +60,7 @@ def _refuse_bf16(monkeypatch) -> str:
         real = packed_module.dtype_unpackable
         fake = lambda d: why if d == torch.bfloat16 else real(d)  # noqa: E731
         monkeypatch.setattr(packed_module, "dtype_unpackable", fake)
-        monkeypatch.setattr("rlvr.training.trainer.dtype_unpackable", fake)
+        monkeypatch.setattr("rlvr.training.setup.dtype_unpackable", fake)
     return why
 
 

@@ -139,6 +139,7 @@ def test_rank0_reads_the_weights_and_every_rank_holds_the_files_exactly(tmp_path
 def _trainer(rank: int, port: int, args: list[str], out: str) -> None:
     from rlvr.config import load_config
     from rlvr.distributed.fsdp import ShardedGroup
+    from rlvr.training import setup as setup_module
     from rlvr.training import trainer as trainer_module
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
@@ -149,7 +150,7 @@ def _trainer(rank: int, port: int, args: list[str], out: str) -> None:
         def refuse(*a, **kw):
             raise AssertionError("rank 1 loaded a whole model")
 
-        trainer_module.load_model = refuse
+        setup_module.load_model = refuse  # where the trainer's setup reads it
     trainer = trainer_module.Trainer(load_config(None, args), group=group)
     assert trainer.setup()
     engine = trainer.engine

@@ -71,6 +71,7 @@ def test_the_trainer_reads_an_offloaded_reference_to_the_host_and_passes_the_pol
     reads the policy and the reference whole into host memory (load_model's default device) and
     each is sharded, the reference's shards offloaded with ``offload.reference``."""
     pytest.importorskip("ray")
+    import rlvr.training.setup as setup_module
     import rlvr.training.trainer as trainer_module
     from rlvr.config import load_config
 
@@ -83,8 +84,8 @@ def test_the_trainer_reads_an_offloaded_reference_to_the_host_and_passes_the_pol
         "algo.kl_coef=0.01",
     ]
     loaded, sharded = [], []
-    monkeypatch.setattr(trainer_module, "load_model", lambda path, **kw: loaded.append(kw) or torch.nn.Linear(1, 1))
-    monkeypatch.setattr(trainer_module, "empty_model", lambda path, **kw: torch.nn.Linear(1, 1, device="meta"))
+    monkeypatch.setattr(setup_module, "load_model", lambda path, **kw: loaded.append(kw) or torch.nn.Linear(1, 1))
+    monkeypatch.setattr(setup_module, "empty_model", lambda path, **kw: torch.nn.Linear(1, 1, device="meta"))
 
     class Group:  # rank 0's view: it calls the loader
         def shard_loaded(self, model, load, **kw):

@@ -124,7 +124,7 @@ def test_auto_autocasts_training_with_avx512_bf16_where_bf16_products_are_fast(c
 
 
 def test_estimate_counts_autocast_as_training_would(cpu_with_fast_avx512_bf16):
-    from rlvr.estimate import _precision
+    from rlvr.estimate.peak import _precision
 
     assert _precision(load_config(None, []), "cpu") == ("float32", True)
     assert _precision(load_config(None, ["model.autocast_bf16=false"]), "cpu") == ("float32", False)

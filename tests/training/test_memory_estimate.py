@@ -31,7 +31,7 @@ def test_a_cpu_run_past_the_available_ram_is_warned_with_the_keys_that_shrink_it
 ):
     if device.type != "cpu":
         pytest.skip("the RAM warning is a CPU run's; a GPU run is refused by its memory check")
-    monkeypatch.setattr("rlvr.training.trainer.available_ram", lambda: 2**20)  # 1 MiB left on this machine
+    monkeypatch.setattr("rlvr.training.setup.available_ram", lambda: 2**20)  # 1 MiB left on this machine
     cfg = tiny_config(tiny_dir, tmp_path / "run", "train.steps=1", "eval.at_start=false", "eval.at_end=false")
     out = io.StringIO()
     train(cfg, console=Console(file=out, width=300))

@@ -1,11 +1,9 @@
-"""Memory estimate of a run from the model's ``config.json`` and the run config; no weights load.
+"""The training peak of a run, item by item (:func:`estimate`), from the model shape and the run config.
 
-``rlvr estimate`` prints it, and the trainer prints it before training and the measured peak
-beside it at the end. Every item is a formula over the model shape and the config, in bytes:
+Every item is a formula over the model shape and the config, in bytes:
 
-- **parameters**: N × bytes(``model.dtype``). N is counted from the config (Llama/Qwen2-style
-  decoder: embeddings, q/k/v/o, gate/up/down, norms, an untied LM head; Qwen2's q/k/v biases),
-  exact for these families (a test checks it against the instantiated model).
+- **parameters**: N × bytes(``model.dtype``), N counted from the config
+  (:meth:`~rlvr.estimate.shapes.ModelShape.num_params`, exact for Llama/Qwen2-style decoders).
 - **rollout copy**: N × bytes(rollout dtype) when ``rollout.dtype`` differs from ``model.dtype``
   (the bf16 generation copy of an fp32 policy); none when they match (the weights are shared).
 - **packed weights** (CPU, ``model.packed_weights`` not false; :mod:`rlvr.cpu.packed`): every
@@ -66,12 +64,6 @@ beside it at the end. Every item is a formula over the model shape and the confi
   layer's keys and values repeated per query head (about 2.8 GB at 7B, 64 rows × 3,072 positions).
 - **runtime** (CPU only): Python, torch, transformers, the tokenizer and the prompts.
 
-Besides the training peak, :func:`load_memory` gives one process's peak while the models load
-(the whole policy, the rollout copy built in its dtype, the reference; under FSDP the larger of the
-whole policy with the copy before sharding and the shards with the whole reference) and the host RAM
-of a node: a GPU worker reads the whole policy in ``model.dtype`` into host memory before moving it,
-and under FSDP a background checkpoint stages its shards there (``distributed.async_save``).
-
 The peak is the resident items (runtime, parameters, rollout copy, reference, AdamW, the static KV
 cache) plus the larger of the update (gradients + activations) and the rollout (KV cache).
 
@@ -85,13 +77,11 @@ On CUDA the total is what ``torch.cuda.max_memory_allocated`` counts: the CUDA c
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rlvr.choices import Backend, Strategy
 from rlvr.config import Config, Switch
-from rlvr.errors import UserError
+from rlvr.estimate.shapes import ModelShape, model_shape
 
 GiB = 2**30
 MiB = 2**20
@@ -124,89 +114,6 @@ DEFAULT_PROMPT_TOKENS = {"arithmetic": 128, "countdown": 160, "files": 512}
 system prompt makes a built-in task's prompt ~126 tokens with SmolLM2's tokenizer)."""
 STATIC_CAPACITY_MULTIPLE = 256
 """The static decode rounds its cache's positions up to a multiple of this (:mod:`rlvr.rollout.static`)."""
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The numbers of a Llama/Qwen2-style decoder that the estimate needs (config.json names)."""
-
-    num_hidden_layers: int
-    hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
-    tie_word_embeddings: bool = True
-    head_dim: int = 0
-    """0 = hidden_size // num_attention_heads."""
-    qkv_bias: bool = False
-    """Biases on q/k/v (Qwen2) or on q/k/v/o (Llama's attention_bias)."""
-    o_bias: bool = False
-    mlp_bias: bool = False
-    model_type: str = "llama"
-    """config.json's ``model_type``: whether the update's log-probs take the fused LM head
-    (:data:`rlvr.models.forward.FUSED_HEAD_MODEL_TYPES`) or the full logits."""
-
-    @property
-    def dim(self) -> int:
-        return self.head_dim or self.hidden_size // self.num_attention_heads
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_key_value_heads * self.dim
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each projection of one layer."""
-        H, I, q = self.hidden_size, self.intermediate_size, self.num_attention_heads * self.dim
-        return {
-            "q_proj": (H, q),
-            "k_proj": (H, self.kv_dim),
-            "v_proj": (H, self.kv_dim),
-            "o_proj": (q, H),
-            "gate_proj": (H, I),
-            "up_proj": (H, I),
-            "down_proj": (I, H),
-        }
-
-    def num_params(self) -> int:
-        """Every parameter: embeddings (+ untied LM head), per layer projections, biases and two norms,
-        the final norm."""
-        H, shapes = self.hidden_size, self.linear_shapes()
-        layer = sum(i * o for i, o in shapes.values()) + 2 * H
-        if self.qkv_bias:
-            layer += shapes["q_proj"][1] + 2 * self.kv_dim
-        if self.o_bias:
-            layer += H
-        if self.mlp_bias:
-            layer += 2 * self.intermediate_size + H
-        embed = self.vocab_size * H * (1 if self.tie_word_embeddings else 2)
-        return embed + self.num_hidden_layers * layer + H
-
-    def lora_params(self, rank: int, targets) -> int:
-        """Adapter parameters: rank x (in + out) per targeted projection per layer."""
-        names = ALL_LINEAR if targets in ("all-linear", ["all-linear"], None) else targets
-        shapes = self.linear_shapes()
-        unknown = [t for t in names if t not in shapes]
-        if unknown:
-            raise UserError(
-                f"model.lora.target_modules={list(names)}: rlvr estimate knows {', '.join(ALL_LINEAR)} (or all-linear)"
-            )
-        return self.num_hidden_layers * sum(rank * sum(shapes[t]) for t in names)
-
-
-# Published config.json values, for `rlvr estimate` when the model directory is not here.
-KNOWN_MODELS: dict[str, ModelShape] = {
-    "Qwen/Qwen2.5-0.5B": ModelShape(
-        24, 896, 4864, 14, 2, 151936, tie_word_embeddings=True, qkv_bias=True, model_type="qwen2"
-    ),
-    "Qwen/Qwen2.5-1.5B": ModelShape(
-        28, 1536, 8960, 12, 2, 151936, tie_word_embeddings=True, qkv_bias=True, model_type="qwen2"
-    ),
-    "Qwen/Qwen2.5-7B": ModelShape(
-        28, 3584, 18944, 28, 4, 152064, tie_word_embeddings=False, qkv_bias=True, model_type="qwen2"
-    ),
-}
 
 
 def fused_head(shape: ModelShape) -> bool:
@@ -232,82 +139,6 @@ def fused_head_bytes(tokens: int, vocab: int, hidden: int, *, autocast: bool, he
     return kept + tiles + tokens * hidden * 4 + (vocab * hidden * 4 if head_trains else 0)
 
 
-def shape_from_config(data: dict, where: str) -> ModelShape:
-    """A :class:`ModelShape` from a config.json mapping; one-line error when keys are missing."""
-    need = ["num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"]
-    missing = [k for k in need if not isinstance(data.get(k), int)]
-    if missing:
-        raise UserError(
-            f"{where} has no {', '.join(missing)} (model_type {data.get('model_type')}); "
-            "rlvr estimate reads Llama/Qwen2/Mistral-style decoder configs"
-        )
-    qwen2 = data.get("model_type") == "qwen2"
-    attn_bias = bool(data.get("attention_bias", False))
-    return ModelShape(
-        num_hidden_layers=data["num_hidden_layers"],
-        hidden_size=data["hidden_size"],
-        intermediate_size=data["intermediate_size"],
-        num_attention_heads=data["num_attention_heads"],
-        num_key_value_heads=data.get("num_key_value_heads") or data["num_attention_heads"],
-        vocab_size=data["vocab_size"],
-        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),  # Llama/Qwen2/Mistral's default
-        head_dim=data.get("head_dim") or 0,
-        qkv_bias=qwen2 or attn_bias,
-        o_bias=attn_bias,
-        mlp_bias=bool(data.get("mlp_bias", False)),
-        model_type=str(data.get("model_type") or "llama"),
-    )
-
-
-def _known(spec: str) -> tuple[str, ModelShape] | None:
-    """The table entry whose name (or its last part) matches the spec's last part, -Instruct ignored."""
-    want = Path(spec).name.lower().removesuffix("-instruct")
-    for name, shape in KNOWN_MODELS.items():
-        if want in (name.lower(), name.split("/")[-1].lower()):
-            return name, shape
-    return None
-
-
-def model_shape(spec: str) -> tuple[ModelShape, str]:
-    """The shape of ``model.path`` and where it came from; reads config.json only.
-
-    A built-in name or a .gguf resolves as training does (converted into the cache once); a
-    directory needs only its config.json; a hub id (``org/name[@revision]``) fetches its config.json
-    alone (or reads it from the Hugging Face cache). A spec found neither here nor on the hub is
-    looked up in :data:`KNOWN_MODELS` by its last part (``models/Qwen2.5-7B`` -> ``Qwen/Qwen2.5-7B``),
-    so a preset is estimated on a machine without its model or a network."""
-    from rlvr.models import hub
-    from rlvr.models.loading import BUILTIN_MODELS, resolve_model_path
-
-    path = Path(spec).expanduser()
-    remote = hub.parse_hub_id(spec)
-    if remote is not None:
-        try:
-            config_file = hub.config_file(remote, f"model.path={spec}")
-        except UserError as e:
-            known = _known(remote.repo_id)
-            if known is None:
-                raise UserError(f"{e}; and it is not a known architecture ({', '.join(KNOWN_MODELS)})") from None
-            return known[1], f"the published config of {known[0]} ({spec}: no config.json here or from the hub)"
-    elif spec not in BUILTIN_MODELS and path.suffix != ".gguf" and not path.exists():
-        known = _known(spec)
-        if known is None:
-            raise UserError(
-                f"model.path={spec} not found, and not a known architecture ({', '.join(KNOWN_MODELS)}); "
-                "give a model directory (config.json alone is enough), a hub id, a .gguf file or a built-in name"
-            )
-        return known[1], f"the published config of {known[0]} ({spec} is not here)"
-    else:
-        config_file = resolve_model_path(spec) / "config.json"
-    try:
-        data = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserError(f"{config_file} could not be read as JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{config_file} is not a JSON object")
-    return shape_from_config(data, str(config_file)), str(config_file)
-
-
 @dataclass(frozen=True)
 class Item:
     name: str
@@ -330,7 +161,7 @@ class MemoryEstimate:
     """Workers the model is sharded over (``distributed.strategy=fsdp``): the figures are one worker's."""
     largest: int = 0
     """Elements of the model's largest tensor (the embeddings, vocab x hidden): what sharded loading
-    holds whole at a time beside the shards (:func:`load_memory`)."""
+    holds whole at a time beside the shards (:func:`~rlvr.estimate.load.load_memory`)."""
 
     def phase(self, phase: str) -> int:
         return sum(i.bytes for i in self.items if i.phase == phase)
@@ -731,232 +562,8 @@ def data_prompt_tokens(rows: list[dict]) -> tuple[int, str]:
     return longest, f"the longest of the {len(rows):,} training prompts, as the tokenizer renders them"
 
 
-REDUCE = {
-    "activations": "train.micro_batch_seqs or train.micro_batch_tokens (smaller) or model.gradient_checkpointing=true",
-    "KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller)",
-    "static KV cache": "rollout.batch_seqs or rollout.max_new_tokens (smaller); it stays allocated through the update "
-    "(rollout.static_decode=false decodes dynamically and frees it, at the cost of the compiled step)",
-    "CUDA-graph pool": "rollout.batch_seqs (smaller), or rollout.static_decode=false (no compiled step)",
-    "AdamW state": "model.lora.rank (LoRA), or offload.params=true and offload.optimizer=true (FSDP on GPUs)",
-    "gradients": "model.lora.rank (LoRA)",
-    "parameters": "model.lora.rank (LoRA) with a bfloat16 model.dtype",
-    "reference": "offload.reference=true (FSDP on GPUs) or algo.kl_coef=0",
-    "rollout copy": "rollout.dtype=model.dtype (no copy)",
-    "packed weights": "model.packed_weights=false",
-}
-"""For each estimate item, the config keys that make it smaller."""
-
-
-def memory_check(est: MemoryEstimate, free_bytes: int, where: str) -> None:
-    """UserError when the estimate exceeds the free memory of the device (``where`` names it), with the
-    keys that reduce the two largest items; ``train.skip_memory_check=true`` is the way past it."""
-    if est.total <= free_bytes:
-        return
-    raise UserError(
-        f"this run needs about {est.total / GiB:.1f} GiB but {where} has {free_bytes / GiB:.1f} GiB free; reduce it "
-        f"({_largest_reducible(est)}), or set train.skip_memory_check=true to start anyway"
-    )
-
-
-def ram_warning(est: MemoryEstimate, available_bytes: int | None) -> str | None:
-    """A CPU run's warning line when the estimate exceeds the RAM the machine has available, with the
-    keys that reduce the two largest items; None when it fits or the RAM is unknown. A warning, not
-    the GPU's refusal: on a CPU the estimate is an upper bound (every row at
-    ``rollout.max_new_tokens``), and a run past it swaps before it fails."""
-    if available_bytes is None or est.total <= available_bytes:
-        return None
-    return (
-        f"warning: this run may need up to {est.total / GiB:.1f} GiB but the machine has "
-        f"{available_bytes / GiB:.1f} GiB of RAM available; if it swaps, reduce it ({_largest_reducible(est)})"
-    )
-
-
-def available_ram() -> int | None:
-    """Bytes of RAM available to a new process (Linux ``MemAvailable``), or None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _largest_reducible(est: MemoryEstimate) -> str:
-    """The two largest items on the device with the config keys that make each smaller."""
-    on_device = (i for i in est.items if i.name in REDUCE and i.bytes and i.phase != "host")
-    largest = sorted(on_device, key=lambda i: -i.bytes)[:2]
-    return "; ".join(f"{i.name} {i.bytes / GiB:.1f} GiB: {REDUCE[i.name]}" for i in largest)
-
-
 def estimate_config(cfg: Config, *, device: str | None = None) -> tuple[MemoryEstimate, str]:
     """:func:`estimate` for ``cfg.model.path`` (read as :func:`model_shape` reads it); also returns where the
     shape came from."""
     shape, source = model_shape(cfg.model.path)
     return estimate(cfg, shape, device=device), source
-
-
-def measured_beside_estimate(peak: dict[str, float], est: MemoryEstimate) -> str:
-    """The trainer's last memory line: the measured peak (``peak_memory``'s MiB keys) beside the estimate."""
-    from rlvr import metric_names as M
-
-    key, what = (
-        (M.CUDA_MAX_ALLOCATED_MIB, "torch.cuda.max_memory_allocated")
-        if est.device == "cuda"
-        else (M.PEAK_RSS_MIB, "RSS")
-    )
-    if key not in peak:
-        return f"memory: estimated {est.total / GiB:.2f} GiB; the peak was not measured here"
-    measured = peak[key] * MiB
-    return (
-        f"memory: measured peak {measured / GiB:.2f} GiB ({what}) beside the estimate {est.total / GiB:.2f} GiB "
-        f"(estimate {100 * (est.total / measured - 1):+.0f} %)"
-    )
-
-
-GPU_HOST_RUNTIME_BYTES = 2 * GiB
-"""Assumed, not measured: a GPU worker's host memory besides the weights it reads (Python, torch, the
-CUDA and NCCL libraries' host side, tokenizer, prompts); the CPU figure is :data:`CPU_RUNTIME_BYTES`."""
-GPUS_PER_NODE = 8
-"""Assumed GPUs per node, for how many GPU workers share a node's host RAM."""
-
-
-@dataclass(frozen=True)
-class LoadMemory:
-    """What a run needs while its models load, on the device and in host RAM (:func:`load_memory`)."""
-
-    device_peak: int
-    """The largest device memory of a worker while the models load (on a CPU: with the runtime)."""
-    device_how: str
-    host_worker: int
-    """Rank 0's host RAM at its peak: the load (rank 0 reads the weights into host memory; unsharded,
-    every worker does), or a checkpoint staged for the background write (FSDP); on a CPU the larger of
-    that and the training peak."""
-    host_how: str
-    workers_per_node: int
-    host_node: int
-    """Rank 0's host RAM, ``workers_per_node - 1`` others', and rank 0's Hugging Face weights while it
-    writes them: each process at its own peak, an upper bound."""
-    device: str
-    hf_write: int = 0
-    """Rank 0's Hugging Face weights in host memory while it writes them (FSDP with ``train.save_hf``)."""
-    host_other: int = -1
-    """Another worker's host RAM at its peak (sharded: it reads no weights); -1 = :attr:`host_worker`."""
-    host_other_how: str = ""
-
-    @property
-    def others(self) -> int:
-        return self.host_worker if self.host_other < 0 else self.host_other
-
-    def lines(self) -> list[str]:
-        where = "GPU" if self.device == "cuda" else "RAM"
-        k = self.workers_per_node
-        sharded = self.host_other >= 0
-        out = [f"  {'load peak':17s} {self.device_peak / GiB:8.2f} GiB  one process's {where}: {self.device_how}"]
-        if sharded:
-            out.append(f"  {'host RAM rank 0':17s} {self.host_worker / GiB:8.2f} GiB  {self.host_how}")
-            out.append(f"  {'host RAM others':17s} {self.host_other / GiB:8.2f} GiB  each: {self.host_other_how}")
-        else:
-            out.append(f"  {'host RAM':17s} {self.host_worker / GiB:8.2f} GiB  one process: {self.host_how}")
-        who = f"rank 0 + {k - 1} other{'s' if k > 2 else ''}" if sharded and k > 1 else f"{k} process{'es' * (k > 1)}"
-        out.append(
-            f"  {'host RAM / node':17s} {self.host_node / GiB:8.2f} GiB  {who} on a node"
-            + (f" (of {GPUS_PER_NODE} GPUs, assumed)" if self.device == "cuda" else "")
-            + (f", + rank 0's Hugging Face weights {self.hf_write / GiB:.2f} as it writes" if self.hf_write else "")
-        )
-        return out
-
-
-def load_memory(cfg: Config, est: MemoryEstimate) -> LoadMemory:
-    """The load-time peak of one worker and the host RAM of a node, from the estimate's items.
-
-    Loading, as the trainer does it. Unsharded: every worker reads the whole policy in ``model.dtype``
-    into host memory (``from_pretrained``) and moves it to its device; the rollout copy is then built in
-    ``rollout.dtype`` directly (no second full-precision copy), and the reference read whole.
-
-    Sharded (FSDP/HSDP, :meth:`~rlvr.distributed.fsdp.ShardedGroup.shard_loaded`): global rank 0 alone
-    reads the whole policy in ``model.dtype`` into its host memory, then the reference in its dtype, one
-    after the other; every rank builds them on the meta device, allocates its shards (in host memory
-    when offloaded) and receives rank 0's weights one tensor at a time, so a device holds its shards
-    plus one whole tensor (at most the embeddings) in ``model.dtype``; the whole rollout copy is then
-    allocated and filled from the shards, one all-gathered tensor at a time. Rank 0's host peak is the
-    larger of the models it reads (beside any offloaded shards) and, with ``distributed.async_save``,
-    the copy of its shards that a background checkpoint stages; another worker's is its runtime, its
-    offloaded shards and that staged copy. With ``train.save_hf`` rank 0 also holds the Hugging Face
-    weights it writes. A node's host RAM is rank 0's + ``workers_per_node - 1`` others' (+ that write),
-    each at its own peak."""
-    n, N = est.shards, est.params
-    item = {i.name: i.bytes for i in est.items}
-    on_device = {i.name: i.bytes for i in est.items if i.phase != "host"}
-    policy = N * BYTES[cfg.model.dtype]
-    copy, ref = item["rollout copy"], item["reference"] * n  # whole: FSDP's items are 1/n
-    gb = lambda b: f"{b / GiB:.2f}"  # noqa: E731
-    read = max(policy, ref)  # unsharded: by every worker; sharded: by rank 0 alone, one model at a time
-    if n > 1:
-        shards = on_device.get("parameters", 0) + on_device.get("reference", 0)
-        tensor = est.largest * BYTES[cfg.model.dtype]
-        device_peak = shards + copy + tensor
-        device_how = (
-            f"policy + reference shards {gb(shards)} + the whole rollout copy {gb(copy)}, filled from them "
-            f"one whole {cfg.model.dtype} tensor at a time ({gb(tensor)})"
-        )
-    else:
-        device_peak = policy + copy + ref
-        device_how = f"policy {gb(policy)} + rollout copy {gb(copy)} + reference {gb(ref)}"
-    d = cfg.distributed
-    staged = 0
-    if n > 1 and d.async_save:  # each worker's shards of the policy, AdamW (and a moving reference), in host memory
-        staged = item["parameters"] + item["AdamW state"] + (item["reference"] if cfg.algo.ref_sync_every else 0)
-    want_hf = cfg.train.save_hf.as_bool()
-    hf = (
-        copy if n > 1 and (want_hf if want_hf is not None else N < 3_000_000_000) else 0
-    )  # checkpoint.SAVE_HF_BELOW_PARAMS
-    checkpoint = f"the shards a background checkpoint stages ({gb(staged)})"
-    host_other, other_how = -1, ""
-    if est.device == "cpu":  # the device is the host
-        if n > 1:  # rank 0 reads a whole model beside its shards; the others hold their shards and the copy
-            other, first = device_peak + CPU_RUNTIME_BYTES, shards + read + CPU_RUNTIME_BYTES
-            device_peak = max(other, first)
-            device_how = (
-                f"rank 0: its shards {gb(shards)} + the whole {cfg.model.dtype} model it reads ({gb(read)})"
-                if first >= other
-                else device_how
-            ) + " + runtime"
-            host_other = max(est.total, other) + staged
-            other_how = "the training peak above (the device is the host)" + (
-                f" + {gb(staged)} staged for a background checkpoint" if staged else ""
-            )
-        else:
-            device_peak += CPU_RUNTIME_BYTES
-            device_how += " + runtime"
-        host_worker = max(est.total, device_peak) + staged
-        host_how = "the training peak above (the device is the host)" + (
-            f" + {gb(staged)} staged for a background checkpoint" if staged else ""
-        )
-    else:
-        runtime = f"~{gb(GPU_HOST_RUNTIME_BYTES)} runtime (assumed)"
-        offload = f" + the offloaded shards ({gb(est.host)})" if est.host else ""
-        host_worker = GPU_HOST_RUNTIME_BYTES + est.host + max(read, staged)  # offloaded shards: allocated at load
-        whole = f"the whole {cfg.model.dtype} policy" + (" or reference" if ref > policy else "")
-        host_how = (
-            f"{runtime}{offload} + the larger of {whole} it reads ({gb(read)})"
-            + (f" and {checkpoint}" if staged else "")
-            + ("" if n > 1 else ", before it moves to the GPU")
-        )
-        if n > 1:
-            host_other = GPU_HOST_RUNTIME_BYTES + est.host + staged
-            other_how = f"{runtime}{offload}" + (f" + {checkpoint}" if staged else "") + "; it reads no weights"
-    if d.backend == Backend.NONE:
-        per_node = 1
-    elif d.strategy == Strategy.HSDP:
-        per_node = d.workers_per_node  # one shard group per node, as its placement group packs it
-    elif d.gpus_per_worker > 0:
-        per_node = max(1, min(d.num_workers, int(GPUS_PER_NODE // d.gpus_per_worker)))
-    else:
-        per_node = d.num_workers  # CPU workers: as `distributed.address=local` places them, on one node
-    others = host_worker if host_other < 0 else host_other
-    return LoadMemory(
-        device_peak, device_how, host_worker, host_how, per_node, host_worker + (per_node - 1) * others + hf,
-        est.device, hf, host_other, other_how,
-    )  # fmt: skip
