@@ -40,18 +40,10 @@ def _mean(rows: list[dict], key: str) -> float:
 
 def cpu_identity() -> dict:
     """The first processor's vendor, family, model and name in /proc/cpuinfo ({} where there is none)."""
-    ident = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor's block is enough
-                key, _, value = line.partition(":")
-                if key.strip() in ("vendor_id", "cpu family", "model", "model name"):
-                    ident[key.strip()] = value.strip()
-    except OSError:
-        pass
-    return ident
+    from rlvr.models.precision import cpu_identity as identity
+
+    keys = ("vendor_id", "cpu family", "model", "model name")
+    return {k: v for k, v in identity().items() if k in keys}
 
 
 def summarise(run_dir: Path, *, wall_s: float, capability: str, seed: int, overrides: list[str]) -> dict:

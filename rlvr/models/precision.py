@@ -87,7 +87,7 @@ def bf16_speedup(rounds: int = 10) -> float:
     return best[torch.float32] / best[torch.bfloat16]
 
 
-def _cpu_identity() -> dict:
+def cpu_identity() -> dict:
     """What names this CPU as PyTorch runs on it: /proc/cpuinfo's model name, family, model and stepping
     (Linux; ``platform.processor()`` elsewhere), the dispatched capability and the torch version."""
     ident = {"capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__.split("+")[0]}
@@ -106,9 +106,9 @@ def _cpu_identity() -> dict:
 
 def speed_cache_path() -> Path:
     """Where this machine's bf16-over-fp32 measurement is kept: ``$RLVR_CACHE/cpu/bf16_speed-<key>.json``
-    (default ``~/.cache/rlvr``), the key a hash of :func:`_cpu_identity`."""
+    (default ``~/.cache/rlvr``), the key a hash of :func:`cpu_identity`."""
     root = Path(os.environ.get("RLVR_CACHE") or Path.home() / ".cache" / "rlvr")
-    key = hashlib.sha256(json.dumps(_cpu_identity(), sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps(cpu_identity(), sort_keys=True).encode()).hexdigest()[:12]
     return root / "cpu" / f"bf16_speed-{key}.json"
 
 
@@ -134,7 +134,7 @@ def machine_bf16_speedup() -> tuple[float, Path]:
                 "threads": torch.get_num_threads(),
                 "measured": datetime.datetime.now().isoformat(timespec="seconds"),
                 "how": "best of 10 interleaved [512,1024]x[1024,1024] products each way (rlvr.models.precision)",
-                "cpu": _cpu_identity(),
+                "cpu": cpu_identity(),
             }
             part = path.with_name(f".{path.name}.{os.getpid()}")
             part.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")

@@ -85,7 +85,7 @@ def test_decode_runs_on_a_random_model_with_eos(tmp_path, device):
     proc = _decode(
         *("--device", str(device), "--model", "random:tiny", "--eos-every", "4", "--rows", "4"),
         *("--group-size", "2", "--max-new-tokens", "8", "--repeats", "1", "--static"),
-        *("--workdir", str(tmp_path / "work"), "--out", str(out)),
+        *("--workdir", str(tmp_path / "work"), "--out", str(out), "--no-traffic"),  # traffic: test_gpu_check's
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(out.read_text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from killing_reward import killing_reward
 from safetensors.torch import load_file
 from tiny_run import metrics
 
@@ -35,36 +36,26 @@ def test_a_rollout_worker_at_staleness_0_trains_what_one_process_trains(dp_args,
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.extended  # the test above's path, with LoRA: the adapter's weights alone are pushed
+def test_lora_pushes_the_adapter_alone_and_trains_what_one_process_trains(dp_args, tmp_path):
+    """At staleness 0 every rollout after the first samples with weights pushed after the update before
+    it: with LoRA the adapter alone travels, and the run is one process's, bit for bit."""
+    pytest.importorskip("ray")
+    one, apart = tmp_path / "one", tmp_path / "apart"
+    lora = ("model.lora.rank=4", "algo.kl_coef=0.0")
+    train(load_config(None, dp_args(one, *lora)))
+    train(load_config(None, dp_args(apart, *lora, *ASYNC, "rollout.max_staleness=0")))
+    rows = metrics(apart)
+    assert rows[0]["time/weight_push_s"] == 0.0 and all(r["time/weight_push_s"] > 0 for r in rows[1:])
+    a = load_file(one / "checkpoints" / "last" / "adapter_model.safetensors")
+    b = load_file(apart / "checkpoints" / "last" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def _killing_reward(tmp_path, at: int, run=None) -> tuple[str, ...]:
     """The `sevens` reward as a plugin that SIGKILLs the process scoring its ``at``-th call (the rollout
-    worker: the trainers score nothing here), once ``run``'s checkpoint ``step_{at-2}`` is in place;
-    never with ``at`` 0. One file for every run, so that their reward metrics have the same names."""
-    path, control, calls = tmp_path / "lost.py", tmp_path / "kill_at", tmp_path / "calls"
-    control.write_text(f"{at} {run / 'checkpoints' / f'step_{at - 2:06d}' if run else ''}", encoding="utf-8")
-    calls.unlink(missing_ok=True)
-    path.write_text(
-        f"""
-import os, signal, time
-from pathlib import Path
-
-def lost(completions, labels, **fields):
-    at, *before = Path({str(control)!r}).read_text().split()
-    if int(at):
-        calls = Path({str(calls)!r})
-        n = int(calls.read_text()) + 1 if calls.exists() else 1
-        calls.write_text(str(n))
-        if n == int(at):
-            for _ in range(600):
-                if not before or Path(before[0]).is_dir():
-                    break
-                time.sleep(0.1)
-            os.kill(os.getpid(), signal.SIGKILL)
-    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
-""",
-        encoding="utf-8",
-    )
-    rule = f"{path}:lost"
-    return f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}"
+    worker: the trainers score nothing here), once ``run``'s checkpoint ``step_{at-2}`` is in place."""
+    return killing_reward(tmp_path, at, run / "checkpoints" / f"step_{at - 2:06d}" if run else None)
 
 
 def test_a_lost_rollout_worker_is_one_line_and_the_resume_is_bit_exact(dp_args, tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from killing_reward import killing_reward
 from safetensors.torch import load_file
 from tiny_run import assert_same_metrics, metrics
 
@@ -25,34 +26,8 @@ FSDP = ("distributed.backend=ray", "distributed.num_workers=2", "distributed.str
 def _lost(tmp_path, at: int, run=None) -> tuple[str, ...]:
     """The `sevens` reward as a plugin that SIGKILLs rank 1's process at its ``at``-th call (never if 0),
     once ``run``'s checkpoint of the step before is in place (written in the background, it lands during
-    the step); one file for every run, so that their reward metrics have the same names."""
-    path, control, calls = tmp_path / "lost.py", tmp_path / "kill_at", tmp_path / "calls"
-    control.write_text(f"{at} {run / 'checkpoints' / f'step_{at - 1:06d}' if run else ''}", encoding="utf-8")
-    calls.unlink(missing_ok=True)
-    path.write_text(
-        f"""
-import os, signal, time
-from pathlib import Path
-import torch.distributed as dist
-
-def lost(completions, labels, **fields):
-    at, *before = Path({str(control)!r}).read_text().split()
-    if int(at) and dist.is_initialized() and dist.get_rank() == 1:
-        calls = Path({str(calls)!r})
-        n = int(calls.read_text()) + 1 if calls.exists() else 1
-        calls.write_text(str(n))
-        if n == int(at):
-            for _ in range(600):
-                if not before or Path(before[0]).is_dir():
-                    break
-                time.sleep(0.1)
-            os.kill(os.getpid(), signal.SIGKILL)
-    return [sum(w == "7" for w in c.split()) / max(len(c.split()), 1) for c in completions]
-""",
-        encoding="utf-8",
-    )
-    rule = f"{path}:lost"
-    return f"reward.rules=[{rule}]", f"reward.accuracy_rule={rule}"
+    the step)."""
+    return killing_reward(tmp_path, at, run / "checkpoints" / f"step_{at - 1:06d}" if run else None, rank=1)
 
 
 EVALUATE = ("eval.at_end=true", "eval.limit=5")  # split over the workers (each evaluates a share)

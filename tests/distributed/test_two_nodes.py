@@ -88,6 +88,7 @@ def _two_nodes(workers_per_node: int = 1):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.mark.extended  # CI: Ray placement and resumes run in test_ray_dp, test_ray_signals and test_async_rollouts
 def test_two_nodes_on_one_machine_train_resume_and_stop(dp_args, tmp_path):
     with _two_nodes() as env:
         run = tmp_path / "run"
