@@ -6,6 +6,7 @@ for a staleness. Three uses:
 
     python benchmarks/async_model.py calibrate       # against this machine's async_runs results
     python benchmarks/async_model.py verl            # against veRL's published one-step-off gain
+    python benchmarks/async_model.py verl --decode-eff 0.4 --mfu 0.5 --rollout-batch-seqs 512 --tag vllm-like
     python benchmarks/async_model.py project         # r1_zero_qwen25_7b on 8 GPUs: 2 rollout + 6 train vs 8
 
 **The pipeline** (``simulate``): rollout ``j`` may start once its worker is free and the weights it
@@ -108,7 +109,40 @@ def calibrate(pattern: str) -> dict:
                     "update_busy": round(predicted["update_busy"], 2),
                 }
             )
-    return {"runs": out}
+    return {"runs": out, "from_async0": from_async0(pattern)}
+
+
+def from_async0(pattern: str) -> list[dict]:
+    """The harder check: each ``async0`` run (the same two processes, one after the other: no overlap)
+    predicts staleness 1 from its per-step times, against the ``async1`` runs of the same config measured."""
+    reports = [json.loads(Path(p).read_text()) for p in sorted(glob.glob(pattern))]
+    out = []
+    for report in reports:
+        for run in (r for r in report["runs"] if r["mode"] == "async0" and r.get("per_step")):
+            steps = run["per_step"]
+            push = statistics.fmean(s["push_s"] for s in steps[1:])
+            predicted = simulate(
+                [s["rollout_s"] + s["reward_s"] for s in steps], [s["update_s"] for s in steps], 1, push
+            )
+            same = [
+                r["step_s_mean"]
+                for other in reports
+                if other["config"] == report["config"] and other["overrides"] == report["overrides"]
+                for r in other["runs"]
+                if r["mode"] == "async1"
+            ]
+            if same:
+                measured = statistics.fmean(same)
+                out.append(
+                    {
+                        "config": " ".join([report["config"], *report["overrides"]]),
+                        "predicted_step_s": round(predicted["step_s"], 2),
+                        "measured_async1_step_s": round(measured, 2),
+                        "async1_runs": len(same),
+                        "error": round(predicted["step_s"] / measured - 1, 3),
+                    }
+                )
+    return out
 
 
 # -- GPU projections from a roofline ---------------------------------------------------------
@@ -195,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--push-s", type=float, default=0.3, help="a weight push (veRL reports under 0.3 s at 7B)")
     ap.add_argument("--mean-len", type=float, help="mean response tokens (default: 600 project, 6000 verl)")
     ap.add_argument("--sigma", type=float, default=0.8, help="lognormal shape of the response lengths")
+    ap.add_argument("--tag", default="", help="added to the result file's name")
     ap.add_argument(
         "--rollout-batch-seqs", type=int, default=128, help="rows a rollout GPU decodes at once (no optimizer there)"
     )
@@ -214,8 +249,8 @@ def main(argv: list[str] | None = None) -> None:
         w = Workload(64, 8, 1024, 2048, args.mean_len or 600, args.sigma, 32, QWEN25_7B)
         result = {gpu: compare(w, GPUS[gpu], 8, (1, 2, 3, 4), args) for gpu in ("H100", "H200")}
         result["workload"] = asdict(w)
-    result["assumptions"] = {k: v for k, v in vars(args).items() if k not in ("use", "results")}
-    out = RESULTS / f"async_model-{args.use}.json"
+    result["assumptions"] = {k: v for k, v in vars(args).items() if k not in ("use", "results", "tag")}
+    out = RESULTS / f"async_model-{args.use}{'-' + args.tag if args.tag else ''}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     print(f"wrote {out}")

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from quickstart_runs import cpu_identity  # noqa: E402
 from tool_runs import _jsonl, cpu_capability  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -115,6 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     env = dict(os.environ)
     capability = cpu_capability(env)
+    out = RESULTS / f"async_runs-{capability}-{args.tag}.json"
+    earlier = {}  # --summarise-only keeps the wall times and loads the runs were measured with
+    if args.summarise_only and out.is_file():
+        earlier = {(r["mode"], r["seed"]): r for r in json.loads(out.read_text())["runs"]}
     rows = []
     for seed in args.seeds:
         for mode in args.modes:
@@ -124,8 +129,9 @@ def main(argv: list[str] | None = None) -> None:
                    *MODES[mode], *args.extra]  # fmt: skip
             load = os.getloadavg()[0]
             t0 = time.monotonic()
-            if args.summarise_only:  # the wall time is then unknown: the training time stands in
-                wall = 0.0
+            if args.summarise_only:
+                before = earlier.get((mode, seed), {})
+                wall, load = 60 * before.get("wall_min", 0.0), before.get("load_before", load)
             else:
                 done = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 wall = time.monotonic() - t0
@@ -139,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "cpu_capability": capability,
+        "cpu": cpu_identity(),
         "cores": os.cpu_count(),
         "config": args.config,
         "overrides": args.extra,
@@ -147,7 +154,6 @@ def main(argv: list[str] | None = None) -> None:
         "by_mode": by_mode,
     }
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"async_runs-{capability}-{args.tag}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     cols = ("step_s_mean", "rollout_s_mean", "update_s_mean", "wait_rollout_s_mean", "overlap_frac_mean",
             "weight_push_s_mean", "accuracy_first", "accuracy_last", "eval_after", "wall_min")  # fmt: skip

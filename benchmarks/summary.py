@@ -375,6 +375,35 @@ def learning_table(results: list[Result]) -> list[str]:
     return rows
 
 
+def async_table(results: list[Result]) -> list[str]:
+    """async_runs.py: per file and mode, the mean step, its phases, the trainers' wait, the overlap, the push."""
+    rows = [
+        "| config | mode | machine | s/step | rollout s | update s | wait s | overlap | push s | accuracy first → last "
+        "| greedy eval | date | file |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    fmt = lambda v, spec="{:.2f}": "—" if v is None else spec.format(v)  # noqa: E731
+    for r in sorted((r for r in results if r.benchmark == "async_runs"), key=lambda r: r.when):
+        d = r.data[0]
+        config = " ".join([d.get("config", ""), *d.get("overrides", [])]).replace("|", "/")
+        for mode, m in d["by_mode"].items():
+            seeds = m.get("seeds", [])
+            rows.append(
+                f"| `{config}` | {mode} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) | {r.kind} "
+                f"| {fmt(m.get('step_s_mean'), '{:.1f}')} | {fmt(m.get('rollout_s_mean'), '{:.1f}')} "
+                f"| {fmt(m.get('update_s_mean'), '{:.1f}')} | {fmt(m.get('wait_rollout_s_mean'))} "
+                f"| {fmt(m.get('overlap_frac_mean'), '{:.0%}')} | {fmt(m.get('weight_push_s_mean'))} "
+                f"| {fmt(m.get('accuracy_first'))} → {fmt(m.get('accuracy_last'))} | {fmt(m.get('eval_after'))} "
+                f"| {r.date} | {r.files()} |"
+            )
+    projections = [r for r in results if r.benchmark == "async_model"]
+    if projections:
+        rows += ["", "Projections of `benchmarks/async_model.py` (a model, not a measurement): " + ", ".join(
+            r.files() for r in sorted(projections, key=lambda r: r.series)
+        )]  # fmt: skip
+    return rows
+
+
 def dev_table(results: list[Result]) -> list[str]:
     rows = ["| `benchmarks/dev/` script | newest result files | date |", "| --- | --- | --- |"]
     for prefix in DEV:
@@ -426,6 +455,10 @@ def render() -> str:
         "",
         *learning_table(results),
         "",
+        "## Asynchronous rollouts (`benchmarks/async_runs.py`, `benchmarks/async_model.py`)",
+        "",
+        *async_table(results),
+        "",
         "## The GPU check (`benchmarks/gpu_check.py`)",
         "",
         gpu_note(results),
@@ -462,6 +495,7 @@ def cited_list(results: list[Result]) -> list[str]:
         + roofline_table(results)
         + decode_table(results)
         + learning_table(results)
+        + async_table(results)
         + dev_table(results)
     )
     by_benchmark: dict[str, list[str]] = {}
