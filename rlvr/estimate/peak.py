@@ -44,7 +44,8 @@ Every item is a formula over the model shape and the config, in bytes:
   whole responses; a data set of shorter prompts fits more responses in a pass), their gradient
   once more (backward joins the chunks the log-probs ran in); sdpa attends row by row, with no
   mask (an eager model's ``tokens × tokens`` block mask is not counted).
-  All of this × 1.4 for backward's temporary buffers and the allocator's slack.
+  All of this × 1.2 on a CPU, × 1.4 on a GPU, for backward's temporary buffers and the allocator's
+  slack (:data:`CPU_BACKWARD_FACTOR`, :data:`BACKWARD_FACTOR`).
 - **KV cache** of the rollout: ``2 × layers × kv_heads × head_dim × rows × (prompt + new tokens)
   × bytes(rollout dtype)``, rows = min(``rollout.batch_seqs``, the step's sequences), or the
   evaluation's rows when larger. The dynamic decode (a CPU's) frees it before the update.
@@ -68,8 +69,9 @@ The peak is the resident items (runtime, parameters, rollout copy, reference, Ad
 cache) plus the larger of the update (gradients + activations) and the rollout (KV cache).
 
 Calibration (README "Memory estimate"): the factors 9/4, 3.3 and 4 bytes were read off the
-tensors autograd saves for SmolLM2-135M (``benchmarks/memory_estimate.py``); 1.4 and the
-0.7 GiB CPU runtime from the quickstart's peak RSS on this project's 2-core CPU.
+tensors autograd saves for SmolLM2-135M (``benchmarks/memory_estimate.py``); 1.2 and the
+0.48 GiB CPU runtime from the quickstart's measured RSS on this project's 2-core CPU (1.4 on a GPU is
+the earlier CPU fit, unmeasured there).
 
 On CUDA the total is what ``torch.cuda.max_memory_allocated`` counts: the CUDA context (about
 0.5 GiB) and the host process come on top.
@@ -87,9 +89,10 @@ GiB = 2**30
 MiB = 2**20
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
-CPU_RUNTIME_BYTES = int(0.7 * GiB)
-"""Python + torch + transformers + tokenizer + prepared prompts, measured on the quickstart:
-1,462 MiB RSS after setup minus the 772 MiB of fp32 weights and their bf16 rollout copy."""
+CPU_RUNTIME_BYTES = int(0.48 * GiB)
+"""Python + torch + transformers + rlvr + the reward pool's handle + tokenizer + prepared prompts: the RSS
+of a process that did all of that for the quickstart and loaded no weights (0.484 GiB; 2026-11-29, a
+2-core AVX2 EPYC, torch 2.13; the earlier 0.7 GiB was an older code's RSS after setup minus its weights)."""
 ACT_ELEMENTS_HIDDEN = 9
 """Saved elements per token and layer, per unit of hidden size (norms, q/k/v/o inputs, residuals, and the
 keys and values repeated to every query head: :data:`ACT_ELEMENTS_KV_COPIES` of the nine)."""
@@ -108,7 +111,13 @@ ACT_BYTES_FP32 = 4.0
 ACT_BYTES_AUTOCAST = 3.3
 """Mean bytes per saved element under bf16 autocast (measured 64.2 / 77.7 of the fp32 bytes, x 4)."""
 BACKWARD_FACTOR = 1.4
-"""Activations x this = their peak during backward (gradient buffers, allocator slack); quickstart-calibrated."""
+"""Activations x this = their peak during backward (gradient buffers, allocator slack) on a GPU: the
+earlier CPU calibration, kept where nothing has measured it yet (conservative)."""
+CPU_BACKWARD_FACTOR = 1.2
+"""The same on a CPU, refit on the quickstart's measured peak RSS with today's update (2026-11-29, a 2-core
+AVX2 EPYC, float32: 4.26–4.31 GiB over 3 and 10 steps): the estimate reads 4.73 GiB, +10 %. (1.4 read
+5.17 GiB, +20 %.) The bf16-autocast path of AVX512-BF16 CPUs (5.95 GiB measured by a clean-clone check)
+reads about 7.2 GiB with it, +22 %: not measurable on this project's AVX2 machine."""
 DEFAULT_PROMPT_TOKENS = {"arithmetic": 128, "countdown": 160, "files": 512}
 """Assumed rendered prompt length when ``data.max_prompt_tokens`` is 0 (the r1 template's
 system prompt makes a built-in task's prompt ~126 tokens with SmolLM2's tokenizer)."""
@@ -387,7 +396,8 @@ def estimate(
         logits = responses * V * (2 * logits_bytes + 2 * 4)
         if budget:  # the log-probs run in chunks of the packed logits, whose gradients backward joins in one more
             logits += responses * V * logits_bytes
-    activations = int(BACKWARD_FACTOR * (saved + logits))
+    factor = CPU_BACKWARD_FACTOR if device == "cpu" else BACKWARD_FACTOR
+    activations = int(factor * (saved + logits))
 
     # generation: the training rollout, or the evaluation when it generates more rows at once
     rows = min(cfg.rollout.batch_seqs, cfg.seqs_per_step)
@@ -491,7 +501,7 @@ def estimate(
             + (", bf16 autocast" if autocast else ", fp32")
             + f"; log-probs {logits / GiB:.2f} GiB and keys/values"
             + (" repeated per query head " if repeats else " (grouped-query sdpa, unrepeated) ")
-            + f"{kv_copies / GiB:.2f} GiB of it before x{BACKWARD_FACTOR}",
+            + f"{kv_copies / GiB:.2f} GiB of it before x{factor}",
         )
     )
     if static:

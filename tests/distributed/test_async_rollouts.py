@@ -22,16 +22,25 @@ def _weights(run):
     return load_file(run / "checkpoints" / "last" / "model.safetensors")
 
 
+DYNAMIC_EVAL = (
+    "algo.dynamic_sampling=true", "algo.dynamic_sampling_max_batches=2", "algo.adv_method=reinforce_pp",
+    "eval.at_start=true", "eval.every_steps=2", "eval.limit=5",
+)  # fmt: skip
+"""DAPO's dynamic sampling (extra batches drawn by the rollout worker) and evaluations (on the trainer)."""
+
+
 def test_a_rollout_worker_at_staleness_0_trains_what_one_process_trains(dp_args, tmp_path):
     """The rollout worker samples every step's groups with the weights the step updates (the same
-    prompts and seeds as one process), and the trainer trains on them: the same run, bit for bit."""
+    prompts, seeds and dynamic-sampling draws as one process), and the trainer trains on them and
+    evaluates: the same run, bit for bit."""
     pytest.importorskip("ray")
     one, apart = tmp_path / "one", tmp_path / "apart"
-    train(load_config(None, dp_args(one)))
-    train(load_config(None, dp_args(apart, *ASYNC, "rollout.max_staleness=0")))
+    train(load_config(None, dp_args(one, *DYNAMIC_EVAL)))
+    train(load_config(None, dp_args(apart, *DYNAMIC_EVAL, *ASYNC, "rollout.max_staleness=0")))
     a, b = metrics(one, timings=False), metrics(apart, timings=False)
     assert [r["async/staleness"] for r in b] == [0.0, 0.0, 0.0]
     assert [{k: v for k, v in r.items() if not k.startswith("async/")} for r in b] == a
+    assert sum(r["rollout/extra_batches"] for r in a) > 0 and "eval/accuracy" in a[1]  # both paths ran
     wa, wb = _weights(one), _weights(apart)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
