@@ -80,6 +80,7 @@ def _decode(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI: gpu_check's dry run runs decode.py end to end; this adds the EOS calibration's run
 def test_decode_runs_on_a_random_model_with_eos(tmp_path, device):
     out = tmp_path / "decode.json"
     proc = _decode(

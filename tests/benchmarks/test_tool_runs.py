@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI: test_code_runs runs the same harness (code_runs.py imports tool_runs' helpers)
 def test_the_benchmark_runs_both_presets_on_a_tiny_model(tmp_path):
     model = save_tiny_model(tmp_path / "tiny")
     tiny = [
