@@ -273,10 +273,10 @@ def test_estimate_counts_a_token_budget_pass():
     # 40 tokens a pass, 40 * 8 // (16 + 8) = 13 of them responses (rows of 16 prompt + 8 response tokens)
     # saved: 2 layers * 40 tokens * (9*32 + 4*64 = 544) * 4 B = 174080 (sdpa attends row by row: no mask)
     # logits: 13 * 128 * (2 * 4 + 2 * 4) B = 26624, + the joined gradient 13 * 128 * 4 = 6656 -> 33280
-    # x 1.4: int(1.4 * 207360) = 290304
+    # x 1.2 on a CPU: int(1.2 * 207360) = 248832
     packed = acts("train.micro_batch_tokens=40")
-    assert packed.bytes == 290304 and "40 tokens packed" in packed.how
+    assert packed.bytes == 248832 and "40 tokens packed" in packed.how
     assert acts("train.micro_batch_tokens=10").bytes == acts("train.micro_batch_tokens=24").bytes  # a row runs alone
     # the same 4 rows of 24 tokens as one row micro-batch: 96 tokens, 32 responses (no mask, no extra gradient)
     rows = acts("train.micro_batch_seqs=4").bytes
-    assert rows == int(1.4 * (2 * 96 * 544 * 4 + 32 * 128 * 16))
+    assert rows == int(1.2 * (2 * 96 * 544 * 4 + 32 * 128 * 16))
