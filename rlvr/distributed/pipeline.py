@@ -55,7 +55,7 @@ class RolloutPipeline:
         self.made: dict[int, _Made] = {
             r.step: _Made(r, r.version) for r in restored if start <= r.step < min(steps, start + staleness)
         }
-        self.pushes: dict[int, object] = {}  # version -> the trainer's push (object ref of (weights ref, put s))
+        self.pushed = None  # the trainer's push of `version` (object ref of (weights ref, put s)); None at the start
         for j in range(start, min(steps, start + staleness + 1)):
             if j not in self.made:
                 self._launch(j)
@@ -67,7 +67,9 @@ class RolloutPipeline:
     def _launch(self, j: int) -> None:
         v, a = self._needs(j), j % len(self.actors)
         if self.held[a] != v:
-            self.actors[a].load_weights.remote(self.pushes[v], v)
+            if v != self.version or self.pushed is None:  # launched only for the newest version, once pushed
+                raise RuntimeError(f"rollout {j} needs version {v}, but the last push holds {self.version}")
+            self.actors[a].load_weights.remote(self.pushed, v)
             self.held[a] = v
         self.made[j] = _Made(self.actors[a].collect.remote(j), v)
 
@@ -81,7 +83,7 @@ class RolloutPipeline:
         self.version += 1
         if pushed is None:
             return
-        self.pushes = {self.version: pushed}  # every later launch needs this version or a newer one
+        self.pushed = pushed  # every later launch needs this version: older pushes are let go
         j = self.version + self.staleness
         if j < self.steps and j not in self.made:
             self._launch(j)
